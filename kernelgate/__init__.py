@@ -1,0 +1,49 @@
+"""kernelgate: run programs that AI agents write, each in a fresh CPython child.
+
+>>> from kernelgate import Gateway
+>>> def add(a: int, b: int) -> int:
+...     return a + b
+>>> with Gateway(bindings={"add": add}) as gw:
+...     result = gw.run_sync("print('hi')\\nawait tools.add(1, b=2)")
+>>> result.status, result.stdout, result.value
+('ok', 'hi\\n', 3)
+
+Exports are lazy (PEP 562): the child imports ``kernelgate.wire`` and
+``kernelgate.kernels.python`` without pulling in the host side.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Gateway": "kernelgate.gateway.gateway",
+    "Limits": "kernelgate.gateway.limits",
+    "RunResult": "kernelgate.gateway.result",
+    "CallRecord": "kernelgate.gateway.result",
+    "ErrorInfo": "kernelgate.gateway.result",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+if TYPE_CHECKING:
+    from kernelgate.gateway.gateway import Gateway
+    from kernelgate.gateway.limits import Limits
+    from kernelgate.gateway.result import CallRecord, ErrorInfo, RunResult
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernelgate' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,156 @@
+"""The binding registry: namespaces of host callables, their signatures, and dispatch."""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Binding", "BindingRegistry", "RESERVED_NAMES"]
+
+#: Globals every program has; a namespace may not shadow them.
+RESERVED_NAMES = frozenset({"ToolError", "display", "__builtins__", "__name__", "__doc__"})
+
+_ANYTHING = (
+    ("args", "VAR_POSITIONAL", False),
+    ("kwargs", "VAR_KEYWORD", False),
+)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One host callable as programs see it."""
+
+    namespace: str
+    name: str
+    fn: Callable[..., Any]
+    signature: inspect.Signature | None
+
+    @property
+    def label(self) -> str:
+        if self.name.isidentifier() and not keyword.iskeyword(self.name):
+            return f"{self.namespace}.{self.name}"
+        return f"{self.namespace}[{self.name!r}]"
+
+    @property
+    def signature_text(self) -> str:
+        return str(self.signature) if self.signature is not None else "(*args, **kwargs)"
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(self.fn) or ""
+
+    def spec(self) -> dict[str, Any]:
+        """What the child needs to check calls: parameters (no default values), text, doc."""
+        if self.signature is None:
+            params: list[list[Any]] = [list(p) for p in _ANYTHING]
+        else:
+            params = [
+                [p.name, p.kind.name, p.default is not inspect.Parameter.empty]
+                for p in self.signature.parameters.values()
+            ]
+        return {"params": params, "signature": self.signature_text, "doc": self.doc}
+
+    def check_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> None:
+        """Raise ``TypeError`` if ``fn(*args, **kwargs)`` does not fit the signature."""
+        if self.signature is not None:
+            try:
+                self.signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(
+                    f"{self.label}() {exc}; its signature is {self.name}{self.signature_text}"
+                ) from None
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (ValueError, TypeError):
+        return None  # some builtins have none: accept any arguments, let the call decide
+
+
+def _check_namespace_name(ns: Any) -> str:
+    if not isinstance(ns, str) or not ns.isidentifier() or keyword.iskeyword(ns):
+        raise ValueError(
+            f"namespace {ns!r} is not a valid Python identifier; programs use it as a global "
+            "name (e.g. 'tools', 'db')"
+        )
+    if ns in RESERVED_NAMES or ns.startswith("__"):
+        raise ValueError(
+            f"namespace {ns!r} would shadow a name every program has; choose another name"
+        )
+    return ns
+
+
+def _check_binding_name(ns: str, name: Any) -> str:
+    if not isinstance(name, str) or not name or len(name) > 200:
+        raise ValueError(
+            f"binding name {name!r} in namespace {ns!r} must be a non-empty string of at most "
+            "200 characters"
+        )
+    if not name.isprintable() or name.startswith("_"):
+        raise ValueError(
+            f"binding name {name!r} in namespace {ns!r} must be printable and not start with "
+            "'_' (use e.g. 'search' or 'web-search')"
+        )
+    return name
+
+
+class BindingRegistry:
+    """Validated namespaces of bindings.
+
+    >>> reg = BindingRegistry({"tools": {"add": lambda a, b: a + b}})
+    >>> reg.lookup("tools", "add").signature_text
+    '(a, b)'
+    >>> BindingRegistry({"my-tools": {}})
+    Traceback (most recent call last):
+    ...
+    ValueError: namespace 'my-tools' is not a valid Python identifier; programs use it as a global name (e.g. 'tools', 'db')
+    """
+
+    def __init__(self, namespaces: Mapping[str, Mapping[str, Callable[..., Any]]]) -> None:
+        if not isinstance(namespaces, Mapping):
+            raise TypeError(
+                f"namespaces must be a mapping of namespace -> {{name: callable}}, "
+                f"got {type(namespaces).__name__}"
+            )
+        self._bindings: dict[str, dict[str, Binding]] = {}
+        for ns, bindings in namespaces.items():
+            _check_namespace_name(ns)
+            if not isinstance(bindings, Mapping):
+                raise TypeError(
+                    f"bindings of namespace {ns!r} must be a mapping of name -> callable, "
+                    f"got {type(bindings).__name__}"
+                )
+            table: dict[str, Binding] = {}
+            for name, fn in bindings.items():
+                _check_binding_name(ns, name)
+                if not callable(fn):
+                    raise TypeError(
+                        f"binding {ns}.{name} must be callable, got {type(fn).__name__}"
+                    )
+                table[name] = Binding(ns, name, fn, _signature(fn))
+            self._bindings[ns] = table
+
+    def lookup(self, namespace: str, name: str) -> Binding | None:
+        table = self._bindings.get(namespace)
+        return table.get(name) if table is not None else None
+
+    @property
+    def namespaces(self) -> dict[str, dict[str, Binding]]:
+        return self._bindings
+
+    def specs(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """The ``comm_open`` announcement: namespace -> name -> spec."""
+        return {
+            ns: {name: b.spec() for name, b in table.items()}
+            for ns, table in self._bindings.items()
+        }
+
+    def signatures(self) -> dict[str, dict[str, str]]:
+        return {
+            ns: {name: b.signature_text for name, b in table.items()}
+            for ns, table in self._bindings.items()
+        }

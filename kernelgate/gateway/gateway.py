@@ -1,0 +1,175 @@
+"""Gateway: configuration, ``run()``, ``close()``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .bindings import BindingRegistry
+from .limits import Limits
+from .process import resolve_interpreter
+from .result import RunResult
+from .run import CallListener, OutputListener, Run
+
+__all__ = ["Gateway"]
+
+#: What the interpreter needs in an otherwise empty environment. The host's own variables
+#: never reach the child; ``Gateway(env=...)`` adds to (or overrides) these.
+_BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+
+class Gateway:
+    """Runs programs, each in a fresh CPython child, with host bindings as async calls.
+
+    >>> def add(a: int, b: int) -> int:
+    ...     return a + b
+    >>> with Gateway(bindings={"add": add}) as gw:
+    ...     r = gw.run_sync("x = await tools.add(1, b=2)\\nprint(x)\\nreturn x * 10")
+    >>> r.ok, r.stdout, r.value, r.calls[0].value
+    (True, '3\\n', 30, 3)
+
+    ``bindings`` become the namespace ``namespace`` (default ``tools``) in the program;
+    ``namespaces`` gives several at once (``{"tools": {...}, "db": {...}}``). ``run()`` never
+    raises for what a program did: failures are in the result's ``status`` and ``error``.
+    ``record_to`` names a directory where every run is saved as a notebook.
+    """
+
+    def __init__(
+        self,
+        bindings: Mapping[str, Callable[..., Any]] | None = None,
+        *,
+        namespace: str = "tools",
+        namespaces: Mapping[str, Mapping[str, Callable[..., Any]]] | None = None,
+        limits: Limits | None = None,
+        python: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        tmp_dir: str | os.PathLike[str] | None = None,
+        record_to: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if bindings is not None and namespaces is not None:
+            raise ValueError(
+                "pass either bindings= (one namespace) or namespaces= (several), not both"
+            )
+        if namespaces is None:
+            namespaces = {namespace: bindings or {}}
+        self._registry = BindingRegistry(namespaces)
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a kernelgate.Limits, got {type(limits).__name__}")
+        self.limits = limits or Limits()
+        self.python = resolve_interpreter(python)
+        child_env = dict(_BASE_ENV)
+        for key, value in (env or {}).items():
+            if not isinstance(key, str) or not isinstance(value, str) or "=" in key or not key:
+                raise ValueError(f"env entries must be str -> str with no '=' in the name, got {key!r}")
+            child_env[key] = value
+        self.env = child_env
+        self.tmp_dir = os.fspath(tmp_dir) if tmp_dir is not None else None
+        self.record_to = os.fspath(record_to) if record_to is not None else None
+        self._runs: set[Run] = set()
+        self._closed = False
+
+    @property
+    def registry(self) -> BindingRegistry:
+        return self._registry
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def run(
+        self,
+        program: str,
+        *,
+        limits: Limits | None = None,
+        on_output: OutputListener | None = None,
+        on_call: CallListener | None = None,
+    ) -> RunResult:
+        """Run ``program`` in a fresh child and return what it printed and returned.
+
+        ``limits`` replaces the gateway's limits for this run. ``on_output`` and ``on_call``
+        see outputs and completed calls as they happen. Cancelling the awaiting task kills
+        the child and its process group, waits until they are gone, then raises
+        ``CancelledError``.
+        """
+        run = self._new_run(program, limits, on_output=on_output, on_call=on_call)
+        self._runs.add(run)
+        try:
+            result = await run.execute()
+        finally:
+            self._runs.discard(run)
+        if self.record_to is not None:
+            os.makedirs(self.record_to, exist_ok=True)
+            result.save(os.path.join(self.record_to, f"{result.run_id}.ipynb"))
+        return result
+
+    def _new_run(self, program: str, limits: Limits | None, **kwargs: Any) -> Run:
+        if self._closed:
+            raise RuntimeError("this Gateway is closed; create a new one to run programs")
+        if not isinstance(program, str):
+            raise TypeError(f"program must be str (Python source), got {type(program).__name__}")
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a kernelgate.Limits, got {type(limits).__name__}")
+        return Run(
+            program=program,
+            registry=self._registry,
+            limits=limits or self.limits,
+            python=self.python,
+            env=self.env,
+            base_dir=self.tmp_dir,
+            **kwargs,
+        )
+
+    def run_sync(self, program: str, *, limits: Limits | None = None) -> RunResult:
+        """``run()`` for synchronous callers (not from inside a running event loop)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "run_sync() was called from a running event loop; use 'await gateway.run(...)'"
+            )
+        return asyncio.run(self.run(program, limits=limits))
+
+    def interrupt(self) -> int:
+        """Stop every live run (status ``"interrupted"``); return how many there were."""
+        runs = list(self._runs)
+        for run in runs:
+            run.interrupt()
+        return len(runs)
+
+    async def aclose(self) -> None:
+        """Close: no new runs; every live run is stopped and its child is gone on return."""
+        self._closed = True
+        runs = list(self._runs)
+        for run in runs:
+            run.interrupt("the gateway was closed while the run was live")
+        loop = asyncio.get_running_loop()
+        waits = [r.wait_exited() for r in runs if r.loop is loop]
+        if waits:
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    def close(self) -> None:
+        """Close from synchronous code: stop every live run (their loops finish them)."""
+        self._closed = True
+        for run in list(self._runs):
+            run.interrupt("the gateway was closed while the run was live")
+
+    async def __aenter__(self) -> Gateway:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        names = {ns: sorted(t) for ns, t in self._registry.namespaces.items()}
+        state = "closed" if self._closed else "open"
+        return f"<Gateway {state} namespaces={names} python={self.python!r}>"

@@ -1,0 +1,61 @@
+"""Limits: the budgets of one run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+__all__ = ["Limits"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Budgets for a run. Give one to ``Gateway(limits=...)``, or to ``run(limits=...)``
+    to replace the gateway's for one run.
+
+    >>> Limits(wall_seconds=5).wall_seconds
+    5
+    >>> Limits(max_calls=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: Limits.max_calls must be a positive integer, got 0
+    """
+
+    #: Whole run, start to settled. On expiry: SIGTERM to the process group, SIGKILL after
+    #: ``kill_grace_seconds``; status ``"timeout"``.
+    wall_seconds: float = 600.0
+    #: stdout + stderr kept (UTF-8 bytes). Beyond it the text is cut with one marker and the
+    #: run goes on.
+    max_output_bytes: int = 64 * 1024
+    #: The run's value as JSON. Beyond it: status ``"output_limit"``.
+    max_value_bytes: int = 32 * 1024
+    #: Binding calls per run. Beyond it each further call raises ``ToolError`` in the program.
+    max_calls: int = 10_000
+    #: Binding calls the host runs at once; more wait their turn (they never fail for it).
+    max_calls_in_flight: int = 1024
+    #: Largest message on fd 3, either direction. A bigger one from the child: ``"protocol"``.
+    max_frame_bytes: int = 8 * 1024 * 1024
+    #: Time between SIGTERM and SIGKILL when a run is stopped.
+    kill_grace_seconds: float = 3.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("float",):
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    value > 0 and value != float("inf")
+                ):
+                    raise ValueError(
+                        f"Limits.{f.name} must be a positive number of seconds, got {value!r}"
+                    )
+            elif isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Limits.{f.name} must be a positive integer, got {value!r}")
+        if self.max_value_bytes + 64 * 1024 > self.max_frame_bytes:
+            raise ValueError(
+                f"Limits.max_frame_bytes={self.max_frame_bytes} must exceed "
+                f"max_value_bytes={self.max_value_bytes} by at least 64 KiB (the value travels "
+                "in one frame with its text form)"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,125 @@
+"""RunResult and its parts: what a run printed, returned, called, or why it failed."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["RunResult", "CallRecord", "ErrorInfo", "STATUSES"]
+
+#: Every status a run can end with.
+STATUSES = (
+    "ok",
+    "exception",
+    "timeout",
+    "interrupted",
+    "worker_exit",
+    "invalid_output",
+    "output_limit",
+    "protocol",
+)
+
+
+@dataclass
+class ErrorInfo:
+    """Why a run (or a call) failed. ``traceback`` shows the program's frames only."""
+
+    ename: str
+    evalue: str
+    traceback: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CallRecord:
+    """One binding call: what the program asked, what the host answered, and when.
+
+    ``start_s`` is seconds from the start of the run; ``output_index`` is how many outputs
+    the run had when the call completed (where it belongs among them).
+    """
+
+    id: int
+    namespace: str
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    ok: bool = False
+    value: Any = None
+    error: ErrorInfo | None = None
+    start_s: float = 0.0
+    duration_s: float = 0.0
+    output_index: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return d
+
+
+@dataclass
+class RunResult:
+    """The outcome of one run. Failures are data: ``status`` says which, ``error`` why.
+
+    >>> r = RunResult(status="ok", value=3)
+    >>> r.ok, r.to_dict()["value"]
+    (True, 3)
+    """
+
+    status: str
+    value: Any = None
+    stdout: str = ""
+    stderr: str = ""
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    error: ErrorInfo | None = None
+    calls: list[CallRecord] = field(default_factory=list)
+    duration_s: float = 0.0
+    exit_code: int | None = None
+    signal: int | None = None
+    run_id: str = ""
+    started_at: str = ""
+    program: str = ""
+    interpreter: str = ""
+    limits: dict[str, Any] = field(default_factory=dict)
+    bindings: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def message(self) -> str:
+        """One line saying how the run ended, written for a model to read."""
+        if self.error is None:
+            return "ok"
+        return f"{self.error.ename}: {self.error.evalue}" if self.error.ename else self.error.evalue
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict of every field."""
+        d = asdict(self)
+        d["ok"] = self.ok
+        return d
+
+    def to_notebook(self) -> Any:
+        """This run as an nbformat v4 notebook (see :mod:`kernelgate.notebooks`)."""
+        from kernelgate.notebooks import run_to_notebook
+
+        return run_to_notebook(self)
+
+    def save(self, path: Any) -> Any:
+        """Write this run as a ``.ipynb`` notebook at ``path``; return the path written."""
+        from kernelgate.notebooks import save_run
+
+        return save_run(self, path)
+
+    def __repr__(self) -> str:
+        return (
+            f"RunResult(status={self.status!r}, value={_short(self.value)}, "
+            f"stdout={_short(self.stdout)}, calls={len(self.calls)}, "
+            f"duration_s={self.duration_s:.4f})"
+        )
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

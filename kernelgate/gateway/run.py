@@ -1,0 +1,618 @@
+"""One run: its child process, its fd-3 loop, call dispatch, limits, and its RunResult.
+
+All I/O is non-blocking on the event loop (``add_reader``/``add_writer`` on raw fds), so
+the host never waits on anything the child does: when the child exits, everything it wrote
+is already in the socket and pipe buffers and is drained at once, and a grandchild holding
+a pipe open cannot keep the run from settling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import secrets
+import signal as signal_module
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kernelgate.wire.connection import HOST, Connection
+from kernelgate.wire.errors import RemoteProtocolError
+from kernelgate.wire.events import (
+    CallReply,
+    CallRequest,
+    DisplayData,
+    ErrorOutput,
+    Event,
+    ExecuteReply,
+    ExecuteRequest,
+    ExecuteResult,
+    OpenBindings,
+    Stream,
+)
+from kernelgate.wire.messages import iso_now
+from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
+
+from .bindings import Binding, BindingRegistry
+from .limits import Limits
+from .output import OutputCollector
+from .process import ChildProcess, make_run_dir, remove_tree, spawn_child
+from .result import CallRecord, ErrorInfo, RunResult
+
+__all__ = ["Run", "new_run_id", "OutputListener"]
+
+_READ_CHUNK = 256 * 1024
+_FRAME_OVERHEAD = 4096
+_REPLY_HIGH_WATER = 16 * 1024 * 1024
+_MAX_TEXT_PLAIN = 64 * 1024
+_ERROR_TEXT_LIMIT = 64 * 1024
+
+#: Called with each output as it happens (stream pieces unmerged), for live frontends.
+OutputListener = Callable[[dict[str, Any]], None]
+#: Called with each binding call once it completes.
+CallListener = Callable[[CallRecord], None]
+#: Answers a call in place of the registry's callable (e.g. a remote client's binding).
+CallHandler = Callable[[Binding, list[Any], dict[str, Any]], Awaitable[Any]]
+
+
+def new_run_id() -> str:
+    """Sortable by start time, unique across processes."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal_module.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def _safe_str(exc: BaseException, limit: int = 4096) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        return f"<{type(exc).__name__}: str() failed>"
+    return text if len(text) <= limit else text[:limit] + "... [cut]"
+
+
+class Run:
+    """Start one child, run one program, settle, return a :class:`RunResult`."""
+
+    def __init__(
+        self,
+        *,
+        program: str,
+        registry: BindingRegistry,
+        limits: Limits,
+        python: str,
+        env: dict[str, str],
+        base_dir: str | None = None,
+        run_id: str | None = None,
+        on_output: OutputListener | None = None,
+        on_call: CallListener | None = None,
+        call_handler: CallHandler | None = None,
+    ) -> None:
+        self.program = program
+        self.registry = registry
+        self.limits = limits
+        self.python = python
+        self.env = env
+        self.base_dir = base_dir
+        self.run_id = run_id or new_run_id()
+        self.on_output = on_output
+        self.on_call = on_call
+        self.call_handler = call_handler
+        self.collector = OutputCollector(limits.max_output_bytes)
+        self.calls: list[CallRecord] = []
+        self.child: ChildProcess | None = None
+        self._conn = Connection(HOST, session=self.run_id, max_frame_bytes=limits.max_frame_bytes)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._t0 = 0.0
+        self._decided: tuple[str, str, str] | None = None  # (status, ename, message)
+        self._reply: ExecuteReply | None = None
+        self._result_output: dict[str, Any] | None = None
+        self._value: Any = None
+        self._exited: asyncio.Future[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timers: list[asyncio.TimerHandle] = []
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._writing = False
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._io_closed = False
+        self._sem = asyncio.Semaphore(limits.max_calls_in_flight)
+        self._readers: list[int] = []
+        self._bytes_in = 0
+        self._bytes_out = 0
+
+    # -- public ------------------------------------------------------------------------------
+
+    @property
+    def live(self) -> bool:
+        return self._exited is not None and not self._exited.done()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop
+
+    async def wait_exited(self) -> None:
+        """Wait until the child process has exited and been reaped."""
+        if self._exited is not None:
+            await asyncio.shield(self._exited)
+
+    def interrupt(self, message: str = "the run was interrupted on request") -> None:
+        """Stop the run now; it ends with status ``"interrupted"`` unless already decided."""
+        self._decide("interrupted", "Interrupted", message)
+        if self.child is not None and not self.child.reaped:
+            self.child.signal_group(signal_module.SIGKILL)
+
+    async def execute(self) -> RunResult:
+        loop = self._loop = asyncio.get_running_loop()
+        self._t0 = time.monotonic()
+        started_at = iso_now()
+        run_dir = make_run_dir(self.base_dir, self.run_id)
+        try:
+            try:
+                child = self.child = spawn_child(self.python, self.env, run_dir)
+            except OSError as exc:
+                self._decide(
+                    "worker_exit",
+                    "WorkerExit",
+                    f"could not start the interpreter {self.python!r}: {exc}",
+                )
+                return self._result(started_at)
+            self._exited = loop.create_future()
+            for fd, cb in (
+                (child.control.fileno(), self._on_control),
+                (child.stdout_fd, lambda: self._on_pipe("stdout")),
+                (child.stderr_fd, lambda: self._on_pipe("stderr")),
+                (child.pidfd, self._on_exit),
+            ):
+                loop.add_reader(fd, cb)
+                self._readers.append(fd)
+            self._send(OpenBindings(f"bindings-{self.run_id}", self.registry.specs()))
+            self._send(
+                ExecuteRequest(
+                    self.program,
+                    {
+                        "cwd": run_dir,
+                        "max_output_bytes": self.limits.max_output_bytes,
+                        "max_value_bytes": self.limits.max_value_bytes,
+                        "max_calls": self.limits.max_calls,
+                        "max_frame_bytes": self.limits.max_frame_bytes,
+                    },
+                )
+            )
+            self._timers.append(loop.call_later(self.limits.wall_seconds, self._on_timeout))
+            try:
+                await asyncio.shield(self._exited)
+            except asyncio.CancelledError:
+                # The caller gave up: kill everything, wait until it is gone, then re-raise.
+                self._decide("interrupted", "Interrupted", "the run was cancelled by the caller")
+                child.signal_group(signal_module.SIGKILL)
+                while not self._exited.done():
+                    try:
+                        await asyncio.shield(self._exited)
+                    except asyncio.CancelledError:
+                        continue
+                await self._settle()
+                raise
+            await self._settle()
+            return self._result(started_at)
+        finally:
+            self._close_io()
+            remove_tree(run_dir)
+
+    # -- deciding the outcome ----------------------------------------------------------------
+
+    def _decide(self, status: str, ename: str, message: str) -> None:
+        if self._decided is None and self._reply is None:
+            self._decided = (status, ename, message)
+
+    def _on_timeout(self) -> None:
+        if self._reply is not None or self._decided is not None or self.child is None:
+            return
+        self._decide(
+            "timeout",
+            "Timeout",
+            f"the run passed its wall-clock budget of wall_seconds={self.limits.wall_seconds:g} "
+            "and was stopped; do less per run, or raise Limits.wall_seconds",
+        )
+        self.child.signal_group(signal_module.SIGTERM)
+        assert self._loop is not None
+        self._timers.append(
+            self._loop.call_later(
+                self.limits.kill_grace_seconds, self.child.signal_group, signal_module.SIGKILL
+            )
+        )
+
+    def _protocol_violation(self, detail: str) -> None:
+        self._decide(
+            "protocol",
+            "ProtocolError",
+            f"the program's process sent control traffic on fd 3 that the host refused: "
+            f"{detail}. Programs must not read or write fd 3",
+        )
+        assert self.child is not None and self._loop is not None
+        self.child.signal_group(signal_module.SIGKILL)
+        self._remove_reader(self.child.control.fileno())
+
+    # -- fd 3 --------------------------------------------------------------------------------
+
+    def _on_control(self, drain: bool = False) -> None:
+        child = self.child
+        assert child is not None
+        sock = child.control
+        while True:
+            try:
+                data = sock.recv(_READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._remove_reader(sock.fileno())
+                return
+            self._bytes_in += len(data)
+            if self._decided is not None and self._decided[0] == "protocol":
+                return
+            try:
+                self._conn.receive_data(data)
+                while True:
+                    event = self._conn.next_event()
+                    if event is None:
+                        break
+                    self._handle(event)
+            except RemoteProtocolError as exc:
+                self._protocol_violation(str(exc))
+                return
+            if not drain:
+                return  # one chunk per wakeup keeps other runs responsive
+
+    def _handle(self, event: Event) -> None:
+        if type(event) is Stream:
+            self._add_stream(event.name, event.text)
+        elif type(event) is CallRequest:
+            self._start_call(event)
+        elif type(event) is DisplayData:
+            self._add_output(
+                {"output_type": "display_data", "data": event.data, "metadata": event.metadata}
+            )
+        elif type(event) is ExecuteResult:
+            self._on_execute_result(event)
+        elif type(event) is ErrorOutput:
+            self._add_output(
+                {
+                    "output_type": "error",
+                    "ename": event.ename[:200],
+                    "evalue": event.evalue[:_ERROR_TEXT_LIMIT],
+                    "traceback": _cap_lines(event.traceback),
+                }
+            )
+        elif type(event) is ExecuteReply:
+            self._on_reply(event)
+
+    def _add_stream(self, name: str, text: str) -> None:
+        kept = self.collector.add_text(name, text)
+        if kept and self.on_output is not None:
+            self.on_output({"output_type": "stream", "name": name, "text": kept})
+
+    def _add_output(self, output: dict[str, Any]) -> None:
+        self.collector.add_output(output)
+        if self.on_output is not None:
+            self.on_output(output)
+
+    def _on_execute_result(self, event: ExecuteResult) -> None:
+        data = dict(event.data)
+        if "text/plain" in data and len(data["text/plain"]) > _MAX_TEXT_PLAIN:
+            data["text/plain"] = data["text/plain"][:_MAX_TEXT_PLAIN] + "... [cut]"
+        if "application/json" in data:
+            try:
+                check_json(data["application/json"], "value", self.limits.max_value_bytes)
+            except ValueTooLargeError:
+                self._decide(
+                    "output_limit",
+                    "OutputLimit",
+                    f"the program's value is over max_value_bytes={self.limits.max_value_bytes} "
+                    "bytes as JSON; return less, or raise Limits.max_value_bytes",
+                )
+                return
+            except NotJSONError as exc:
+                self._decide("invalid_output", "InvalidOutput", f"the program's value: {exc}")
+                return
+            self._value = data["application/json"]
+        output = {"output_type": "execute_result", "execution_count": 1, "data": data,
+                  "metadata": event.metadata}
+        self._result_output = output
+        self._add_output(output)
+
+    def _on_reply(self, reply: ExecuteReply) -> None:
+        if self._decided is None:
+            self._reply = reply
+        child = self.child
+        assert child is not None and self._loop is not None
+        # The child exits right after its reply; only a misbehaving one needs the kill.
+        self._timers.append(
+            self._loop.call_later(
+                min(self.limits.kill_grace_seconds, 0.5), child.signal_group, signal_module.SIGKILL
+            )
+        )
+
+    # -- binding calls -----------------------------------------------------------------------
+
+    def _start_call(self, request: CallRequest) -> None:
+        record = CallRecord(
+            id=request.call_id,
+            namespace=request.namespace,
+            name=request.name,
+            args=request.args,
+            kwargs=request.kwargs,
+            start_s=time.monotonic() - self._t0,
+        )
+        self.calls.append(record)
+        task = asyncio.ensure_future(self._dispatch(record))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _dispatch(self, record: CallRecord) -> None:
+        binding = self.registry.lookup(record.namespace, record.name)
+        label = binding.label if binding is not None else f"{record.namespace}.{record.name}"
+        async with self._sem:
+            started = time.monotonic()
+            record.start_s = started - self._t0
+            try:
+                if binding is None:
+                    raise LookupError(f"there is no binding {label}")
+                if record.id >= self.limits.max_calls:
+                    raise _LimitExceeded(
+                        f"max_calls={self.limits.max_calls} binding calls per run reached; "
+                        "make fewer calls (batch the work) or raise Limits.max_calls"
+                    )
+                check_json(record.args, f"{label}() args")
+                check_json(record.kwargs, f"{label}() kwargs")
+                binding.check_arguments(record.args, record.kwargs)
+                if self.call_handler is not None:
+                    value = await self.call_handler(binding, record.args, record.kwargs)
+                else:
+                    value = binding.fn(*record.args, **record.kwargs)
+                    if inspect.isawaitable(value):
+                        value = await value
+                try:
+                    check_json(
+                        value,
+                        f"{label}() result",
+                        self.limits.max_frame_bytes - _FRAME_OVERHEAD,
+                    )
+                except NotJSONError as exc:
+                    raise TypeError(f"the binding returned a value that is not JSON: {exc}") from None
+                except ValueTooLargeError:
+                    raise ValueError(
+                        f"the binding's result is over max_frame_bytes="
+                        f"{self.limits.max_frame_bytes} bytes as JSON"
+                    ) from None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                ename = "LimitExceeded" if isinstance(exc, _LimitExceeded) else type(exc).__name__
+                record.ok = False
+                record.error = ErrorInfo(ename, _safe_str(exc))
+                reply = CallReply(record.id, False, ename=ename, evalue=record.error.evalue)
+            else:
+                record.ok = True
+                record.value = value
+                reply = CallReply(record.id, True, value)
+            record.duration_s = time.monotonic() - started
+            record.output_index = len(self.collector.outputs)
+            if self._reply is None and self._decided is None:
+                if self._out_bytes > _REPLY_HIGH_WATER:
+                    await self._drained.wait()
+                self._send(reply)
+        if self.on_call is not None:
+            self.on_call(record)
+
+    # -- writing to the child ----------------------------------------------------------------
+
+    def _send(self, event: Event) -> None:
+        if self._io_closed or self.child is None:
+            return
+        data = self._conn.send(event)
+        self._bytes_out += len(data)
+        if self._out:
+            self._out.append(data)
+            self._out_bytes += len(data)
+            return
+        try:
+            n = self.child.control.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError:
+            return  # the child is gone; its run is settling
+        if n < len(data):
+            rest = data[n:]
+            self._out.append(rest)
+            self._out_bytes += len(rest)
+            self._drained.clear()
+            assert self._loop is not None
+            self._loop.add_writer(self.child.control.fileno(), self._on_writable)
+
+    def _on_writable(self) -> None:
+        assert self.child is not None and self._loop is not None
+        sock = self.child.control
+        while self._out:
+            data = self._out[0]
+            try:
+                n = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self._out.clear()
+                self._out_bytes = 0
+                break
+            self._out_bytes -= n
+            if n < len(data):
+                self._out[0] = data[n:]
+                return
+            self._out.pop(0)
+        self._loop.remove_writer(sock.fileno())
+        self._drained.set()
+
+    # -- fd 1 and 2 --------------------------------------------------------------------------
+
+    def _on_pipe(self, name: str, drain: bool = False) -> None:
+        child = self.child
+        assert child is not None
+        fd = child.stdout_fd if name == "stdout" else child.stderr_fd
+        while True:
+            try:
+                data = os.read(fd, _READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._remove_reader(fd)
+                return
+            kept = self.collector.add_raw(name, data)
+            if kept and self.on_output is not None:
+                self.on_output({"output_type": "stream", "name": name, "text": kept})
+            if not drain:
+                return
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def _on_exit(self) -> None:
+        child = self.child
+        assert child is not None and self._exited is not None
+        if not child.try_reap():
+            return
+        self._remove_reader(child.pidfd)
+        # Everything the child wrote before it died is in the buffers now: take it all.
+        if child.control.fileno() in self._readers:
+            self._on_control(drain=True)
+        for name, fd in (("stdout", child.stdout_fd), ("stderr", child.stderr_fd)):
+            if fd in self._readers:
+                self._on_pipe(name, drain=True)
+        if not self._exited.done():
+            self._exited.set_result(None)
+
+    async def _settle(self) -> None:
+        child = self.child
+        assert child is not None
+        for fd in list(self._readers):
+            self._remove_reader(fd)
+        for name in ("stdout", "stderr"):
+            self.collector.add_raw(name, b"", final=True)
+        # Anything the program left behind in its process group goes too.
+        child.signal_group(signal_module.SIGKILL)
+        delay, deadline = 0.0005, time.monotonic() + 5.0
+        while child.group_alive() and time.monotonic() < deadline:
+            child.signal_group(signal_module.SIGKILL)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _remove_reader(self, fd: int) -> None:
+        if fd in self._readers:
+            self._readers.remove(fd)
+            assert self._loop is not None
+            self._loop.remove_reader(fd)
+
+    def _close_io(self) -> None:
+        self._io_closed = True
+        for timer in self._timers:
+            timer.cancel()
+        if self.child is not None and self._loop is not None:
+            for fd in list(self._readers):
+                self._remove_reader(fd)
+            if self._out:
+                self._loop.remove_writer(self.child.control.fileno())
+                self._out.clear()
+            self._drained.set()
+            self.child.close()
+
+    def _result(self, started_at: str) -> RunResult:
+        child = self.child
+        exit_code: int | None = None
+        sig: int | None = None
+        if child is not None and child.returncode is not None:
+            if child.returncode < 0:
+                sig = -child.returncode
+            else:
+                exit_code = child.returncode
+        value: Any = None
+        error: ErrorInfo | None = None
+        outputs = self.collector.outputs
+        if self._decided is not None:
+            status, ename, message = self._decided
+            error = ErrorInfo(ename, message)
+        elif self._reply is not None:
+            reply = self._reply
+            status = reply.run_status
+            if status == "ok":
+                value = self._value
+            else:
+                error = ErrorInfo(reply.ename, reply.evalue, _cap_lines(reply.traceback))
+        else:
+            status = "worker_exit"
+            if sig is not None:
+                hint = {
+                    signal_module.SIGSEGV: " (a crash, usually in C code)",
+                    signal_module.SIGKILL: " (killed from outside, e.g. out of memory)",
+                    signal_module.SIGABRT: " (an abort, usually in C code)",
+                }.get(sig, "")
+                message = (
+                    f"the program's process was killed by {_signal_name(sig)} ({sig}){hint} "
+                    "before it reported a result"
+                )
+            else:
+                message = (
+                    f"the program's process exited with code {exit_code} before it reported "
+                    "a result (os._exit, or the interpreter failed)"
+                )
+            error = ErrorInfo("WorkerExit", message)
+        if self._decided is not None or status == "worker_exit":
+            assert error is not None
+            outputs = [*outputs, {"output_type": "error", "ename": error.ename,
+                                  "evalue": error.evalue, "traceback": []}]
+            if self._result_output is not None:
+                outputs.remove(self._result_output)
+        return RunResult(
+            status=status,
+            value=value,
+            stdout=self.collector.text("stdout"),
+            stderr=self.collector.text("stderr"),
+            outputs=outputs,
+            error=error,
+            calls=self.calls,
+            duration_s=time.monotonic() - self._t0,
+            exit_code=exit_code,
+            signal=sig,
+            run_id=self.run_id,
+            started_at=started_at,
+            program=self.program,
+            interpreter=self.python,
+            limits=self.limits.to_dict(),
+            bindings=self.registry.signatures(),
+        )
+
+
+class _LimitExceeded(Exception):
+    pass
+
+
+def _cap_lines(lines: list[str], limit: int = _ERROR_TEXT_LIMIT) -> list[str]:
+    kept: list[str] = []
+    used = 0
+    for line in lines:
+        used += len(line) + 1
+        if used > limit:
+            kept.append(f"... [{len(lines) - len(kept)} more traceback lines cut]")
+            break
+        kept.append(line)
+    return kept

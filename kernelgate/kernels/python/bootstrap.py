@@ -1,0 +1,352 @@
+"""The child: read one ``execute_request`` from fd 3, run it, report, exit.
+
+Started by the host as ``python -I -c <loader>`` with fd 3 a socketpair to the host, stdin
+at EOF, fd 1 and 2 pipes the host captures. Everything the reporting path needs is bound
+before the program runs (the program may rebind builtins or module globals); if reporting
+still fails, a fixed pre-encoded ``execute_reply`` is written with a pre-bound ``os.write``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import os
+import select
+import sys
+from typing import Any
+
+from kernelgate.wire.connection import CHILD, Connection
+from kernelgate.wire.events import (
+    CallReply,
+    CallRequest,
+    DisplayData,
+    ErrorOutput,
+    ExecuteReply,
+    ExecuteRequest,
+    ExecuteResult,
+    OpenBindings,
+    Stream,
+)
+from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
+
+from .display import mime_bundle, plain_repr
+from .namespace import Binding, Namespace, ToolError, label
+from .program import (
+    FILENAME,
+    LAST_EXPRESSION,
+    bind_globals,
+    compile_program,
+    format_exception,
+    safe_str,
+)
+from .streams import OutputLedger, OutputStream
+
+__all__ = ["main", "Child"]
+
+CONTROL_FD = 3
+_HOST_FRAME_CEILING = 1 << 30  # the host is trusted; its frames are bounded by its limits
+_FRAME_OVERHEAD = 4096  # header, parent header and field names around a payload
+
+_os_write = os.write
+_os_exit = os._exit
+_select = select.select
+
+
+def _fallback_frame() -> bytes:
+    conn = Connection(CHILD, session=f"child-{os.getpid()}")
+    return conn.send(
+        ExecuteReply(
+            "error",
+            "exception",
+            ename="InternalError",
+            evalue="kernelgate could not report this program's result (its reporting failed)",
+        )
+    )
+
+
+class Child:
+    """One run inside the child process."""
+
+    def __init__(self, fd: int = CONTROL_FD) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self.conn = Connection(
+            CHILD, session=f"child-{os.getpid()}", max_frame_bytes=_HOST_FRAME_CEILING
+        )
+        self.fallback = _fallback_frame()
+        self.pending: dict[int, tuple[asyncio.Future[Any], str]] = {}
+        self.namespaces: dict[str, dict[str, dict[str, Any]]] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.calls = 0
+        self.max_calls = 10_000
+        self.max_value_bytes = 32 * 1024
+        self.max_frame_bytes = 8 * 1024 * 1024
+        self.stdout: OutputStream | None = None
+        self.stderr: OutputStream | None = None
+
+    # -- fd 3 ------------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        fd = self.fd
+        while view:
+            try:
+                n = _os_write(fd, view)
+            except BlockingIOError:
+                _select([], [fd], [])
+                continue
+            except InterruptedError:
+                continue
+            view = view[n:]
+
+    def send(self, event: Any) -> None:
+        self.write(self.conn.send(event))
+
+    def _send_stream(self, name: str, text: str) -> None:
+        self.send(Stream(name, text))
+
+    def read_until_request(self) -> ExecuteRequest:
+        while True:
+            event = self.conn.next_event()
+            if event is None:
+                _select([self.fd], [], [])
+                try:
+                    data = os.read(self.fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    _os_exit(1)  # the host went away before sending a program
+                self.conn.receive_data(data)
+                continue
+            if type(event) is OpenBindings:
+                self.namespaces = event.namespaces
+            elif type(event) is ExecuteRequest:
+                return event
+
+    def _on_readable(self) -> None:
+        try:
+            data = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            _os_exit(1)  # the host is gone: nobody is left to report to
+        self.conn.receive_data(data)
+        while True:
+            event = self.conn.next_event()
+            if event is None:
+                return
+            if type(event) is CallReply:
+                entry = self.pending.pop(event.call_id, None)
+                if entry is None:
+                    continue
+                fut, tool = entry
+                if fut.done():
+                    continue  # the program cancelled the call; the answer is dropped
+                if event.ok:
+                    fut.set_result(event.value)
+                else:
+                    fut.set_exception(ToolError(event.evalue, tool=tool, ename=event.ename))
+
+    # -- what the program calls ------------------------------------------------------------
+
+    def flush_streams(self) -> None:
+        if self.stdout is not None:
+            self.stdout.flush()
+        if self.stderr is not None:
+            self.stderr.flush()
+
+    def call(self, namespace: str, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        tool = label(namespace, name)
+        if self.calls >= self.max_calls:
+            raise ToolError(
+                f"max_calls={self.max_calls} binding calls per run reached; "
+                "make fewer calls (batch the work) or raise Limits.max_calls",
+                tool=tool,
+                ename="LimitExceeded",
+            )
+        self.calls += 1
+        self.flush_streams()
+        assert self.loop is not None
+        fut = self.loop.create_future()
+        call_id = self.conn.next_call_id
+        self.send(CallRequest(call_id, namespace, name, args, kwargs))
+        self.pending[call_id] = (fut, tool)
+        return fut
+
+    def display(self, *objs: Any, **_ignored: Any) -> None:
+        """Show objects as rich outputs (``display_data``), as in a notebook."""
+        self.flush_streams()
+        for obj in objs:
+            data, metadata = mime_bundle(obj)
+            for key in list(data):
+                try:
+                    check_json(data[key], f"display data[{key!r}]")
+                except (NotJSONError, ValueTooLargeError):
+                    del data[key]
+            try:
+                size = check_json(data, "display", self.max_frame_bytes - _FRAME_OVERHEAD)
+                check_json(metadata, "display metadata", self.max_frame_bytes - size)
+            except ValueTooLargeError:
+                data = {
+                    "text/plain": "[kernelgate: display output over "
+                    f"max_frame_bytes={self.max_frame_bytes} not shown]"
+                }
+                metadata = {}
+            except NotJSONError:
+                metadata = {}
+            self.send(DisplayData(data, metadata))
+
+    def make_globals(self) -> dict[str, Any]:
+        g: dict[str, Any] = {
+            "__name__": "__main__",
+            "__doc__": None,
+            "__builtins__": builtins,
+            "ToolError": ToolError,
+            "display": self.display,
+        }
+        arg_budget = self.max_frame_bytes - _FRAME_OVERHEAD
+        for ns, specs in self.namespaces.items():
+            g[ns] = Namespace(
+                ns,
+                {name: Binding(ns, name, spec, self.call, arg_budget) for name, spec in specs.items()},
+            )
+        return g
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        request = self.read_until_request()
+        options = request.options
+        self.max_calls = int(options.get("max_calls", self.max_calls))
+        self.max_value_bytes = int(options.get("max_value_bytes", self.max_value_bytes))
+        self.max_frame_bytes = int(options.get("max_frame_bytes", self.max_frame_bytes))
+        cwd = options.get("cwd")
+        if cwd:
+            os.chdir(cwd)
+        ledger = OutputLedger(int(options.get("max_output_bytes", 64 * 1024)))
+        self.stdout = OutputStream("stdout", self._send_stream, ledger)
+        self.stderr = OutputStream("stderr", self._send_stream, ledger)
+        sys.stdout = self.stdout
+        sys.stderr = self.stderr
+        saved_builtins = dict(builtins.__dict__)
+        try:
+            fn = compile_program(request.code)
+        except SyntaxError as exc:
+            self.finish_exception(exc, saved_builtins)
+            return
+        except (ValueError, MemoryError, RecursionError) as exc:
+            # e.g. source with NUL bytes, or nesting too deep for the parser
+            self.finish_exception(exc, saved_builtins)
+            return
+        main = bind_globals(fn, self.make_globals())
+        loop = self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        loop.add_reader(self.fd, self._on_readable)
+
+        async def runner() -> tuple[bool, Any]:
+            try:
+                return True, await main()
+            except BaseException as exc:  # the program's failure is the result
+                return False, exc
+
+        try:
+            ok, outcome = loop.run_until_complete(runner())
+        except BaseException as exc:  # SystemExit or KeyboardInterrupt from a task
+            ok, outcome = False, exc
+        if not ok and type(outcome) is SystemExit and outcome.code in (None, 0):
+            ok, outcome = True, None
+        if ok:
+            self.finish_value(outcome, saved_builtins)
+        else:
+            self.finish_exception(outcome, saved_builtins)
+
+    def _restore(self, saved_builtins: dict[str, Any]) -> None:
+        # The program may have rebound builtins the reporting path uses.
+        current = builtins.__dict__
+        for key in [k for k in current if k not in saved_builtins]:
+            del current[key]
+        current.update(saved_builtins)
+        sys.stdout = self.stdout
+        sys.stderr = self.stderr
+        self.flush_streams()
+
+    def finish_value(self, outcome: Any, saved_builtins: dict[str, Any]) -> None:
+        self._restore(saved_builtins)
+        last = type(outcome) is tuple and len(outcome) == 2 and outcome[0] is LAST_EXPRESSION
+        value = outcome[1] if last else outcome
+        if value is None:
+            self.end(ExecuteReply("ok"))
+            return
+        try:
+            check_json(value, "value", self.max_value_bytes)
+        except NotJSONError as exc:
+            if last:
+                self.send(ExecuteResult({"text/plain": plain_repr(value)}))
+                self.end(ExecuteReply("ok"))
+                return
+            self.fail(
+                "invalid_output",
+                "InvalidOutput",
+                f"the program's value is not JSON: {exc}. Return only dict (str keys), "
+                "list, str, int, float, bool or None; convert other types first "
+                "(e.g. list(a_set), str(a_date))",
+            )
+            return
+        except ValueTooLargeError:
+            self.fail(
+                "output_limit",
+                "OutputLimit",
+                f"the program's value is over max_value_bytes={self.max_value_bytes} bytes "
+                "as JSON; return less (a summary, or the first items), or raise "
+                "Limits.max_value_bytes",
+            )
+            return
+        self.send(ExecuteResult({"application/json": value, "text/plain": plain_repr(value)}))
+        self.end(ExecuteReply("ok"))
+
+    def finish_exception(self, exc: BaseException, saved_builtins: dict[str, Any]) -> None:
+        self._restore(saved_builtins)
+        ename, evalue, tb = format_exception(exc, FILENAME)
+        self.send(ErrorOutput(ename, evalue, tb))
+        self.end(ExecuteReply("error", "exception", ename=ename, evalue=evalue, traceback=tb))
+
+    def fail(self, run_status: str, ename: str, message: str) -> None:
+        self.send(ErrorOutput(ename, message, [f"{ename}: {message}"]))
+        self.end(ExecuteReply("error", run_status, ename=ename, evalue=message))
+
+    def end(self, reply: ExecuteReply) -> None:
+        self.flush_streams()
+        self.send(reply)
+        for stream in (sys.__stdout__, sys.__stderr__):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except BaseException:
+                pass
+        _os_exit(0)
+
+
+def main() -> None:
+    """Entry point of the child process."""
+    sys.argv = [FILENAME]
+    child = Child()
+    fallback = child.fallback
+    try:
+        import faulthandler
+
+        faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+        child.run()
+    except BaseException as exc:  # reporting failed: say so with the pre-encoded frame
+        try:
+            sys.__stderr__.write(f"kernelgate child: {safe_str(exc, 2000)}\n")  # type: ignore[union-attr]
+            sys.__stderr__.flush()  # type: ignore[union-attr]
+        except BaseException:
+            pass
+        try:
+            _os_write(CONTROL_FD, fallback)
+        except BaseException:
+            pass
+        _os_exit(70)
+    _os_exit(0)

@@ -1,0 +1,277 @@
+"""Turn a program's source into an async function, and its exceptions into tracebacks.
+
+The program is the body of an async function, so top-level ``await`` and ``return`` work,
+yet its top-level names stay module globals (every name it binds at top level is declared
+``global`` in that function), so ``global`` in its own functions behaves as in a module.
+Line numbers and the filename are the program's own; tracebacks keep only its frames.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import traceback
+import types
+from typing import Any
+
+__all__ = ["FILENAME", "LAST_EXPRESSION", "compile_program", "format_exception", "safe_str"]
+
+FILENAME = "<program>"
+_MARK = "__kernelgate_last__"
+_MAIN = "__kernelgate_main__"
+_CO_ASYNC_GENERATOR = 0x200
+
+#: What a program's function returns for its final expression statement:
+#: ``(LAST_EXPRESSION, value)``; an explicit ``return`` gives the value itself.
+LAST_EXPRESSION = object()
+
+
+class _Bound(ast.NodeVisitor):
+    """Names the top level of a program binds (not those of nested scopes)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._seen: set[str] = set()
+
+    def add(self, name: str | None) -> None:
+        if name and name not in self._seen and name != _MARK:
+            self._seen.add(name)
+            self.names.append(name)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self.add(node.id)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self.add(node.name)
+        for d in node.decorator_list:
+            self.visit(d)
+        self.visit(node.args)  # defaults are evaluated in this scope
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_arguments(self, node: ast.arguments) -> None:
+        for d in [*node.defaults, *node.kw_defaults]:
+            if d is not None:
+                self.visit(d)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.add(node.name)
+        for d in [*node.decorator_list, *node.bases, *node.keywords]:
+            self.visit(d)
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self.visit(node.args)
+
+    def _comprehension(self, node: Any) -> None:
+        # Only a walrus inside a comprehension binds in the enclosing scope.
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.NamedExpr) and isinstance(sub.target, ast.Name):
+                self.add(sub.target.id)
+
+    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self.add(alias.asname or alias.name.partition(".")[0])
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        for alias in node.names:
+            if alias.name != "*":
+                self.add(alias.asname or alias.name)
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        self.add(node.name)
+        self.generic_visit(node)
+
+    def visit_MatchAs(self, node: Any) -> None:
+        self.add(node.name)
+        self.generic_visit(node)
+
+    def visit_MatchStar(self, node: Any) -> None:
+        self.add(node.name)
+
+    def visit_MatchMapping(self, node: Any) -> None:
+        self.add(node.rest)
+        self.generic_visit(node)
+
+    def visit_Global(self, node: ast.Global) -> None:
+        for name in node.names:
+            self.add(name)
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
+        raise SyntaxError("nonlocal declaration not allowed at module level")
+
+
+def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType:
+    """Compile ``source`` into an ``async def`` taking no arguments.
+
+    Raises ``SyntaxError`` (with the program's own line numbers) when it does not compile.
+    The returned function must be called with the globals it was built for; see
+    :func:`build_main`.
+    """
+    tree = ast.parse(source, filename, "exec")
+    body = tree.body
+    futures = []
+    while body and isinstance(body[0], ast.ImportFrom) and body[0].module == "__future__":
+        futures.append(body.pop(0))
+    # A leading docstring stays an expression statement, as a module's would.
+    bound = _Bound()
+    for stmt in body:
+        bound.visit(stmt)
+    first = body[0] if body else None
+    if body and isinstance(body[-1], ast.Expr):
+        last = body[-1]
+        body[-1] = ast.copy_location(
+            ast.Return(
+                value=ast.Tuple(
+                    elts=[ast.Name(id=_MARK, ctx=ast.Load()), last.value], ctx=ast.Load()
+                )
+            ),
+            last,
+        )
+    stmts: list[ast.stmt] = []
+    if bound.names:
+        stmts.append(ast.Global(names=bound.names))
+    stmts.extend(body or [ast.Pass()])
+    fn_kwargs: dict[str, Any] = {}
+    if "type_params" in ast.AsyncFunctionDef._fields:
+        fn_kwargs["type_params"] = []
+    main = ast.AsyncFunctionDef(
+        name=_MAIN,
+        args=_no_args(),
+        body=stmts,
+        decorator_list=[],
+        returns=None,
+        **fn_kwargs,
+    )
+    factory = ast.FunctionDef(
+        name="__kernelgate_factory__",
+        args=ast.arguments(
+            posonlyargs=[],
+            args=[ast.arg(arg=_MARK)],
+            vararg=None,
+            kwonlyargs=[],
+            kw_defaults=[],
+            kwarg=None,
+            defaults=[],
+        ),
+        body=[main, ast.Return(value=ast.Name(id=_MAIN, ctx=ast.Load()))],
+        decorator_list=[],
+        returns=None,
+        **fn_kwargs,
+    )
+    anchor = first if first is not None else (futures[0] if futures else None)
+    for node in (main, factory, *stmts[:1]):
+        if anchor is not None:
+            ast.copy_location(node, anchor)
+        else:
+            node.lineno, node.col_offset = 1, 0  # type: ignore[attr-defined]
+    module = ast.Module(body=[*futures, factory], type_ignores=[])
+    ast.fix_missing_locations(module)
+    code = compile(module, filename, "exec", dont_inherit=True)
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)
+    make = namespace["__kernelgate_factory__"]
+    fn = make(LAST_EXPRESSION)
+    if fn.__code__.co_flags & _CO_ASYNC_GENERATOR:
+        raise SyntaxError("'yield' outside function", (filename, 1, 1, None))
+    fn.__code__ = fn.__code__.replace(co_name="<module>", **_qualname("<module>"))
+    lines = source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    return fn  # type: ignore[no-any-return]
+
+
+def _qualname(name: str) -> dict[str, str]:
+    return {"co_qualname": name} if hasattr(types.CodeType, "co_qualname") else {}
+
+
+def _no_args() -> ast.arguments:
+    return ast.arguments(
+        posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
+    )
+
+
+def bind_globals(fn: types.FunctionType, globals_: dict[str, Any]) -> types.FunctionType:
+    """Rebuild ``fn`` to run with ``globals_`` as its module namespace."""
+    return types.FunctionType(fn.__code__, globals_, fn.__name__, None, fn.__closure__)
+
+
+def safe_str(obj: Any, limit: int) -> str:
+    """``str(obj)`` cut to ``limit`` characters with a marker; never raises."""
+    try:
+        text = str(obj)
+        if type(text) is not str:
+            raise TypeError
+    except BaseException:
+        return f"<{_type_name(obj)}: str() failed>"
+    if len(text) > limit:
+        return text[:limit] + f"... [{len(text) - limit} more characters cut]"
+    return text
+
+
+def _type_name(obj: Any) -> str:
+    try:
+        name = type(obj).__qualname__
+        return name if type(name) is str else "object"
+    except BaseException:
+        return "object"
+
+
+def _keep_program_frames(tb: types.TracebackType | None, filename: str) -> Any:
+    kept = []
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            kept.append(tb)
+        tb = tb.tb_next
+    new = None
+    for t in reversed(kept):
+        new = types.TracebackType(new, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return new
+
+
+def format_exception(
+    exc: BaseException,
+    filename: str = FILENAME,
+    max_chars: int = 32 * 1024,
+    max_links: int = 100,
+) -> tuple[str, str, list[str]]:
+    """``(ename, evalue, traceback lines)`` of an exception, showing the program's frames only.
+
+    Frames of kernelgate (and of libraries) are dropped from every exception in the chain,
+    across ``__cause__``, ``__context__`` and exception-group members; the chain is cut
+    after ``max_links`` exceptions and the text after ``max_chars`` characters, each with one
+    marker. If rendering itself fails the result says so instead of raising.
+    """
+    ename = _type_name(exc)
+    evalue = safe_str(exc, max_chars)
+    try:
+        seen: set[int] = set()
+        todo: list[BaseException] = [exc]
+        while todo:
+            e = todo.pop()
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+            if len(seen) >= max_links:
+                e.__cause__ = None
+                e.__context__ = None
+                e.__suppress_context__ = True
+            e.__traceback__ = _keep_program_frames(e.__traceback__, filename)
+            for linked in (e.__cause__, e.__context__):
+                if isinstance(linked, BaseException):
+                    todo.append(linked)
+            members = getattr(e, "exceptions", None)
+            if isinstance(members, tuple):
+                todo.extend(m for m in members if isinstance(m, BaseException))
+        text = "".join(traceback.format_exception(exc))
+        if len(text) > max_chars:
+            half = max_chars // 2
+            cut = len(text) - 2 * half
+            text = (
+                text[:half] + f"\n... [{cut} characters of traceback cut] ...\n" + text[-half:]
+            )
+        lines = text.rstrip("\n").split("\n")
+    except BaseException:
+        lines = [f"{ename}: <diagnostic rendering failed>"]
+    return ename, evalue, lines

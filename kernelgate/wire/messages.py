@@ -1,0 +1,129 @@
+"""The Jupyter message shape kernelgate speaks, and builders for it.
+
+One vocabulary for every place a message is made: the child's messages on fd 3, the kernel
+front's messages to Jupyter frontends, and the outputs a notebook stores (nbformat's
+``output_from_msg`` takes these messages as they are).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "BINDINGS_TARGET",
+    "CALL_MIME",
+    "MessageFactory",
+    "iso_now",
+    "stream_content",
+    "display_data_content",
+    "execute_result_content",
+    "error_content",
+    "execute_reply_content",
+    "execute_request_content",
+]
+
+PROTOCOL_VERSION = "5.3"
+#: comm target for the bindings channel, on fd 3 and on a real kernel's shell socket.
+BINDINGS_TARGET = "kernelgate.bindings"
+#: MIME type of a binding call shown as a display_data output.
+CALL_MIME = "application/vnd.kernelgate.call+json"
+
+
+def iso_now(t: float | None = None) -> str:
+    """An ISO 8601 UTC timestamp with microseconds, as Jupyter headers carry."""
+    if t is None:
+        t = time.time()
+    whole = int(t)
+    micros = int((t - whole) * 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{micros:06d}Z"
+
+
+class MessageFactory:
+    """Make Jupyter messages for one session: headers with unique ids, parent links.
+
+    >>> f = MessageFactory("s1", username="kernelgate")
+    >>> m = f.message("stream", {"name": "stdout", "text": "hi"})
+    >>> m["header"]["msg_type"], m["header"]["msg_id"], m["content"]["text"]
+    ('stream', 's1-1', 'hi')
+    """
+
+    __slots__ = ("session", "username", "_ids")
+
+    def __init__(self, session: str, username: str = "kernelgate") -> None:
+        self.session = session
+        self.username = username
+        self._ids = itertools.count(1)
+
+    def header(self, msg_type: str) -> dict[str, Any]:
+        return {
+            "msg_id": f"{self.session}-{next(self._ids)}",
+            "msg_type": msg_type,
+            "session": self.session,
+            "username": self.username,
+            "date": iso_now(),
+            "version": PROTOCOL_VERSION,
+        }
+
+    def message(
+        self,
+        msg_type: str,
+        content: dict[str, Any],
+        parent_header: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "header": self.header(msg_type),
+            "parent_header": parent_header if parent_header is not None else {},
+            "metadata": metadata if metadata is not None else {},
+            "content": content,
+        }
+
+
+def execute_request_content(code: str) -> dict[str, Any]:
+    return {
+        "code": code,
+        "silent": False,
+        "store_history": False,
+        "user_expressions": {},
+        "allow_stdin": False,
+        "stop_on_error": True,
+    }
+
+
+def stream_content(name: str, text: str) -> dict[str, Any]:
+    return {"name": name, "text": text}
+
+
+def display_data_content(
+    data: dict[str, Any], metadata: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {"data": data, "metadata": metadata or {}, "transient": {}}
+
+
+def execute_result_content(
+    execution_count: int, data: dict[str, Any], metadata: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {"execution_count": execution_count, "data": data, "metadata": metadata or {}}
+
+
+def error_content(ename: str, evalue: str, traceback: list[str]) -> dict[str, Any]:
+    return {"ename": ename, "evalue": evalue, "traceback": traceback}
+
+
+def execute_reply_content(
+    status: str,
+    execution_count: int,
+    ename: str = "",
+    evalue: str = "",
+    traceback: list[str] | None = None,
+) -> dict[str, Any]:
+    content: dict[str, Any] = {"status": status, "execution_count": execution_count}
+    if status == "ok":
+        content["user_expressions"] = {}
+        content["payload"] = []
+    elif status == "error":
+        content.update(ename=ename, evalue=evalue, traceback=traceback or [])
+    return content
