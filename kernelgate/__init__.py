@@ -24,12 +24,14 @@ _EXPORTS = {
     "RunResult": "kernelgate.gateway.result",
     "CallRecord": "kernelgate.gateway.result",
     "ErrorInfo": "kernelgate.gateway.result",
+    "RemoteGateway": "kernelgate.gateway.kernel.remote",
 }
 
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:
     from kernelgate.gateway.gateway import Gateway
+    from kernelgate.gateway.kernel.remote import RemoteGateway
     from kernelgate.gateway.limits import Limits
     from kernelgate.gateway.result import CallRecord, ErrorInfo, RunResult
 

@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--bindings", metavar="MODULE:ATTR", help="a dict of callables, or a module (its public functions)")
     run.add_argument("--timeout", type=_positive_float, metavar="S", help="wall-clock budget in seconds")
     run.add_argument("--json", action="store_true", help="print RunResult.to_dict() as JSON")
+    run.add_argument("--record", metavar="PATH", help="also save the run as a notebook (.ipynb)")
     run.set_defaults(func=_cmd_run)
     demo = sub.add_parser("demo", help="run a sample agent program against demo bindings")
     demo.add_argument("--json", action="store_true", help="print RunResult.to_dict() as JSON")
