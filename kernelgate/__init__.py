@@ -27,7 +27,15 @@ _EXPORTS = {
     "RemoteGateway": "kernelgate.gateway.kernel.remote",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "CallRecord",
+    "ErrorInfo",
+    "Gateway",
+    "Limits",
+    "RemoteGateway",
+    "RunResult",
+    "__version__",
+]
 
 if TYPE_CHECKING:
     from kernelgate.gateway.gateway import Gateway

@@ -42,14 +42,14 @@ def load_bindings(spec: str) -> dict[str, dict[str, Callable[..., Any]]]:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise UsageError(f"--bindings {spec!r}: {module_name} has no attribute {attr!r}") from None
+            raise UsageError(
+                f"--bindings {spec!r}: {module_name} has no attribute {attr!r}"
+            ) from None
     if isinstance(obj, ModuleType):
         funcs = {
             name: fn
             for name, fn in vars(obj).items()
-            if not name.startswith("_")
-            and inspect.isfunction(fn)
-            and fn.__module__ == obj.__name__
+            if not name.startswith("_") and inspect.isfunction(fn) and fn.__module__ == obj.__name__
         }
         return {"tools": funcs}
     if isinstance(obj, dict):
@@ -94,11 +94,10 @@ def _report(result: Any, as_json: bool, show_calls: bool = False) -> int:
         print(f"\n-- {len(result.calls)} binding calls --")
         for call in result.calls:
             args = ", ".join(
-                [json.dumps(a) for a in call.args] + [f"{k}={json.dumps(v)}" for k, v in call.kwargs.items()]
+                [json.dumps(a) for a in call.args]
+                + [f"{k}={json.dumps(v)}" for k, v in call.kwargs.items()]
             )
-            outcome = (
-                _short(json.dumps(call.value)) if call.ok else f"raised {call.error.ename}"
-            )
+            outcome = _short(json.dumps(call.value)) if call.ok else f"raised {call.error.ename}"
             print(
                 f"  {call.namespace}.{call.name}({_short(args)}) -> {outcome}  "
                 f"{call.duration_s * 1000:.1f} ms"
@@ -152,10 +151,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run programs that AI agents write, each in a fresh CPython child.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser("run", help="run a program file (or - for stdin) and print what it printed and returned")
+    run = sub.add_parser(
+        "run", help="run a program file (or - for stdin) and print what it printed and returned"
+    )
     run.add_argument("program", help="path of a Python program, or - to read it from stdin")
-    run.add_argument("--bindings", metavar="MODULE:ATTR", help="a dict of callables, or a module (its public functions)")
-    run.add_argument("--timeout", type=_positive_float, metavar="S", help="wall-clock budget in seconds")
+    run.add_argument(
+        "--bindings",
+        metavar="MODULE:ATTR",
+        help="a dict of callables, or a module (its public functions)",
+    )
+    run.add_argument(
+        "--timeout", type=_positive_float, metavar="S", help="wall-clock budget in seconds"
+    )
     run.add_argument("--json", action="store_true", help="print RunResult.to_dict() as JSON")
     run.add_argument("--record", metavar="PATH", help="also save the run as a notebook (.ipynb)")
     run.set_defaults(func=_cmd_run)

@@ -95,7 +95,7 @@ def compute(op: str, values: list[float]) -> float:
 
 BINDINGS = {"search": search, "fetch": fetch, "compute": compute}
 
-DEMO_PROGRAM = '''\
+DEMO_PROGRAM = """\
 # An agent's program: search, fetch the hits concurrently, aggregate, report.
 import asyncio
 
@@ -115,4 +115,4 @@ except ToolError as exc:
     print(f"as expected, {exc.tool} failed with {exc.ename}")
 
 return {"documents": [d["id"] for d in docs], "mean_stars": mean}
-'''
+"""

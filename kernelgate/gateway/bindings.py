@@ -36,7 +36,9 @@ class Binding:
 
     @property
     def signature_text(self) -> str:
-        return str(self.signature) if self.signature is not None else "(*args, **kwargs)"
+        if self.signature is None:
+            return "(*args, **kwargs)"
+        return str(_unquoted(self.signature))
 
     @property
     def doc(self) -> str:
@@ -62,6 +64,24 @@ class Binding:
                 raise TypeError(
                     f"{self.label}() {exc}; its signature is {self.name}{self.signature_text}"
                 ) from None
+
+
+class _Annotation:
+    """Shows a string annotation (``from __future__ import annotations``) unquoted."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _unquoted(sig: inspect.Signature) -> inspect.Signature:
+    def fix(annotation: Any) -> Any:
+        return _Annotation(annotation) if isinstance(annotation, str) else annotation
+
+    params = [p.replace(annotation=fix(p.annotation)) for p in sig.parameters.values()]
+    return sig.replace(parameters=params, return_annotation=fix(sig.return_annotation))
 
 
 def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
@@ -104,10 +124,10 @@ class BindingRegistry:
     >>> reg = BindingRegistry({"tools": {"add": lambda a, b: a + b}})
     >>> reg.lookup("tools", "add").signature_text
     '(a, b)'
-    >>> BindingRegistry({"my-tools": {}})
+    >>> BindingRegistry({"my-tools": {}})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: namespace 'my-tools' is not a valid Python identifier; programs use it as a global name (e.g. 'tools', 'db')
+    ValueError: namespace 'my-tools' is not a valid Python identifier; ...
     """
 
     def __init__(self, namespaces: Mapping[str, Mapping[str, Callable[..., Any]]]) -> None:

@@ -62,7 +62,9 @@ class Gateway:
         child_env = dict(_BASE_ENV)
         for key, value in (env or {}).items():
             if not isinstance(key, str) or not isinstance(value, str) or "=" in key or not key:
-                raise ValueError(f"env entries must be str -> str with no '=' in the name, got {key!r}")
+                raise ValueError(
+                    f"env entries must be str -> str with no '=' in the name, got {key!r}"
+                )
             child_env[key] = value
         self.env = child_env
         self.tmp_dir = os.fspath(tmp_dir) if tmp_dir is not None else None

@@ -42,8 +42,10 @@ class Limits:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type in ("float",):
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    value > 0 and value != float("inf")
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, (int, float))
+                    or not (value > 0 and value != float("inf"))
                 ):
                     raise ValueError(
                         f"Limits.{f.name} must be a positive number of seconds, got {value!r}"

@@ -323,8 +323,12 @@ class Run:
                 self._decide("invalid_output", "InvalidOutput", f"the program's value: {exc}")
                 return
             self._value = data["application/json"]
-        output = {"output_type": "execute_result", "execution_count": 1, "data": data,
-                  "metadata": event.metadata}
+        output = {
+            "output_type": "execute_result",
+            "execution_count": 1,
+            "data": data,
+            "metadata": event.metadata,
+        }
         self._result_output = output
         self._add_output(output)
 
@@ -386,7 +390,9 @@ class Run:
                         self.limits.max_frame_bytes - _FRAME_OVERHEAD,
                     )
                 except NotJSONError as exc:
-                    raise TypeError(f"the binding returned a value that is not JSON: {exc}") from None
+                    raise TypeError(
+                        f"the binding returned a value that is not JSON: {exc}"
+                    ) from None
                 except ValueTooLargeError:
                     raise ValueError(
                         f"the binding's result is over max_frame_bytes="
@@ -562,9 +568,9 @@ class Run:
             status = "worker_exit"
             if sig is not None:
                 hint = {
-                    signal_module.SIGSEGV: " (a crash, usually in C code)",
-                    signal_module.SIGKILL: " (killed from outside, e.g. out of memory)",
-                    signal_module.SIGABRT: " (an abort, usually in C code)",
+                    int(signal_module.SIGSEGV): " (a crash, usually in C code)",
+                    int(signal_module.SIGKILL): " (killed from outside, e.g. out of memory)",
+                    int(signal_module.SIGABRT): " (an abort, usually in C code)",
                 }.get(sig, "")
                 message = (
                     f"the program's process was killed by {_signal_name(sig)} ({sig}){hint} "
@@ -578,8 +584,15 @@ class Run:
             error = ErrorInfo("WorkerExit", message)
         if self._decided is not None or status == "worker_exit":
             assert error is not None
-            outputs = [*outputs, {"output_type": "error", "ename": error.ename,
-                                  "evalue": error.evalue, "traceback": []}]
+            outputs = [
+                *outputs,
+                {
+                    "output_type": "error",
+                    "ename": error.ename,
+                    "evalue": error.evalue,
+                    "traceback": [],
+                },
+            ]
             if self._result_output is not None:
                 outputs.remove(self._result_output)
         return RunResult(

@@ -64,7 +64,7 @@ def _show(value: Any) -> str:
 class _Fields:
     """Typed access to a received dict; every failure names the message and the field."""
 
-    __slots__ = ("where", "d")
+    __slots__ = ("d", "where")
 
     def __init__(self, where: str, d: Any) -> None:
         if type(d) is not dict:

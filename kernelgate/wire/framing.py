@@ -26,7 +26,7 @@ class FrameDecoder:
     True
     """
 
-    __slots__ = ("_buf", "_scan_from", "_max", "_closed", "_failed")
+    __slots__ = ("_buf", "_closed", "_failed", "_max", "_scan_from")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if max_frame_bytes < 2:

@@ -50,7 +50,7 @@ class MessageFactory:
     ('stream', 's1-1', 'hi')
     """
 
-    __slots__ = ("session", "username", "_ids")
+    __slots__ = ("_ids", "session", "username")
 
     def __init__(self, session: str, username: str = "kernelgate") -> None:
         self.session = session

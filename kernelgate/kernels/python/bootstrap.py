@@ -210,7 +210,10 @@ class Child:
         for ns, specs in self.namespaces.items():
             g[ns] = Namespace(
                 ns,
-                {name: Binding(ns, name, spec, self.call, arg_budget) for name, spec in specs.items()},
+                {
+                    name: Binding(ns, name, spec, self.call, arg_budget)
+                    for name, spec in specs.items()
+                },
             )
         return g
 
@@ -245,11 +248,17 @@ class Child:
         asyncio.set_event_loop(loop)
         loop.add_reader(self.fd, self._on_readable)
 
+        restore = self._restore_builtins
+
         async def runner() -> tuple[bool, Any]:
+            # Builtins are restored the moment the program is done: asyncio itself needs
+            # them to finish this task.
             try:
-                return True, await main()
+                outcome = True, await main()
             except BaseException as exc:  # the program's failure is the result
-                return False, exc
+                outcome = False, exc
+            restore(saved_builtins)
+            return outcome
 
         try:
             ok, outcome = loop.run_until_complete(runner())
@@ -262,12 +271,18 @@ class Child:
         else:
             self.finish_exception(outcome, saved_builtins)
 
+    @staticmethod
+    def _restore_builtins(
+        saved: dict[str, Any], _current: dict[str, Any] = builtins.__dict__
+    ) -> None:
+        # The program may have rebound builtins the reporting path uses. Nothing here may
+        # look a builtin up by name.
+        for key in [k for k in _current if k not in saved]:
+            del _current[key]
+        _current.update(saved)
+
     def _restore(self, saved_builtins: dict[str, Any]) -> None:
-        # The program may have rebound builtins the reporting path uses.
-        current = builtins.__dict__
-        for key in [k for k in current if k not in saved_builtins]:
-            del current[key]
-        current.update(saved_builtins)
+        self._restore_builtins(saved_builtins)
         sys.stdout = self.stdout
         sys.stderr = self.stderr
         self.flush_streams()

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import inspect
 import keyword
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
@@ -98,7 +99,9 @@ class Binding:
         try:
             bound = self._signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"{self._label}() {exc}; its signature is {self._name}{self._shown}") from None
+            raise TypeError(
+                f"{self._label}() {exc}; its signature is {self._name}{self._shown}"
+            ) from None
         budget = self._max_arg_bytes
         for pname, value in bound.arguments.items():
             try:

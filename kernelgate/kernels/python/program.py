@@ -112,10 +112,16 @@ def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType
     """
     tree = ast.parse(source, filename, "exec")
     body = tree.body
+    # __future__ imports must open the compiled module: hoist them out of the function.
+    # A leading docstring may precede them, as in a module; it stays in the body.
+    start = 1 if body and _is_docstring(body[0]) else 0
     futures = []
-    while body and isinstance(body[0], ast.ImportFrom) and body[0].module == "__future__":
-        futures.append(body.pop(0))
-    # A leading docstring stays an expression statement, as a module's would.
+    while (
+        len(body) > start
+        and isinstance(body[start], ast.ImportFrom)
+        and body[start].module == "__future__"  # type: ignore[attr-defined]
+    ):
+        futures.append(body.pop(start))
     bound = _Bound()
     for stmt in body:
         bound.visit(stmt)
@@ -180,6 +186,14 @@ def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType
     lines = source.splitlines(keepends=True)
     linecache.cache[filename] = (len(source), None, lines, filename)
     return fn  # type: ignore[no-any-return]
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
+    )
 
 
 def _qualname(name: str) -> dict[str, str]:
@@ -268,9 +282,7 @@ def format_exception(
         if len(text) > max_chars:
             half = max_chars // 2
             cut = len(text) - 2 * half
-            text = (
-                text[:half] + f"\n... [{cut} characters of traceback cut] ...\n" + text[-half:]
-            )
+            text = text[:half] + f"\n... [{cut} characters of traceback cut] ...\n" + text[-half:]
         lines = text.rstrip("\n").split("\n")
     except BaseException:
         lines = [f"{ename}: <diagnostic rendering failed>"]

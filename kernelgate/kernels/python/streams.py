@@ -9,7 +9,8 @@ marks the truncation), so a flood costs neither pipe bandwidth nor host memory.
 from __future__ import annotations
 
 import io
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["OutputLedger", "OutputStream", "clean_text"]
 
@@ -38,9 +39,7 @@ class OutputLedger:
 class OutputStream(io.TextIOBase):
     """A text stream that sends what is written as Jupyter ``stream`` messages."""
 
-    def __init__(
-        self, name: str, send: Callable[[str, str], None], ledger: OutputLedger
-    ) -> None:
+    def __init__(self, name: str, send: Callable[[str, str], None], ledger: OutputLedger) -> None:
         super().__init__()
         self._name = name
         self._send = send

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from kernelgate import Gateway, Limits, RunResult
+
+
+async def search(query: str, limit: int = 5) -> list[dict[str, Any]]:
+    """Search the test corpus."""
+    await asyncio.sleep(0)
+    return [{"query": query, "rank": i} for i in range(limit)]
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"args": list(args), "kwargs": kwargs}
+
+
+BINDINGS: dict[str, Callable[..., Any]] = {
+    "search": search,
+    "add": add,
+    "fail": fail,
+    "echo": echo,
+    "with-dash": add,
+}
+
+FAST = Limits(wall_seconds=20, kill_grace_seconds=0.5)
+
+
+@pytest.fixture
+def run_dir_base(tmp_path) -> Iterator[str]:
+    base = tmp_path / "runs"
+    base.mkdir()
+    yield str(base)
+    left = os.listdir(base)
+    assert not left, f"run directories left behind: {left}"
+
+
+@pytest.fixture
+def gateway(run_dir_base, no_fd_leak) -> Iterator[Gateway]:
+    gw = Gateway(bindings=BINDINGS, limits=FAST, tmp_dir=run_dir_base)
+    yield gw
+    gw.close()
+
+
+@pytest.fixture
+def run(gateway) -> Callable[..., RunResult]:
+    def _run(program: str, **kwargs: Any) -> RunResult:
+        return gateway.run_sync(program, **kwargs)
+
+    return _run
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return False
+    state = data[data.rfind(b")") + 2 :].split()[0]
+    return state not in (b"Z", b"X")
