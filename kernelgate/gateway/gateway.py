@@ -11,7 +11,8 @@ from .bindings import BindingRegistry
 from .limits import Limits
 from .process import resolve_interpreter
 from .result import RunResult
-from .run import CallListener, OutputListener, Run
+from .run import CallListener, OutputListener, Policy, Run
+from .sandbox import LEVELS, SandboxSupport, plan_sandbox, probe_support
 
 __all__ = ["Gateway"]
 
@@ -34,6 +35,12 @@ class Gateway:
     ``namespaces`` gives several at once (``{"tools": {...}, "db": {...}}``). ``run()`` never
     raises for what a program did: failures are in the result's ``status`` and ``error``.
     ``record_to`` names a directory where every run is saved as a notebook.
+
+    ``sandbox`` is the isolation level (``"process"``, ``"namespaces"``,
+    ``"namespaces+landlock"``; default: the strongest this machine allows); with
+    ``strict=True`` a run that cannot get it ends ``"sandbox_unavailable"`` without running.
+    ``policy(namespace, name, args, kwargs)`` sees every binding call first and may deny it.
+    ``read_paths`` are extra paths programs may read under landlock.
     """
 
     def __init__(
@@ -47,6 +54,10 @@ class Gateway:
         env: Mapping[str, str] | None = None,
         tmp_dir: str | os.PathLike[str] | None = None,
         record_to: str | os.PathLike[str] | None = None,
+        sandbox: str | None = None,
+        strict: bool = False,
+        policy: Policy | None = None,
+        read_paths: tuple[str | os.PathLike[str], ...] = (),
     ) -> None:
         if bindings is not None and namespaces is not None:
             raise ValueError(
@@ -69,6 +80,18 @@ class Gateway:
         self.env = child_env
         self.tmp_dir = os.fspath(tmp_dir) if tmp_dir is not None else None
         self.record_to = os.fspath(record_to) if record_to is not None else None
+        if sandbox is not None and sandbox not in LEVELS:
+            raise ValueError(
+                f"sandbox={sandbox!r} is not a level; use one of {', '.join(LEVELS)} "
+                "(or None for the strongest this machine allows)"
+            )
+        self.sandbox = sandbox
+        self.strict = bool(strict)
+        if policy is not None and not callable(policy):
+            raise TypeError(f"policy must be callable, got {type(policy).__name__}")
+        self.policy = policy
+        self.read_paths = tuple(os.path.abspath(os.fspath(p)) for p in read_paths)
+        self._support: SandboxSupport | None = None
         self._runs: set[Run] = set()
         self._closed = False
 
@@ -96,6 +119,9 @@ class Gateway:
         ``CancelledError``.
         """
         run = self._new_run(program, limits, on_output=on_output, on_call=on_call)
+        if self._support is None:
+            self._support = await asyncio.to_thread(probe_support, self.python)
+        self._plan(run, self._support)
         self._runs.add(run)
         try:
             result = await run.execute()
@@ -122,6 +148,24 @@ class Gateway:
             base_dir=self.tmp_dir,
             **kwargs,
         )
+
+    def _plan(self, run: Run, support: SandboxSupport) -> None:
+        level = self.sandbox or support.strongest
+        missing = support.missing(level)
+        if missing:
+            if self.strict:
+                run.sandbox_unavailable = (
+                    f"the sandbox level {level!r} is not available on this machine: {missing}; "
+                    f"the strongest here is {support.strongest!r} (Gateway(strict=True) "
+                    "refuses to run with less)"
+                )
+            level = (
+                support.strongest
+                if LEVELS.index(support.strongest) < LEVELS.index(level)
+                else level
+            )
+        run.sandbox = plan_sandbox(level, run.limits, support, self.read_paths)
+        run.policy = self.policy
 
     def run_sync(self, program: str, *, limits: Limits | None = None) -> RunResult:
         """``run()`` for synchronous callers (not from inside a running event loop)."""

@@ -37,6 +37,17 @@ class Limits:
     max_frame_bytes: int = 8 * 1024 * 1024
     #: Time between SIGTERM and SIGKILL when a run is stopped.
     kill_grace_seconds: float = 3.0
+    #: CPU time of the program's process (RLIMIT_CPU; SIGXCPU, then SIGKILL one second
+    #: later for a program that traps it). Expiry: status ``"timeout"`` naming CPU.
+    cpu_seconds: float = 60.0
+    #: Address space of each process (RLIMIT_AS): MemoryError, or ``"worker_exit"``.
+    memory_bytes: int = 512 * 1024 * 1024
+    #: Processes the run may have at once (pids cgroup, or RLIMIT_NPROC in a user namespace).
+    max_processes: int = 64
+    #: Largest file the program may write (RLIMIT_FSIZE): beyond it writes fail (EFBIG).
+    max_file_bytes: int = 64 * 1024 * 1024
+    #: Open file descriptors per process (RLIMIT_NOFILE).
+    max_open_files: int = 256
 
     def __post_init__(self) -> None:
         for f in fields(self):

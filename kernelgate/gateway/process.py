@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -63,6 +64,7 @@ class ChildProcess:
     stdout_fd: int  # read ends of the child's fd 1 and 2
     stderr_fd: int
     returncode: int | None = None  # os.waitpid style: -N for signal N
+    rusage: resource.struct_rusage | None = None  # the child and its waited descendants
     reaped: bool = False
     _closed: bool = field(default=False, repr=False)
 
@@ -78,7 +80,7 @@ class ChildProcess:
         if self.reaped:
             return True
         try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            pid, status, rusage = os.wait4(self.pid, os.WNOHANG)
         except ChildProcessError:
             # Someone else reaped it (a host-wide SIGCHLD handler): the status is lost.
             self.reaped = True
@@ -87,6 +89,7 @@ class ChildProcess:
             return False
         self.reaped = True
         self.returncode = os.waitstatus_to_exitcode(status)
+        self.rusage = rusage
         return True
 
     def group_alive(self) -> bool:

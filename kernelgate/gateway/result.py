@@ -17,6 +17,7 @@ STATUSES = (
     "invalid_output",
     "output_limit",
     "protocol",
+    "sandbox_unavailable",
 )
 
 
@@ -82,6 +83,10 @@ class RunResult:
     interpreter: str = ""
     limits: dict[str, Any] = field(default_factory=dict)
     bindings: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: How the run was isolated: "process", "namespaces" or "namespaces+landlock".
+    isolation: str = ""
+    #: cpu_user_s, cpu_system_s, peak_memory_bytes, calls, bytes_in, bytes_out.
+    usage: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -39,6 +39,7 @@ from .limits import Limits
 from .output import OutputCollector
 from .process import ChildProcess, make_run_dir, remove_tree, spawn_child
 from .result import CallRecord, ErrorInfo, RunResult
+from .sandbox import PidsCgroup, SandboxPlan
 
 __all__ = ["Run", "new_run_id", "OutputListener"]
 
@@ -54,6 +55,9 @@ OutputListener = Callable[[dict[str, Any]], None]
 CallListener = Callable[[CallRecord], None]
 #: Answers a call in place of the registry's callable (e.g. a remote client's binding).
 CallHandler = Callable[[Binding, list[Any], dict[str, Any]], Awaitable[Any]]
+#: Sees every call before it runs: ``policy(namespace, name, args, kwargs)``; sync or async.
+#: A false result, or an exception (its message is the reason), denies the call.
+Policy = Callable[[str, str, list[Any], dict[str, Any]], Any]
 
 
 def new_run_id() -> str:
@@ -92,8 +96,15 @@ class Run:
         on_output: OutputListener | None = None,
         on_call: CallListener | None = None,
         call_handler: CallHandler | None = None,
+        sandbox: SandboxPlan | None = None,
+        sandbox_unavailable: str = "",
+        policy: Policy | None = None,
     ) -> None:
         self.program = program
+        self.sandbox = sandbox or SandboxPlan("process", {})
+        self.sandbox_unavailable = sandbox_unavailable
+        self.policy = policy
+        self._cgroup: PidsCgroup | None = None
         self.registry = registry
         self.limits = limits
         self.python = python
@@ -152,6 +163,9 @@ class Run:
         loop = self._loop = asyncio.get_running_loop()
         self._t0 = time.monotonic()
         started_at = iso_now()
+        if self.sandbox_unavailable:
+            self._decide("sandbox_unavailable", "SandboxUnavailable", self.sandbox_unavailable)
+            return self._result(started_at)
         run_dir = make_run_dir(self.base_dir, self.run_id)
         try:
             try:
@@ -164,6 +178,15 @@ class Run:
                 )
                 return self._result(started_at)
             self._exited = loop.create_future()
+            if self.sandbox.pids_cgroup is not None:
+                # Before the program arrives, so everything it forks is counted.
+                try:
+                    self._cgroup = PidsCgroup(
+                        self.sandbox.pids_cgroup, self.run_id, self.limits.max_processes + 2
+                    )
+                    self._cgroup.attach(child.pid)
+                except OSError:
+                    self._cgroup = None
             for fd, cb in (
                 (child.control.fileno(), self._on_control),
                 (child.stdout_fd, lambda: self._on_pipe("stdout")),
@@ -182,6 +205,7 @@ class Run:
                         "max_value_bytes": self.limits.max_value_bytes,
                         "max_calls": self.limits.max_calls,
                         "max_frame_bytes": self.limits.max_frame_bytes,
+                        "sandbox": self.sandbox.child_options(),
                     },
                 )
             )
@@ -370,13 +394,16 @@ class Run:
                 if binding is None:
                     raise LookupError(f"there is no binding {label}")
                 if record.id >= self.limits.max_calls:
-                    raise _LimitExceeded(
+                    raise _Refused(
+                        "LimitExceeded",
                         f"max_calls={self.limits.max_calls} binding calls per run reached; "
-                        "make fewer calls (batch the work) or raise Limits.max_calls"
+                        "make fewer calls (batch the work) or raise Limits.max_calls",
                     )
                 check_json(record.args, f"{label}() args")
                 check_json(record.kwargs, f"{label}() kwargs")
                 binding.check_arguments(record.args, record.kwargs)
+                if self.policy is not None:
+                    await self._check_policy(record)
                 if self.call_handler is not None:
                     value = await self.call_handler(binding, record.args, record.kwargs)
                 else:
@@ -401,7 +428,7 @@ class Run:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                ename = "LimitExceeded" if isinstance(exc, _LimitExceeded) else type(exc).__name__
+                ename = exc.ename if isinstance(exc, _Refused) else type(exc).__name__
                 record.ok = False
                 record.error = ErrorInfo(ename, _safe_str(exc))
                 reply = CallReply(record.id, False, ename=ename, evalue=record.error.evalue)
@@ -417,6 +444,21 @@ class Run:
                 self._send(reply)
         if self.on_call is not None:
             self.on_call(record)
+
+    async def _check_policy(self, record: CallRecord) -> None:
+        assert self.policy is not None
+        try:
+            verdict = self.policy(record.namespace, record.name, record.args, record.kwargs)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise _Refused(
+                "PolicyDenied", f"the gateway's policy denied this call: {_safe_str(exc)}"
+            ) from None
+        if not verdict:
+            raise _Refused("PolicyDenied", "the gateway's policy denied this call")
 
     # -- writing to the child ----------------------------------------------------------------
 
@@ -517,11 +559,32 @@ class Run:
             child.signal_group(signal_module.SIGKILL)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
+        if self._cgroup is not None:
+            await self._empty_cgroup(self._cgroup)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _empty_cgroup(self, cgroup: PidsCgroup) -> None:
+        # The cgroup also holds what escaped the process group (setsid): kill it all.
+        delay, deadline = 0.0005, time.monotonic() + 5.0
+        while True:
+            pids = cgroup.pids()
+            for pid in pids:
+                try:
+                    os.kill(pid, signal_module.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                cgroup.remove()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    return  # reported by the leak checks; never hang the caller
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def _remove_reader(self, fd: int) -> None:
         if fd in self._readers:
@@ -554,6 +617,24 @@ class Run:
         value: Any = None
         error: ErrorInfo | None = None
         outputs = self.collector.outputs
+        usage = self._usage()
+        cpu = usage.get("cpu_user_s", 0.0) + usage.get("cpu_system_s", 0.0)
+        if (
+            self._reply is None
+            and (self._decided is None or self._decided[0] == "timeout")
+            and sig is not None
+            and (
+                sig == signal_module.SIGXCPU
+                or (sig == signal_module.SIGKILL and cpu >= self.limits.cpu_seconds)
+            )
+        ):
+            self._decided = (
+                "timeout",
+                "Timeout",
+                f"the program used its CPU budget of cpu_seconds={self.limits.cpu_seconds:g} "
+                f"({cpu:.2f} s of CPU) and was stopped; do less work per run, or raise "
+                "Limits.cpu_seconds",
+            )
         if self._decided is not None:
             status, ename, message = self._decided
             error = ErrorInfo(ename, message)
@@ -567,10 +648,14 @@ class Run:
         else:
             status = "worker_exit"
             if sig is not None:
+                memory = (
+                    f"; it may have run out of memory (memory_bytes={self.limits.memory_bytes})"
+                )
                 hint = {
-                    int(signal_module.SIGSEGV): " (a crash, usually in C code)",
-                    int(signal_module.SIGKILL): " (killed from outside, e.g. out of memory)",
-                    int(signal_module.SIGABRT): " (an abort, usually in C code)",
+                    int(signal_module.SIGSEGV): f" (a crash, usually in C code{memory})",
+                    int(signal_module.SIGKILL): f" (killed from outside{memory})",
+                    int(signal_module.SIGABRT): f" (an abort, usually in C code{memory})",
+                    int(signal_module.SIGBUS): f" (a bus error{memory})",
                 }.get(sig, "")
                 message = (
                     f"the program's process was killed by {_signal_name(sig)} ({sig}){hint} "
@@ -612,11 +697,34 @@ class Run:
             interpreter=self.python,
             limits=self.limits.to_dict(),
             bindings=self.registry.signatures(),
+            isolation=self.sandbox.level if child is not None else "",
+            usage=usage,
         )
 
+    def _usage(self) -> dict[str, Any]:
+        child = self.child
+        usage: dict[str, Any] = {
+            "cpu_user_s": 0.0,
+            "cpu_system_s": 0.0,
+            "peak_memory_bytes": 0,
+            "calls": len(self.calls),
+            "bytes_in": self._bytes_in,
+            "bytes_out": self._bytes_out,
+        }
+        if child is not None and child.rusage is not None:
+            ru = child.rusage
+            usage["cpu_user_s"] = round(ru.ru_utime, 6)
+            usage["cpu_system_s"] = round(ru.ru_stime, 6)
+            usage["peak_memory_bytes"] = ru.ru_maxrss * 1024  # Linux reports KiB
+        return usage
 
-class _LimitExceeded(Exception):
-    pass
+
+class _Refused(Exception):
+    """A call the host refused before running it; ``ename`` is what the program sees."""
+
+    def __init__(self, ename: str, message: str) -> None:
+        super().__init__(message)
+        self.ename = ename
 
 
 def _cap_lines(lines: list[str], limit: int = _ERROR_TEXT_LIMIT) -> list[str]:

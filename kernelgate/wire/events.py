@@ -10,7 +10,7 @@ Child -> host: :class:`CallRequest`, :class:`Stream`, :class:`DisplayData`,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 __all__ = [
     "OpenBindings",
@@ -30,7 +30,9 @@ __all__ = [
 
 #: Statuses the child may report in ``execute_reply``; every other status is decided by
 #: the host (timeout, interrupted, worker_exit, protocol).
-CHILD_RUN_STATUSES = frozenset({"ok", "exception", "invalid_output", "output_limit"})
+CHILD_RUN_STATUSES = frozenset(
+    {"ok", "exception", "invalid_output", "output_limit", "sandbox_unavailable"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +124,6 @@ class ExecuteReply:
     traceback: list[str] = field(default_factory=list)
 
 
-HostEvent = Union[OpenBindings, ExecuteRequest, CallReply]
-ChildEvent = Union[CallRequest, Stream, DisplayData, ExecuteResult, ErrorOutput, ExecuteReply]
-Event = Union[HostEvent, ChildEvent]
+HostEvent = OpenBindings | ExecuteRequest | CallReply
+ChildEvent = CallRequest | Stream | DisplayData | ExecuteResult | ErrorOutput | ExecuteReply
+Event = HostEvent | ChildEvent

@@ -72,3 +72,32 @@ def pid_alive(pid: int) -> bool:
         return False
     state = data[data.rfind(b")") + 2 :].split()[0]
     return state not in (b"Z", b"X")
+
+
+def processes_with(marker: str) -> list[int]:
+    """Host pids of live processes whose command line contains ``marker``.
+
+    Programs may run in their own pid namespace, so the pids they see are not ours:
+    tests find their processes by a unique marker in the command line instead.
+    """
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def sleeper(marker: str, ignore_sigterm: bool = False) -> str:
+    """Source for a program line starting a long-lived grandchild tagged with ``marker``."""
+    code = "import signal, time; "
+    if ignore_sigterm:
+        code += "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    code += "time.sleep(600)"
+    return f"subprocess.Popen([sys.executable, '-c', {code!r}, {marker!r}])"

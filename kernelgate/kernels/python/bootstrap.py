@@ -39,6 +39,7 @@ from .program import (
     format_exception,
     safe_str,
 )
+from .sandbox import enter as enter_sandbox
 from .streams import OutputLedger, OutputStream
 
 __all__ = ["main", "Child"]
@@ -225,15 +226,24 @@ class Child:
         self.max_calls = int(options.get("max_calls", self.max_calls))
         self.max_value_bytes = int(options.get("max_value_bytes", self.max_value_bytes))
         self.max_frame_bytes = int(options.get("max_frame_bytes", self.max_frame_bytes))
-        cwd = options.get("cwd")
-        if cwd:
-            os.chdir(cwd)
+        sandbox_error: BaseException | None = None
+        try:
+            enter_sandbox(options)  # with namespaces, returns in a new process (pid 2)
+        except Exception as exc:
+            sandbox_error = exc
         ledger = OutputLedger(int(options.get("max_output_bytes", 64 * 1024)))
         self.stdout = OutputStream("stdout", self._send_stream, ledger)
         self.stderr = OutputStream("stderr", self._send_stream, ledger)
         sys.stdout = self.stdout
         sys.stderr = self.stderr
         saved_builtins = dict(builtins.__dict__)
+        if sandbox_error is not None:
+            self.fail(
+                "sandbox_unavailable",
+                "SandboxUnavailable",
+                f"the child could not enter its sandbox: {safe_str(sandbox_error, 2000)}",
+            )
+            return
         try:
             fn = compile_program(request.code)
         except SyntaxError as exc:

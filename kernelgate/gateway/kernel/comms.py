@@ -1,0 +1,354 @@
+"""The ``kernelgate.bindings`` comm: bindings a client answers itself.
+
+A client (e.g. :class:`~kernelgate.gateway.kernel.remote.RemoteGateway`) opens a comm with
+target :data:`~kernelgate.wire.messages.BINDINGS_TARGET` on the kernel's shell socket,
+announcing its namespaces with the same specs ``BindingRegistry.specs()`` gives the child::
+
+    comm_open  (client -> kernel, shell)  {"namespaces": {ns: {name: spec}}}
+    comm_msg   (kernel -> client, iopub)  {"method": "ready", "namespaces": {ns: {name: sig}}}
+    comm_close (kernel -> client, iopub)  {"error": "why the announcement was refused"}
+
+While a cell runs, each call of one of those bindings is forwarded to the client, which
+answers on the shell socket (the kernel keeps reading shell while a cell runs)::
+
+    comm_msg (kernel -> client, iopub)  {"method": "call", "call_id", "namespace", "name",
+                                         "args", "kwargs"}
+    comm_msg (client -> kernel, shell)  {"method": "reply", "call_id", "ok": true, "value"}
+                                        {"method": "reply", "call_id", "ok": false,
+                                         "ename", "evalue"}
+    comm_msg (kernel -> client, iopub)  {"method": "cancel", "call_id"}  (no longer waited for)
+
+Kernel->client comm messages carry the running cell's ``execute_request`` as parent.
+On the kernel side a :class:`ClientBindings` turns each announced binding into an async
+placeholder callable whose ``__signature__`` is the announced one and whose body forwards
+the call over the comm; a :class:`~kernelgate.Gateway` over those placeholders runs the cells
+of that client, so argument checks, limits and call records are the ones every run has.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = [
+    "ClientBindings",
+    "RemoteCallError",
+    "remote_error",
+    "signature_from_spec",
+    "open_data",
+    "ready_data",
+    "call_request_data",
+    "call_reply_data",
+    "cancel_data",
+]
+
+_KINDS = {
+    "POSITIONAL_ONLY": inspect.Parameter.POSITIONAL_ONLY,
+    "POSITIONAL_OR_KEYWORD": inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    "VAR_POSITIONAL": inspect.Parameter.VAR_POSITIONAL,
+    "KEYWORD_ONLY": inspect.Parameter.KEYWORD_ONLY,
+    "VAR_KEYWORD": inspect.Parameter.VAR_KEYWORD,
+}
+_MAX_SIGNATURE_TEXT = 10_000
+_MAX_ENAME = 200
+
+
+# -- the comm's data ---------------------------------------------------------------------------
+
+
+def open_data(specs: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    return {"namespaces": {ns: {n: dict(s) for n, s in t.items()} for ns, t in specs.items()}}
+
+
+def ready_data(signatures: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
+    return {"method": "ready", "namespaces": {ns: dict(t) for ns, t in signatures.items()}}
+
+
+def call_request_data(
+    call_id: str, namespace: str, name: str, args: list[Any], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "method": "call",
+        "call_id": call_id,
+        "namespace": namespace,
+        "name": name,
+        "args": args,
+        "kwargs": kwargs,
+    }
+
+
+def call_reply_data(
+    call_id: str, ok: bool, value: Any = None, ename: str = "", evalue: str = ""
+) -> dict[str, Any]:
+    if ok:
+        return {"method": "reply", "call_id": call_id, "ok": True, "value": value}
+    return {"method": "reply", "call_id": call_id, "ok": False, "ename": ename, "evalue": evalue}
+
+
+def cancel_data(call_id: str) -> dict[str, Any]:
+    return {"method": "cancel", "call_id": call_id}
+
+
+# -- errors the client reported ----------------------------------------------------------------
+
+
+class RemoteCallError(Exception):
+    """A client-answered binding failed; the subclass is named after the client's ``ename``."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+_ERROR_CLASSES: dict[str, type[RemoteCallError]] = {}
+
+
+def remote_error(ename: str, evalue: str) -> RemoteCallError:
+    """An exception whose class name is ``ename`` and whose ``str()`` is ``evalue``.
+
+    Call records name a failure by the exception's class, so the client's own exception
+    name (``KeyError``, ``ToolTimeout``...) is kept instead of a generic one.
+    """
+    name = (ename or "RemoteCallError")[:_MAX_ENAME]
+    cls = _ERROR_CLASSES.get(name)
+    if cls is None:
+        cls = type(name, (RemoteCallError,), {"__module__": "builtins"})
+        if len(_ERROR_CLASSES) < 1000:
+            _ERROR_CLASSES[name] = cls
+    return cls(evalue)
+
+
+# -- signatures ----------------------------------------------------------------------------------
+
+
+class _Source:
+    """Stands for a default value or annotation by its source text (what ``str(sig)`` shows)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+_ELLIPSIS = _Source("...")
+
+
+def _params_of(sig: inspect.Signature) -> list[tuple[str, str, bool]]:
+    return [
+        (p.name, p.kind.name, p.default is not inspect.Parameter.empty)
+        for p in sig.parameters.values()
+    ]
+
+
+def _signature_from_text(text: str) -> inspect.Signature | None:
+    if not text.startswith("(") or len(text) > _MAX_SIGNATURE_TEXT:
+        return None
+    try:
+        tree = ast.parse(f"def _f{text}:\n    pass\n")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+        return None
+    fn = tree.body[0]
+    a = fn.args
+
+    def source(node: ast.expr | None) -> Any:
+        return inspect.Parameter.empty if node is None else _Source(ast.unparse(node))
+
+    params: list[inspect.Parameter] = []
+    positional = [*a.posonlyargs, *a.args]
+    first_default = len(positional) - len(a.defaults)
+    try:
+        for i, arg in enumerate(positional):
+            kind = (
+                inspect.Parameter.POSITIONAL_ONLY
+                if i < len(a.posonlyargs)
+                else inspect.Parameter.POSITIONAL_OR_KEYWORD
+            )
+            default = source(a.defaults[i - first_default]) if i >= first_default else None
+            params.append(
+                inspect.Parameter(
+                    arg.arg,
+                    kind,
+                    default=inspect.Parameter.empty if default is None else default,
+                    annotation=source(arg.annotation),
+                )
+            )
+        if a.vararg is not None:
+            params.append(
+                inspect.Parameter(
+                    a.vararg.arg,
+                    inspect.Parameter.VAR_POSITIONAL,
+                    annotation=source(a.vararg.annotation),
+                )
+            )
+        for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
+            params.append(
+                inspect.Parameter(
+                    arg.arg,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=source(kw_default),
+                    annotation=source(arg.annotation),
+                )
+            )
+        if a.kwarg is not None:
+            params.append(
+                inspect.Parameter(
+                    a.kwarg.arg,
+                    inspect.Parameter.VAR_KEYWORD,
+                    annotation=source(a.kwarg.annotation),
+                )
+            )
+        return inspect.Signature(params, return_annotation=source(fn.returns))
+    except ValueError:
+        return None
+
+
+def signature_from_spec(spec: Mapping[str, Any]) -> inspect.Signature:
+    """The signature a spec announces: its ``params``, shown as its ``signature`` text.
+
+    ``params`` (``[[name, kind, has_default], ...]``) decide what calls are accepted; the
+    ``signature`` text, when it parses to the same parameters, supplies what ``str()``
+    shows (annotations and default values), so ``inspect`` in a notebook shows the
+    client's own ``search(query: str, limit: int = 3)``.
+    """
+    raw = spec.get("params")
+    if not isinstance(raw, list):
+        raise ValueError("a binding spec needs 'params': [[name, kind, has_default], ...]")
+    params: list[inspect.Parameter] = []
+    wanted: list[tuple[str, str, bool]] = []
+    for item in raw:
+        if (
+            not isinstance(item, (list, tuple))
+            or len(item) != 3
+            or not isinstance(item[0], str)
+            or item[1] not in _KINDS
+        ):
+            raise ValueError(f"a binding parameter must be [name, kind, has_default], got {item!r}")
+        name, kind, has_default = item[0], item[1], bool(item[2])
+        wanted.append((name, kind, has_default))
+        params.append(
+            inspect.Parameter(
+                name, _KINDS[kind], default=_ELLIPSIS if has_default else inspect.Parameter.empty
+            )
+        )
+    try:
+        fallback = inspect.Signature(params)
+    except ValueError as exc:
+        raise ValueError(f"the announced parameters are not a valid signature: {exc}") from None
+    text = spec.get("signature")
+    if isinstance(text, str):
+        parsed = _signature_from_text(text)
+        if parsed is not None and _params_of(parsed) == wanted:
+            return parsed
+    return fallback
+
+
+# -- the kernel side -----------------------------------------------------------------------------
+
+SendData = Callable[[dict[str, Any]], None]
+
+
+class ClientBindings:
+    """The bindings one client announced on one comm, as placeholders that forward calls.
+
+    ``send(data)`` publishes a ``comm_msg`` with ``data`` on this comm (kernel -> client);
+    :meth:`on_message` takes the client's ``comm_msg`` data.
+    """
+
+    def __init__(
+        self,
+        comm_id: str,
+        client_session: str,
+        announced: Any,
+        send: SendData,
+    ) -> None:
+        self.comm_id = comm_id
+        self.client_session = client_session
+        self._send = send
+        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self.closed = False
+        self.close_reason = ""
+        if not isinstance(announced, Mapping) or not announced:
+            raise ValueError(
+                "the comm_open data needs 'namespaces': {namespace: {name: spec}} with at least "
+                "one namespace"
+            )
+        self.namespaces: dict[str, dict[str, Callable[..., Any]]] = {}
+        for ns, table in announced.items():
+            if not isinstance(table, Mapping):
+                raise ValueError(f"namespace {ns!r}: expected {{name: spec}}, got {table!r}")
+            placeholders: dict[str, Callable[..., Any]] = {}
+            for name, spec in table.items():
+                if not isinstance(spec, Mapping):
+                    raise ValueError(f"binding {ns}.{name}: expected a spec dict, got {spec!r}")
+                try:
+                    signature = signature_from_spec(spec)
+                except ValueError as exc:
+                    raise ValueError(f"binding {ns}.{name}: {exc}") from None
+                doc = spec.get("doc")
+                placeholders[str(name)] = self._placeholder(
+                    str(ns), str(name), signature, doc if isinstance(doc, str) else ""
+                )
+            self.namespaces[str(ns)] = placeholders
+
+    def _placeholder(
+        self, namespace: str, name: str, signature: inspect.Signature, doc: str
+    ) -> Callable[..., Any]:
+        async def binding(*args: Any, **kwargs: Any) -> Any:
+            return await self.forward(namespace, name, list(args), kwargs)
+
+        setattr(binding, "__signature__", signature)  # noqa: B010 (mypy: functions have no such slot)
+        binding.__doc__ = doc or None
+        binding.__name__ = binding.__qualname__ = name if name.isidentifier() else "binding"
+        return binding
+
+    async def forward(
+        self, namespace: str, name: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        """Send the call to the client and return its answer (or raise its error)."""
+        if self.closed:
+            raise ConnectionError(self.close_reason or "the client closed the bindings comm")
+        call_id = str(next(self._ids))
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[call_id] = future
+        try:
+            self._send(call_request_data(call_id, namespace, name, args, kwargs))
+            answer = await future
+        except asyncio.CancelledError:
+            if not self.closed:
+                self._send(cancel_data(call_id))
+            raise
+        finally:
+            self._pending.pop(call_id, None)
+        if answer.get("ok"):
+            return answer.get("value")
+        raise remote_error(str(answer.get("ename", "")), str(answer.get("evalue", "")))
+
+    def on_message(self, data: Any) -> None:
+        """A ``comm_msg`` from the client: a call's answer (anything else is ignored)."""
+        if not isinstance(data, Mapping) or data.get("method") != "reply":
+            return
+        future = self._pending.get(str(data.get("call_id")))
+        if future is not None and not future.done():
+            future.set_result(dict(data))
+
+    def close(self, reason: str) -> None:
+        """The comm is gone: every waiting call fails with ``ConnectionError(reason)``."""
+        self.closed = True
+        self.close_reason = reason
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionError(reason))
+        self._pending.clear()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)

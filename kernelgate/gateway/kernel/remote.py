@@ -1,0 +1,445 @@
+"""RemoteGateway: run programs in a kernelgate kernel, answering its binding calls locally.
+
+For when the kernel runs elsewhere (a remote Jupyter server or kernel gateway) and the
+functions live in the agent's process. The client announces its bindings on a
+``kernelgate.bindings`` comm (see :mod:`.comms`); during each run the kernel forwards every
+call of them on that comm, and this client answers with the local function's result.
+
+>>> async def main(kc):                                       # doctest: +SKIP
+...     async with RemoteGateway(kc, bindings={"search": search}) as gw:
+...         result = await gw.run("return await tools.search('x')")
+...     return result.value
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from kernelgate.gateway.bindings import BindingRegistry
+from kernelgate.gateway.limits import Limits
+from kernelgate.gateway.result import CallRecord, ErrorInfo, RunResult
+from kernelgate.gateway.run import CallListener, OutputListener
+from kernelgate.wire.messages import BINDINGS_TARGET, CALL_MIME, execute_request_content, iso_now
+from kernelgate.wire.values import NotJSONError, check_json
+
+from .calls import call_record_from_data
+from .comms import call_reply_data, open_data
+
+if TYPE_CHECKING:
+    from jupyter_client.asynchronous.client import AsyncKernelClient
+
+__all__ = ["RemoteGateway"]
+
+log = logging.getLogger("kernelgate.remote")
+
+_ALIVE_CHECK_SECONDS = 1.0
+_CLOSE_GRACE = 10.0
+
+
+class _RemoteRun:
+    """The messages of one ``execute_request``, gathered into a :class:`RunResult`."""
+
+    def __init__(
+        self, program: str, on_output: OutputListener | None, on_call: CallListener | None
+    ) -> None:
+        self.program = program
+        self.on_output = on_output
+        self.on_call = on_call
+        self.outputs: list[dict[str, Any]] = []
+        self.calls: list[CallRecord] = []
+        self.text: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self.value: Any = None
+        self.reply: dict[str, Any] | None = None
+        self.started = False
+        self.idle = False
+        self.done = asyncio.Event()
+        self.started_at = iso_now()
+        self.t0 = time.monotonic()
+
+    def _add(self, output: dict[str, Any]) -> None:
+        if output["output_type"] == "stream":
+            last = self.outputs[-1] if self.outputs else None
+            if last and last["output_type"] == "stream" and last["name"] == output["name"]:
+                last["text"] += output["text"]
+            else:
+                self.outputs.append(dict(output))
+        else:
+            self.outputs.append(output)
+        if self.on_output is not None:
+            self.on_output(output)
+
+    def on_iopub(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("msg_type")
+        content = msg.get("content") or {}
+        if kind == "status":
+            state = content.get("execution_state")
+            if state == "busy":
+                self.started = True
+            elif state == "idle":
+                self.idle = True
+                self._check_done()
+        elif kind == "stream":
+            name = "stderr" if content.get("name") == "stderr" else "stdout"
+            text = str(content.get("text", ""))
+            self.text[name].append(text)
+            self._add({"output_type": "stream", "name": name, "text": text})
+        elif kind == "display_data":
+            data = content.get("data") or {}
+            if CALL_MIME in data:
+                record = call_record_from_data(data[CALL_MIME], len(self.outputs))
+                if record is not None:
+                    self.calls.append(record)
+                    if self.on_call is not None:
+                        self.on_call(record)
+                    return
+            self._add(
+                {
+                    "output_type": "display_data",
+                    "data": data,
+                    "metadata": content.get("metadata") or {},
+                }
+            )
+        elif kind == "execute_result":
+            data = content.get("data") or {}
+            self.value = data.get("application/json")
+            self._add(
+                {
+                    "output_type": "execute_result",
+                    "execution_count": content.get("execution_count"),
+                    "data": data,
+                    "metadata": content.get("metadata") or {},
+                }
+            )
+        elif kind == "error":
+            self._add(
+                {
+                    "output_type": "error",
+                    "ename": str(content.get("ename", "")),
+                    "evalue": str(content.get("evalue", "")),
+                    "traceback": list(content.get("traceback") or []),
+                }
+            )
+
+    def on_reply(self, msg: dict[str, Any]) -> None:
+        self.reply = msg
+        self._check_done()
+
+    def _check_done(self) -> None:
+        if self.reply is not None and self.idle:
+            self.done.set()
+
+    def result(self, registry: BindingRegistry, failure: ErrorInfo | None = None) -> RunResult:
+        reply = self.reply or {}
+        content = reply.get("content") or {}
+        meta = (reply.get("metadata") or {}).get("kernelgate") or {}
+        error: ErrorInfo | None = None
+        if failure is not None:
+            status, error = "worker_exit", failure
+        elif content.get("status") == "ok":
+            status = str(meta.get("run_status") or "ok")
+        elif content.get("status") == "aborted":
+            status = "interrupted"
+            error = ErrorInfo("Aborted", "the kernel aborted this request (an earlier one failed)")
+        else:
+            status = str(meta.get("run_status") or "exception")
+            ename = str(content.get("ename", "Error"))
+            evalue = str(content.get("evalue", ""))
+            traceback = [str(line) for line in content.get("traceback") or []]
+            if traceback == [f"{ename}: {evalue}"]:
+                traceback = []  # the kernel's one-line stand-in for a host-decided failure
+            error = ErrorInfo(ename, evalue, traceback)
+        return RunResult(
+            status=status,
+            value=self.value if status == "ok" else None,
+            stdout="".join(self.text["stdout"]),
+            stderr="".join(self.text["stderr"]),
+            outputs=self.outputs,
+            error=error,
+            calls=self.calls,
+            duration_s=float(meta.get("duration_s") or (time.monotonic() - self.t0)),
+            exit_code=meta.get("exit_code"),
+            signal=meta.get("signal"),
+            run_id=str(meta.get("run_id") or ""),
+            started_at=str(meta.get("started_at") or self.started_at),
+            program=self.program,
+            interpreter=str(meta.get("interpreter") or ""),
+            limits=dict(meta.get("limits") or {}),
+            bindings=dict(meta.get("bindings") or registry.signatures()),
+        )
+
+
+class RemoteGateway:
+    """Run programs in a kernelgate kernel; the kernel's calls of ``bindings`` are answered here.
+
+    ``kernel_client`` is a ``jupyter_client`` ``AsyncKernelClient`` connected to a kernelgate
+    kernel (local or remote). ``bindings`` (namespace ``namespace``) or ``namespaces`` are
+    announced on a ``kernelgate.bindings`` comm when the gateway opens; in the programs this
+    gateway runs they replace the kernel's own namespaces of the same names. ``run()`` has
+    the contract of :meth:`kernelgate.Gateway.run` and returns a :class:`RunResult`.
+
+    While open, the gateway reads the client's shell and iopub messages itself: use one
+    ``RemoteGateway`` per client, and no other reader of those channels meanwhile.
+    """
+
+    def __init__(
+        self,
+        kernel_client: AsyncKernelClient,
+        bindings: Mapping[str, Callable[..., Any]] | None = None,
+        *,
+        namespace: str = "tools",
+        namespaces: Mapping[str, Mapping[str, Callable[..., Any]]] | None = None,
+        ready_timeout: float = 60.0,
+    ) -> None:
+        if bindings is not None and namespaces is not None:
+            raise ValueError(
+                "pass either bindings= (one namespace) or namespaces= (several), not both"
+            )
+        if namespaces is None:
+            namespaces = {namespace: bindings or {}}
+        self._registry = BindingRegistry(namespaces)
+        self.kernel_client = kernel_client
+        self.ready_timeout = ready_timeout
+        self.comm_id = uuid.uuid4().hex
+        #: What programs see, as the kernel reported it: namespace -> name -> signature.
+        self.kernel_bindings: dict[str, dict[str, str]] = {}
+        self._runs: dict[str, _RemoteRun] = {}
+        self._answers: dict[str, asyncio.Task[None]] = {}
+        self._pumps: list[asyncio.Task[None]] = []
+        self._ready: asyncio.Future[dict[str, Any]] | None = None
+        self._announce = any(self._registry.namespaces.values())
+        self._closed = False
+
+    @property
+    def registry(self) -> BindingRegistry:
+        return self._registry
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- opening and closing ---------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Wait for the kernel, then announce the bindings (done by ``run()`` if needed)."""
+        if self._closed:
+            raise RuntimeError("this RemoteGateway is closed; create a new one")
+        if self._ready is not None:
+            await asyncio.shield(self._ready)
+            return
+        loop = asyncio.get_running_loop()
+        self._ready = ready = loop.create_future()
+        try:
+            kc = self.kernel_client
+            if not kc.channels_running:
+                kc.start_channels()
+            await kc.wait_for_ready(timeout=self.ready_timeout)
+            self._pumps = [
+                asyncio.create_task(self._pump_iopub()),
+                asyncio.create_task(self._pump_shell()),
+            ]
+            if self._announce:
+                self._send_shell(
+                    "comm_open",
+                    {
+                        "comm_id": self.comm_id,
+                        "target_name": BINDINGS_TARGET,
+                        "data": open_data(self._registry.specs()),
+                    },
+                )
+                await asyncio.wait_for(asyncio.shield(ready), self.ready_timeout)
+            elif not ready.done():
+                ready.set_result({})
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(
+                    exc if isinstance(exc, Exception) else RuntimeError("opening was cancelled")
+                )
+                ready.exception()  # retrieved: a later open() re-raises it
+            raise
+
+    async def aclose(self) -> None:
+        """Close: live runs are interrupted and awaited, the comm is closed, readers stop."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._runs:
+            self._interrupt()
+            waits = [asyncio.create_task(run.done.wait()) for run in self._runs.values()]
+            await asyncio.wait(waits, timeout=_CLOSE_GRACE)
+            for w in waits:
+                w.cancel()
+        if self._announce and self._ready is not None and self._ready.done():
+            with contextlib.suppress(Exception):
+                self._send_shell("comm_close", {"comm_id": self.comm_id, "data": {}})
+        tasks = [*self._answers.values(), *self._pumps]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._pumps = []
+
+    async def __aenter__(self) -> RemoteGateway:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def run(
+        self,
+        program: str,
+        *,
+        limits: Limits | None = None,
+        on_output: OutputListener | None = None,
+        on_call: CallListener | None = None,
+    ) -> RunResult:
+        """Run ``program`` as one cell and return what it printed, returned and called.
+
+        ``limits`` replaces the kernel's limits for this run. Cancelling the awaiting task
+        interrupts the kernel's running cell, then raises ``CancelledError``.
+        """
+        if not isinstance(program, str):
+            raise TypeError(f"program must be str (Python source), got {type(program).__name__}")
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a kernelgate.Limits, got {type(limits).__name__}")
+        await self.open()
+        content = execute_request_content(program)
+        content["stop_on_error"] = False  # runs are independent, as Gateway.run's are
+        metadata = {"kernelgate": {"limits": limits.to_dict()}} if limits is not None else {}
+        kc = self.kernel_client
+        msg = kc.session.msg("execute_request", content, metadata=metadata)
+        run = _RemoteRun(program, on_output, on_call)
+        msg_id = msg["header"]["msg_id"]
+        self._runs[msg_id] = run
+        failure: ErrorInfo | None = None
+        try:
+            kc.shell_channel.send(msg)
+            while not run.done.is_set():
+                try:
+                    await asyncio.wait_for(run.done.wait(), _ALIVE_CHECK_SECONDS)
+                except asyncio.TimeoutError:
+                    if not await kc.is_alive():
+                        failure = ErrorInfo("WorkerExit", "the kernel died before the run finished")
+                        break
+        except asyncio.CancelledError:
+            if run.started and not run.done.is_set():
+                self._interrupt()
+            raise
+        finally:
+            self._runs.pop(msg_id, None)
+        return run.result(self._registry, failure)
+
+    def interrupt(self) -> int:
+        """Interrupt the kernel's running cell (``interrupt_request`` on control).
+
+        Returns how many of this gateway's runs were live.
+        """
+        if self._runs:
+            self._interrupt()
+        return len(self._runs)
+
+    def _interrupt(self) -> None:
+        kc = self.kernel_client
+        kc.control_channel.send(kc.session.msg("interrupt_request", {}))
+
+    # -- the client's channels -----------------------------------------------------------------
+
+    def _send_shell(self, msg_type: str, content: dict[str, Any]) -> None:
+        kc = self.kernel_client
+        kc.shell_channel.send(kc.session.msg(msg_type, content))
+
+    async def _pump_iopub(self) -> None:
+        kc = self.kernel_client
+        while True:
+            msg = await kc.get_iopub_msg()
+            try:
+                self._on_iopub(msg)
+            except Exception:
+                log.exception("error handling a %s message", msg.get("msg_type"))
+
+    async def _pump_shell(self) -> None:
+        kc = self.kernel_client
+        while True:
+            msg = await kc.get_shell_msg()
+            run = self._runs.get((msg.get("parent_header") or {}).get("msg_id", ""))
+            if run is not None and msg.get("msg_type") == "execute_reply":
+                run.on_reply(msg)
+
+    def _on_iopub(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("msg_type")
+        content = msg.get("content") or {}
+        if kind in ("comm_msg", "comm_close") and content.get("comm_id") == self.comm_id:
+            self._on_comm(kind, content.get("data") or {})
+            return
+        run = self._runs.get((msg.get("parent_header") or {}).get("msg_id", ""))
+        if run is not None:
+            run.on_iopub(msg)
+
+    def _on_comm(self, kind: str, data: dict[str, Any]) -> None:
+        ready = self._ready
+        if kind == "comm_close":
+            error = RuntimeError(
+                "the kernel refused the bindings: " + str(data.get("error") or "comm closed")
+            )
+            if ready is not None and not ready.done():
+                ready.set_exception(error)
+                ready.exception()
+            for task in self._answers.values():
+                task.cancel()
+            return
+        method = data.get("method")
+        if method == "ready":
+            self.kernel_bindings = dict(data.get("namespaces") or {})
+            if ready is not None and not ready.done():
+                ready.set_result(data)
+        elif method == "call":
+            call_id = str(data.get("call_id"))
+            task = asyncio.create_task(self._answer(call_id, data))
+            self._answers[call_id] = task
+            task.add_done_callback(lambda _t: self._answers.pop(call_id, None))
+        elif method == "cancel":
+            answering = self._answers.get(str(data.get("call_id")))
+            if answering is not None:
+                answering.cancel()
+
+    async def _answer(self, call_id: str, data: dict[str, Any]) -> None:
+        namespace = str(data.get("namespace"))
+        name = str(data.get("name"))
+        binding = self._registry.lookup(namespace, name)
+        args = data.get("args") or []
+        kwargs = data.get("kwargs") or {}
+        try:
+            if binding is None:
+                raise LookupError(f"there is no binding {namespace}.{name} on the client")
+            if not isinstance(args, list) or not isinstance(kwargs, dict):
+                raise TypeError("a call needs a list of args and a dict of kwargs")
+            binding.check_arguments(args, kwargs)
+            value = binding.fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+            try:
+                check_json(value, f"{binding.label}() result")
+            except NotJSONError as exc:
+                raise TypeError(f"the binding returned a value that is not JSON: {exc}") from None
+        except asyncio.CancelledError:
+            return  # the kernel no longer waits for this answer
+        except Exception as exc:
+            reply = call_reply_data(call_id, False, ename=type(exc).__name__, evalue=str(exc))
+        else:
+            reply = call_reply_data(call_id, True, value)
+        if not self._closed:
+            self._send_shell("comm_msg", {"comm_id": self.comm_id, "data": reply})
+
+    def __repr__(self) -> str:
+        names = {ns: sorted(t) for ns, t in self._registry.namespaces.items()}
+        state = "closed" if self._closed else "open"
+        return f"<RemoteGateway {state} comm={self.comm_id} namespaces={names}>"

@@ -1,0 +1,78 @@
+"""The kernelspec: what ``kernel.json`` says, and installing it with jupyter_client."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+from typing import Any
+
+__all__ = ["DEFAULT_NAME", "DEFAULT_DISPLAY_NAME", "kernel_json", "install_kernel_spec"]
+
+DEFAULT_NAME = "kernelgate"
+DEFAULT_DISPLAY_NAME = "kernelgate (Python)"
+_NAME = re.compile(r"^[a-z0-9._-]+$", re.IGNORECASE)
+
+
+def kernel_json(
+    *,
+    bindings: str | None = None,
+    display_name: str = DEFAULT_DISPLAY_NAME,
+    timeout: float | None = None,
+    interrupt_mode: str = "signal",
+    python: str | None = None,
+) -> dict[str, Any]:
+    """The ``kernel.json`` of a kernelgate kernel with ``bindings`` (``module:attr``)."""
+    if interrupt_mode not in ("signal", "message"):
+        raise ValueError(f"interrupt_mode must be 'signal' or 'message', got {interrupt_mode!r}")
+    argv = [python or sys.executable, "-m", "kernelgate.gateway.kernel", "-f", "{connection_file}"]
+    if bindings:
+        argv += ["--bindings", bindings]
+    if timeout is not None:
+        argv += ["--timeout", repr(float(timeout))]
+    return {
+        "argv": argv,
+        "display_name": display_name,
+        "language": "python",
+        "interrupt_mode": interrupt_mode,
+        "env": {},
+        "metadata": {"debugger": False, "kernelgate": {"bindings": bindings}},
+    }
+
+
+def install_kernel_spec(
+    name: str = DEFAULT_NAME,
+    *,
+    display_name: str | None = None,
+    bindings: str | None = None,
+    timeout: float | None = None,
+    interrupt_mode: str = "signal",
+    user: bool = False,
+    prefix: str | None = None,
+    python: str | None = None,
+) -> str:
+    """Install the kernelspec ``name``; return the directory it was installed to.
+
+    Where: ``user=True`` for the user's Jupyter data dir, ``prefix`` for
+    ``PREFIX/share/jupyter/kernels`` (``sys.prefix`` for the current environment), neither
+    for the system-wide directory -- as ``jupyter kernelspec install``.
+    """
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if not _NAME.match(name):
+        raise ValueError(
+            f"kernel name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'"
+        )
+    spec = kernel_json(
+        bindings=bindings,
+        display_name=display_name or DEFAULT_DISPLAY_NAME,
+        timeout=timeout,
+        interrupt_mode=interrupt_mode,
+        python=python,
+    )
+    with tempfile.TemporaryDirectory(prefix="kernelgate-spec-") as tmp:
+        with open(os.path.join(tmp, "kernel.json"), "w", encoding="utf-8") as f:
+            json.dump(spec, f, indent=1)
+        return KernelSpecManager().install_kernel_spec(tmp, name, user=user, prefix=prefix)

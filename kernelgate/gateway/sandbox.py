@@ -1,0 +1,210 @@
+"""The host side of the sandbox: which levels this machine allows, and per-run pids cgroups."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelgate.kernels.python import package_root
+
+from .limits import Limits
+
+__all__ = [
+    "LEVELS",
+    "SandboxSupport",
+    "SandboxPlan",
+    "probe_support",
+    "plan_sandbox",
+    "PidsCgroup",
+]
+
+#: Isolation levels, weakest first.
+LEVELS = ("process", "namespaces", "namespaces+landlock")
+
+_PROBE = (
+    "import sys, json; sys.path.insert(0, sys.argv[1]);"
+    "from kernelgate.kernels.python.sandbox import probe; print(json.dumps(probe()))"
+)
+_cache: dict[str, SandboxSupport] = {}
+_cache_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class SandboxSupport:
+    """What the machine allows, as probed with the child interpreter."""
+
+    namespaces: bool
+    landlock_abi: int
+    pids_cgroup: str | None
+    why_not_namespaces: str = ""
+
+    @property
+    def strongest(self) -> str:
+        if self.namespaces and self.landlock_abi >= 1:
+            return "namespaces+landlock"
+        if self.namespaces:
+            return "namespaces"
+        return "process"
+
+    def missing(self, level: str) -> str:
+        """Why ``level`` is not available here ("" when it is)."""
+        reasons = []
+        if level in ("namespaces", "namespaces+landlock") and not self.namespaces:
+            reasons.append(
+                "unprivileged user namespaces are not allowed here "
+                f"({self.why_not_namespaces or 'unshare failed'})"
+            )
+        if level == "namespaces+landlock" and self.landlock_abi < 1:
+            reasons.append("the kernel has no landlock (Linux 5.13+ with landlock enabled)")
+        return "; ".join(reasons)
+
+
+def probe_support(python: str) -> SandboxSupport:
+    """Probe once per interpreter (cached): user namespaces, landlock, a writable pids cgroup."""
+    with _cache_lock:
+        if python in _cache:
+            return _cache[python]
+    try:
+        out = subprocess.run(
+            [python, "-I", "-c", _PROBE, package_root()],
+            capture_output=True,
+            timeout=30,
+            env={"PATH": "/usr/bin:/bin"},
+            check=False,
+        )
+        found: dict[str, Any] = json.loads(out.stdout or b"{}")
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        found = {}
+    support = SandboxSupport(
+        namespaces=bool(found.get("namespaces")),
+        landlock_abi=int(found.get("landlock_abi") or 0),
+        pids_cgroup=PidsCgroup.find_root(),
+        why_not_namespaces=str(found.get("why") or ""),
+    )
+    with _cache_lock:
+        _cache[python] = support
+    return support
+
+
+@dataclass(frozen=True)
+class SandboxPlan:
+    """How one run is isolated: the level, and the options the child applies."""
+
+    level: str
+    rlimits: dict[str, list[int]]
+    read_paths: tuple[str, ...] = ()
+    write_paths: tuple[str, ...] = ()
+    pids_cgroup: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def child_options(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "rlimits": self.rlimits,
+            "read_paths": list(self.read_paths),
+            "write_paths": list(self.write_paths),
+        }
+
+
+def plan_sandbox(
+    level: str, limits: Limits, support: SandboxSupport, read_paths: tuple[str, ...] = ()
+) -> SandboxPlan:
+    """Turn a level and limits into what the host and the child do for one run."""
+    rlimits: dict[str, list[int]] = {
+        "RLIMIT_CPU": [math.ceil(limits.cpu_seconds), math.ceil(limits.cpu_seconds) + 1],
+        "RLIMIT_AS": [limits.memory_bytes, limits.memory_bytes],
+        "RLIMIT_FSIZE": [limits.max_file_bytes, limits.max_file_bytes],
+        "RLIMIT_NOFILE": [limits.max_open_files, limits.max_open_files],
+        "RLIMIT_CORE": [0, 0],
+    }
+    notes = []
+    cgroup = support.pids_cgroup
+    if cgroup is None:
+        if level != "process":
+            # In a fresh user namespace RLIMIT_NPROC counts only this run's processes.
+            rlimits["RLIMIT_NPROC"] = [limits.max_processes + 1, limits.max_processes + 1]
+        else:
+            notes.append(
+                "max_processes is not enforced: no writable pids cgroup and no user namespace "
+                "(RLIMIT_NPROC would count every process of this uid)"
+            )
+    return SandboxPlan(level, rlimits, read_paths, (), cgroup, tuple(notes))
+
+
+class PidsCgroup:
+    """A per-run pids cgroup (v1 or v2) capping how many processes a run may have."""
+
+    def __init__(self, root: str, run_id: str, max_pids: int) -> None:
+        self.path = os.path.join(root, f"kernelgate-{run_id}")
+        os.mkdir(self.path)
+        try:
+            with open(os.path.join(self.path, "pids.max"), "w") as f:
+                f.write(str(max_pids))
+        except OSError:
+            os.rmdir(self.path)
+            raise
+
+    def attach(self, pid: int) -> None:
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+
+    def pids(self) -> list[int]:
+        try:
+            with open(os.path.join(self.path, "cgroup.procs")) as f:
+                return [int(line) for line in f.read().split()]
+        except OSError:
+            return []
+
+    def remove(self) -> None:
+        try:
+            os.rmdir(self.path)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT,):
+                # Busy means a process is still inside: the caller killed the group, so it
+                # is on its way out; a leftover empty cgroup is harmless and reported.
+                raise
+
+    @staticmethod
+    def find_root() -> str | None:
+        """A pids cgroup directory we may create children in, or None."""
+        try:
+            with open("/proc/self/cgroup") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return None
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if "pids" in controllers.split(","):
+                root = os.path.join("/sys/fs/cgroup/pids", path.lstrip("/"))
+                if _usable(root):
+                    return root
+        for line in lines:
+            if line.startswith("0::"):
+                base = os.path.join("/sys/fs/cgroup", line[3:].lstrip("/"))
+                try:
+                    with open(os.path.join(base, "cgroup.subtree_control")) as f:
+                        if "pids" in f.read().split() and _usable(base):
+                            return base
+                except OSError:
+                    pass
+        return None
+
+
+def _usable(root: str) -> bool:
+    if not os.path.isdir(root) or not os.access(root, os.W_OK):
+        return False
+    probe = os.path.join(root, f"kernelgate-probe-{os.getpid()}")
+    try:
+        os.mkdir(probe)
+    except OSError:
+        return False
+    try:
+        return os.path.exists(os.path.join(probe, "pids.max"))
+    finally:
+        os.rmdir(probe)

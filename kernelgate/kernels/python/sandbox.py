@@ -1,0 +1,440 @@
+"""The child's sandbox: resource limits, namespaces, landlock. Stdlib only (ctypes).
+
+Applied in the child after it has its program and before the program runs:
+
+``process``
+    rlimits, no core files, capabilities dropped (the host already gave it a process group,
+    an empty environment and a temporary cwd).
+``namespaces``
+    plus new user, network, pid and mount namespaces: no network interfaces but a down
+    loopback, a private ``/tmp``, ``/proc`` of the new pid namespace. The process the host
+    started stays outside the pid namespace and mirrors the exit of the program; a small
+    init (pid 1) reaps everything and takes the whole tree down when the program ends.
+    The program itself is pid 2, so signals behave as they do outside.
+``namespaces+landlock``
+    plus a landlock ruleset: writes only in the run directory and the private ``/tmp``,
+    reads only where the interpreter and the configured paths are, no TCP bind/connect.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import sys
+from typing import Any
+
+__all__ = ["LEVELS", "probe", "apply_rlimits", "enter"]
+
+LEVELS = ("process", "namespaces", "namespaces+landlock")
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+SYS_capset = {"x86_64": 126, "aarch64": 91}
+SYS_landlock_create_ruleset = 444
+SYS_landlock_add_rule = 445
+SYS_landlock_restrict_self = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH = 1
+
+_libc: Any = None
+
+
+def _lib() -> Any:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def landlock_abi() -> int:
+    """The kernel's landlock ABI version, 0 when landlock is unavailable."""
+    try:
+        r = _lib().syscall(
+            SYS_landlock_create_ruleset,
+            None,
+            ctypes.c_size_t(0),
+            ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION),
+        )
+    except (OSError, AttributeError):
+        return 0
+    return max(int(r), 0)
+
+
+def probe() -> dict[str, Any]:
+    """What this machine allows, found by trying it in a throwaway process."""
+    found: dict[str, Any] = {"namespaces": False, "landlock_abi": landlock_abi(), "why": ""}
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the forked probe
+        os.close(r)
+        code = 0
+        uid, gid = os.geteuid(), os.getegid()  # before unshare: inside, they read as unmapped
+        try:
+            _check(
+                _lib().unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID),
+                "unshare",
+            )
+            _map_ids(uid, gid)
+        except OSError as exc:
+            os.write(w, str(exc).encode()[:500])
+            code = 1
+        os._exit(code)
+    os.close(w)
+    why = b""
+    while True:
+        chunk = os.read(r, 4096)
+        if not chunk:
+            break
+        why += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    found["namespaces"] = os.waitstatus_to_exitcode(status) == 0
+    found["why"] = why.decode(errors="replace")
+    return found
+
+
+# -- rlimits ------------------------------------------------------------------------------
+
+
+def apply_rlimits(limits: dict[str, list[int]]) -> None:
+    """Set each ``RLIMIT_*`` to ``[soft, hard]``, never above what is already in force."""
+    for name, (soft, hard) in limits.items():
+        which = getattr(resource, name)
+        cur_soft, cur_hard = resource.getrlimit(which)
+        if cur_hard != resource.RLIM_INFINITY:
+            hard = min(hard, cur_hard)
+        if cur_soft != resource.RLIM_INFINITY and cur_soft < soft:
+            soft = cur_soft  # a tighter inherited limit stays in force
+        soft = min(soft, hard)
+        resource.setrlimit(which, (soft, hard))
+
+
+# -- namespaces ---------------------------------------------------------------------------
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _map_ids(uid: int, gid: int) -> None:
+    # Root inside maps to whoever we are outside: the namespace grants nothing new on the
+    # host, and capabilities are dropped before the program runs.
+    try:
+        _write("/proc/self/setgroups", "deny")
+    except FileNotFoundError:
+        pass
+    _write("/proc/self/uid_map", f"0 {uid} 1")
+    _write("/proc/self/gid_map", f"0 {gid} 1")
+
+
+def _mount(
+    source: str, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
+    _check(
+        _lib().mount(
+            source.encode(),
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
+
+
+SYS_open_tree, SYS_move_mount = 428, 429
+_AT_FDCWD = -100
+
+
+def _open_tree(path: str) -> int:
+    open_tree_clone, at_recursive = 1, 0x8000
+    return _check(
+        _lib().syscall(SYS_open_tree, _AT_FDCWD, path.encode(), open_tree_clone | at_recursive),
+        f"open_tree {path}",
+    )
+
+
+def _move_mount(tree: int, target: str) -> None:
+    move_mount_f_empty_path = 4
+    _check(
+        _lib().syscall(SYS_move_mount, tree, b"", _AT_FDCWD, target.encode(),
+                       move_mount_f_empty_path),
+        f"move_mount {target}",
+    )
+
+
+def _enter_namespaces(run_dir: str) -> None:
+    """Called in the process the host started; returns in the program's process (pid 2)."""
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_lib().unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
+    _map_ids(uid, gid)
+    _mount("none", "/", None, MS_REC | MS_PRIVATE)
+    under_tmp = run_dir == "/tmp" or run_dir.startswith("/tmp/")
+    # The run directory may sit under /tmp, which is about to be replaced: take a detached
+    # copy of its mount tree first and attach it again inside the private /tmp.
+    tree = _open_tree(run_dir) if under_tmp else -1
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
+    if under_tmp:
+        os.makedirs(run_dir, exist_ok=True)
+        _move_mount(tree, run_dir)
+        os.close(tree)
+    os.chdir(run_dir)
+    status_r, status_w = os.pipe()
+    init = os.fork()
+    if init:
+        _mirror(init, status_r, status_w)  # never returns
+    os.close(status_r)
+    # pid 1 of the new namespace: reap everything, end with the program.
+    # If the host's child dies (the host's SIGKILL), the namespace goes with it. (Our ppid
+    # reads 0 here: the parent is outside this pid namespace.)
+    _lib().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    try:
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:
+        pass  # /proc keeps the outer view; not a reason to refuse the run
+    program = os.fork()
+    if program:
+        _init(program, status_w)  # never returns
+    os.close(status_w)
+
+
+def _mirror(init: int, status_r: int, status_w: int) -> None:
+    """The host's child: wait for the namespace's init and exit the way the program did."""
+    os.close(status_w)
+    for fd in (0, 1, 2, 3):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    # Stopping is the host's job (SIGKILL after SIGTERM); we must outlive the program's
+    # SIGTERM handling to report how it ended.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            os.waitpid(init, 0)
+            break
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+    data = b""
+    while True:
+        chunk = os.read(status_r, 64)
+        if not chunk:
+            break
+        data += chunk
+    _exit_like(int(data) if data.strip().lstrip(b"-").isdigit() else 1 << 8)
+
+
+def _exit_like(status: int) -> None:
+    code = os.waitstatus_to_exitcode(status) if status >= 0 else 1
+    if code < 0:
+        sig = -code
+        signal.signal(sig, signal.SIG_DFL)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(code)
+
+
+def _init(program: int, status_w: int) -> None:
+    for fd in (0, 1, 2, 3):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    program_status = 1 << 8
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid == program:
+            program_status = status
+            break
+    os.write(status_w, str(program_status).encode())
+    os._exit(0)  # as pid 1 exits, the kernel kills everything left in the namespace
+
+
+# -- capabilities and landlock -------------------------------------------------------------
+
+
+def _drop_capabilities() -> None:
+    libc = _lib()
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0:
+            break  # past the last capability this kernel knows
+    nr = SYS_capset.get(os.uname().machine)
+    if nr is None:
+        return
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [
+            ("effective", ctypes.c_uint32),
+            ("permitted", ctypes.c_uint32),
+            ("inheritable", ctypes.c_uint32),
+        ]
+
+    header = Header(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (Data * 2)()
+    _check(libc.syscall(nr, ctypes.byref(header), ctypes.byref(data)), "capset")
+
+
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1, 2, 4, 8
+_FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 14, 1 << 15
+_READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
+_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+
+
+def _handled_fs(abi: int) -> int:
+    handled = (1 << 13) - 1
+    if abi >= 2:
+        handled |= 1 << 13  # REFER
+    if abi >= 3:
+        handled |= _FS_TRUNCATE
+    if abi >= 5:
+        handled |= _FS_IOCTL_DEV
+    return handled
+
+
+def _landlock(read_paths: list[str], write_paths: list[str]) -> None:
+    abi = landlock_abi()
+    if abi < 1:
+        raise OSError("landlock is not available in this kernel")
+    libc = _lib()
+    handled = _handled_fs(abi)
+
+    class Attr(ctypes.Structure):
+        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64)]
+
+    class Beneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
+
+    attr = Attr(handled, 3 if abi >= 4 else 0)  # TCP bind and connect: none allowed
+    size = ctypes.sizeof(Attr) if abi >= 4 else 8
+    ruleset = _check(
+        libc.syscall(
+            SYS_landlock_create_ruleset,
+            ctypes.byref(attr),
+            ctypes.c_size_t(size),
+            ctypes.c_uint32(0),
+        ),
+        "landlock_create_ruleset",
+    )
+    try:
+        for paths, rights in ((read_paths, _READ), (write_paths, handled)):
+            for path in paths:
+                try:
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue  # a configured path that does not exist grants nothing
+                try:
+                    allowed = rights & handled
+                    if not os.path.isdir(path):
+                        allowed &= _FILE_RIGHTS
+                    rule = Beneath(allowed, fd)
+                    _check(
+                        libc.syscall(
+                            SYS_landlock_add_rule,
+                            ctypes.c_int(ruleset),
+                            ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
+                            ctypes.byref(rule),
+                            ctypes.c_uint32(0),
+                        ),
+                        f"landlock_add_rule {path}",
+                    )
+                finally:
+                    os.close(fd)
+        _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        _check(
+            libc.syscall(SYS_landlock_restrict_self, ctypes.c_int(ruleset), ctypes.c_uint32(0)),
+            "landlock_restrict_self",
+        )
+    finally:
+        os.close(ruleset)
+
+
+def interpreter_paths() -> list[str]:
+    """Where this interpreter reads from: its prefixes, its sys.path, system libraries."""
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+    }
+    paths.update(p for p in sys.path if p)
+    paths.update(
+        os.path.dirname(os.path.dirname(os.path.abspath(m.__file__)))
+        for m in [sys.modules.get("kernelgate")]
+        if m is not None and m.__file__
+    )
+    paths.update(
+        [
+            "/usr/lib",
+            "/usr/lib64",
+            "/lib",
+            "/lib64",
+            "/usr/local/lib",
+            "/usr/share/zoneinfo",
+            "/etc/ld.so.cache",
+            "/etc/localtime",
+            "/dev/null",
+            "/dev/zero",
+            "/dev/urandom",
+            "/dev/random",
+            "/proc",
+            "/usr/bin",
+            "/bin",
+            "/usr/local/bin",
+        ]
+    )
+    return sorted(paths)
+
+
+def enter(options: dict[str, Any]) -> None:
+    """Apply the sandbox ``options["sandbox"]`` asks for; returns in the program's process."""
+    sandbox = options.get("sandbox") or {}
+    level = sandbox.get("level", "process")
+    run_dir = options.get("cwd") or os.getcwd()
+    if level in ("namespaces", "namespaces+landlock"):
+        _enter_namespaces(run_dir)
+    elif run_dir:
+        os.chdir(run_dir)
+    rlimits = dict(sandbox.get("rlimits") or {})
+    rlimits.setdefault("RLIMIT_CORE", [0, 0])
+    apply_rlimits(rlimits)
+    if level == "namespaces+landlock":
+        _landlock(
+            interpreter_paths() + list(sandbox.get("read_paths") or []),
+            [run_dir, "/tmp", "/dev/null"] + list(sandbox.get("write_paths") or []),
+        )
+    if os.geteuid() == 0 or level != "process":
+        _drop_capabilities()
