@@ -11,7 +11,11 @@ Stream(name='stdout', text='1\\n')
 Everything received is validated and rebuilt field by field from what the role expects:
 unknown message types, malformed fields, forged or repeated call ids and oversized frames
 raise :class:`RemoteProtocolError` with a message saying what was wrong. After a violation
-the connection is dead: every later call raises the same error.
+the connection is dead: every later ``receive_data``/``next_event`` raises the same error.
+
+Sending changes state only once the frame is encoded: an event that cannot be encoded
+raises :class:`LocalProtocolError` and leaves call ids, the outstanding calls and the
+finished flag as they were.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ _MAX_SHOWN = 80
 def _show(value: Any) -> str:
     try:
         text = repr(value)
-    except Exception:  # pragma: no cover - values here come from json.loads
+    except Exception:  # e.g. RecursionError for a deeply nested value
         text = "<unrepresentable>"
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
 
@@ -70,7 +74,7 @@ class _Fields:
         if type(d) is not dict:
             raise RemoteProtocolError(f"{where} must be a JSON object, got {_show(d)}")
         self.where = where
-        self.d = d
+        self.d: dict[str, Any] = d
 
     def _get(self, key: str) -> Any:
         try:
@@ -78,38 +82,39 @@ class _Fields:
         except KeyError:
             raise RemoteProtocolError(f"{self.where} has no field {key!r}") from None
 
-    def str(self, key: str) -> str:
+    def _bad(self, key: str, what: str, v: Any) -> RemoteProtocolError:
+        return RemoteProtocolError(f"{self.where}[{key!r}] must be {what}, got {_show(v)}")
+
+    def text(self, key: str) -> str:
         v = self._get(key)
         if type(v) is not str:
-            raise RemoteProtocolError(f"{self.where}[{key!r}] must be a string, got {_show(v)}")
+            raise self._bad(key, "a string", v)
         return v
 
-    def int(self, key: str) -> int:
+    def integer(self, key: str) -> int:
         v = self._get(key)
         if type(v) is not int:
-            raise RemoteProtocolError(
-                f"{self.where}[{key!r}] must be an integer, got {_show(v)}"
-            )
+            raise self._bad(key, "an integer", v)
         return v
 
-    def bool(self, key: str) -> bool:
+    def boolean(self, key: str) -> bool:
         v = self._get(key)
         if type(v) is not bool:
-            raise RemoteProtocolError(f"{self.where}[{key!r}] must be true or false, got {_show(v)}")
+            raise self._bad(key, "true or false", v)
         return v
 
-    def dict(self, key: str, default: Any = ...) -> dict[str, Any]:
-        if default is not ... and key not in self.d:
-            return default  # type: ignore[no-any-return]
+    def obj(self, key: str, default: dict[str, Any] | None = None) -> dict[str, Any]:
+        if default is not None and key not in self.d:
+            return default
         v = self._get(key)
         if type(v) is not dict:
-            raise RemoteProtocolError(f"{self.where}[{key!r}] must be an object, got {_show(v)}")
+            raise self._bad(key, "an object", v)
         return v
 
-    def list(self, key: str) -> list[Any]:
+    def array(self, key: str) -> list[Any]:
         v = self._get(key)
         if type(v) is not list:
-            raise RemoteProtocolError(f"{self.where}[{key!r}] must be a list, got {_show(v)}")
+            raise self._bad(key, "a list", v)
         return v
 
     def sub(self, key: str) -> _Fields:
@@ -155,7 +160,7 @@ class Connection:
         # exact next id, so forged and repeated ids are refused without per-id state.
         self._next_call_id = 0
         self._outstanding: set[int] = set()
-        self.finished = False  # the child sent execute_reply
+        self.finished = False  # the child sent (child) or we received (host) execute_reply
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -170,26 +175,30 @@ class Connection:
         return len(self._outstanding)
 
     def send(self, event: Event) -> bytes:
-        """Encode ``event`` as one frame. Raises LocalProtocolError if we may not send it."""
+        """Encode ``event`` as one frame. Raises LocalProtocolError if we may not send it.
+
+        Values are serialized as they are: check them with
+        :func:`~kernelgate.wire.values.check_json` first.
+        """
         msg = self._build(event)
+        name = type(event).__name__
         try:
-            text = dumps(msg)
-        except (TypeError, ValueError) as exc:
-            raise LocalProtocolError(f"cannot encode {type(event).__name__}: {exc}") from exc
-        try:
-            return (text + "\n").encode("utf-8")
+            data = (dumps(msg) + "\n").encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise LocalProtocolError(
-                f"cannot encode {type(event).__name__}: text holds a lone surrogate"
-            ) from exc
+            raise LocalProtocolError(f"cannot encode {name}: text holds a lone surrogate") from exc
+        except (TypeError, ValueError) as exc:
+            raise LocalProtocolError(f"cannot encode {name}: {exc}") from exc
+        except RecursionError as exc:
+            raise LocalProtocolError(f"cannot encode {name}: nested too deeply") from exc
+        self._commit(event, msg)
+        return data
 
     def _build(self, event: Event) -> dict[str, Any]:
+        """The message for ``event``; checks that we may send it but changes no state."""
         f = self._factory
         parent = self._request_header
-        host = self.our_role == HOST
-        if host:
+        if self.our_role == HOST:
             if type(event) is OpenBindings:
-                self._comm_id = event.comm_id
                 return f.message(
                     "comm_open",
                     {
@@ -199,17 +208,14 @@ class Connection:
                     },
                 )
             if type(event) is ExecuteRequest:
-                msg = f.message(
+                return f.message(
                     "execute_request",
                     execute_request_content(event.code),
                     metadata={"kernelgate": event.options},
                 )
-                self._request_header = msg["header"]
-                return msg
             if type(event) is CallReply:
                 if event.call_id not in self._outstanding:
                     raise LocalProtocolError(f"no call {event.call_id} is waiting for a reply")
-                self._outstanding.discard(event.call_id)
                 data: dict[str, Any] = {"method": "reply", "id": event.call_id, "ok": event.ok}
                 if event.ok:
                     data["value"] = event.value
@@ -227,8 +233,6 @@ class Connection:
                     raise LocalProtocolError(
                         f"call id must be {self._next_call_id}, got {event.call_id}"
                     )
-                self._next_call_id += 1
-                self._outstanding.add(event.call_id)
                 data = {
                     "method": "call",
                     "id": event.call_id,
@@ -253,7 +257,6 @@ class Connection:
                     "error", error_content(event.ename, event.evalue, event.traceback), parent
                 )
             if type(event) is ExecuteReply:
-                self.finished = True
                 return f.message(
                     "execute_reply",
                     execute_reply_content(
@@ -267,6 +270,20 @@ class Connection:
                     metadata={"kernelgate": {"status": event.run_status}},
                 )
         raise LocalProtocolError(f"the {self.our_role} does not send {type(event).__name__}")
+
+    def _commit(self, event: Event, msg: dict[str, Any]) -> None:
+        """Record that ``event`` was encoded as ``msg`` and will be written."""
+        if type(event) is OpenBindings:
+            self._comm_id = event.comm_id
+        elif type(event) is ExecuteRequest:
+            self._request_header = msg["header"]
+        elif type(event) is CallReply:
+            self._outstanding.discard(event.call_id)
+        elif type(event) is CallRequest:
+            self._next_call_id += 1
+            self._outstanding.add(event.call_id)
+        elif type(event) is ExecuteReply:
+            self.finished = True
 
     # -- receiving -------------------------------------------------------------------------
 
@@ -301,20 +318,19 @@ class Connection:
     def _parse(self, frame: bytes) -> Event:
         try:
             raw = loads(frame)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except ValueError as exc:  # includes UnicodeDecodeError and JSONDecodeError
             raise RemoteProtocolError(
-                f"frame is not valid JSON ({exc}); starts with {_show(frame[:40])}"
+                f"frame is not valid UTF-8 JSON ({exc}); starts with {_show(frame[:40])}"
             ) from None
         except RecursionError:
             raise RemoteProtocolError("frame is JSON nested too deeply to parse") from None
         msg = _Fields("message", raw)
         header = msg.sub("header")
-        msg_type = header.str("msg_type")
-        msg.dict("parent_header")
-        metadata = msg.dict("metadata")
+        msg_type = header.text("msg_type")
+        msg.obj("parent_header")
+        metadata = msg.obj("metadata")
         content = msg.sub("content")
-        where = f"{msg_type} content"
-        content.where = where
+        content.where = f"{msg_type} content"
         if self.our_role == HOST:
             return self._parse_from_child(msg_type, content, metadata)
         return self._parse_from_host(msg_type, header, content, metadata)
@@ -323,73 +339,54 @@ class Connection:
         if self.finished:
             raise RemoteProtocolError(f"{msg_type} message received after execute_reply")
         if msg_type == "stream":
-            name = c.str("name")
+            name = c.text("name")
             if name not in ("stdout", "stderr"):
                 raise RemoteProtocolError(
                     f"stream name must be 'stdout' or 'stderr', got {_show(name)}"
                 )
-            return Stream(name, c.str("text"))
+            return Stream(name, c.text("text"))
         if msg_type == "comm_msg":
-            comm_id = c.str("comm_id")
+            comm_id = c.text("comm_id")
             if comm_id != self._comm_id:
                 raise RemoteProtocolError(
                     f"comm_msg on unknown comm {_show(comm_id)}; bindings use {self._comm_id!r}"
                 )
             d = c.sub("data")
-            method = d.str("method")
+            method = d.text("method")
             if method != "call":
-                raise RemoteProtocolError(f"the child may only send method 'call', got {_show(method)}")
-            call_id = d.int("id")
+                raise RemoteProtocolError(
+                    f"the child may only send method 'call', got {_show(method)}"
+                )
+            call_id = d.integer("id")
             if call_id != self._next_call_id:
                 raise RemoteProtocolError(
                     f"call id {call_id} is out of sequence: expected {self._next_call_id} "
                     "(ids are consecutive from 0; forged or repeated ids are refused)"
                 )
-            kwargs = d.dict("kwargs")
-            event = CallRequest(call_id, d.str("namespace"), d.str("name"), d.list("args"), kwargs)
+            event = CallRequest(
+                call_id, d.text("namespace"), d.text("name"), d.array("args"), d.obj("kwargs")
+            )
             self._next_call_id += 1
             self._outstanding.add(call_id)
             return event
         if msg_type == "display_data":
-            return DisplayData(_mime_bundle(f"{msg_type} data", c.dict("data")), c.dict("metadata", {}))
+            return DisplayData(
+                _mime_bundle(f"{msg_type} data", c.obj("data")), c.obj("metadata", {})
+            )
         if msg_type == "execute_result":
             return ExecuteResult(
-                _mime_bundle(f"{msg_type} data", c.dict("data")),
-                c.dict("metadata", {}),
-                c.int("execution_count"),
+                _mime_bundle(f"{msg_type} data", c.obj("data")),
+                c.obj("metadata", {}),
+                c.integer("execution_count"),
             )
         if msg_type == "error":
             return ErrorOutput(
-                c.str("ename"), c.str("evalue"), _str_list(f"{msg_type} traceback", c.list("traceback"))
+                c.text("ename"),
+                c.text("evalue"),
+                _str_list(f"{msg_type} traceback", c.array("traceback")),
             )
         if msg_type == "execute_reply":
-            status = c.str("status")
-            kg = _Fields("execute_reply metadata['kernelgate']", metadata.get("kernelgate", {}))
-            run_status = kg.str("status") if "status" in kg.d else ("ok" if status == "ok" else "exception")
-            if status == "ok":
-                if run_status != "ok":
-                    raise RemoteProtocolError(
-                        f"execute_reply status 'ok' with kernelgate status {_show(run_status)}"
-                    )
-                reply = ExecuteReply("ok", "ok", c.int("execution_count"))
-            elif status == "error":
-                if run_status not in CHILD_RUN_STATUSES or run_status == "ok":
-                    raise RemoteProtocolError(
-                        f"execute_reply kernelgate status must be one of "
-                        f"{sorted(CHILD_RUN_STATUSES - {'ok'})}, got {_show(run_status)}"
-                    )
-                reply = ExecuteReply(
-                    "error",
-                    run_status,
-                    c.int("execution_count"),
-                    c.str("ename"),
-                    c.str("evalue"),
-                    _str_list("execute_reply traceback", c.list("traceback")),
-                )
-            else:
-                raise RemoteProtocolError(
-                    f"execute_reply status must be 'ok' or 'error', got {_show(status)}"
-                )
+            reply = self._parse_execute_reply(c, metadata)
             self.finished = True
             return reply
         raise RemoteProtocolError(
@@ -397,24 +394,73 @@ class Connection:
             "display_data, execute_result, error, execute_reply and comm_msg"
         )
 
+    @staticmethod
+    def _parse_execute_reply(c: _Fields, metadata: dict[str, Any]) -> ExecuteReply:
+        status = c.text("status")
+        kg = _Fields("execute_reply metadata['kernelgate']", metadata.get("kernelgate", {}))
+        if "status" in kg.d:
+            run_status = kg.text("status")
+        else:
+            run_status = "ok" if status == "ok" else "exception"
+        if status == "ok":
+            if run_status != "ok":
+                raise RemoteProtocolError(
+                    f"execute_reply status 'ok' with kernelgate status {_show(run_status)}"
+                )
+            return ExecuteReply("ok", "ok", c.integer("execution_count"))
+        if status == "error":
+            if run_status not in CHILD_RUN_STATUSES or run_status == "ok":
+                raise RemoteProtocolError(
+                    f"execute_reply kernelgate status must be one of "
+                    f"{sorted(CHILD_RUN_STATUSES - {'ok'})}, got {_show(run_status)}"
+                )
+            return ExecuteReply(
+                "error",
+                run_status,
+                c.integer("execution_count"),
+                c.text("ename"),
+                c.text("evalue"),
+                _str_list("execute_reply traceback", c.array("traceback")),
+            )
+        raise RemoteProtocolError(
+            f"execute_reply status must be 'ok' or 'error', got {_show(status)}"
+        )
+
     def _parse_from_host(
         self, msg_type: str, header: _Fields, c: _Fields, metadata: dict[str, Any]
     ) -> Event:
         if msg_type == "comm_open":
-            if c.str("target_name") != BINDINGS_TARGET:
-                raise RemoteProtocolError(f"comm_open for unknown target {_show(c.d.get('target_name'))}")
-            self._comm_id = c.str("comm_id")
-            return OpenBindings(self._comm_id, c.sub("data").dict("namespaces"))
+            target = c.text("target_name")
+            if target != BINDINGS_TARGET:
+                raise RemoteProtocolError(f"comm_open for unknown target {_show(target)}")
+            comm_id = c.text("comm_id")
+            namespaces = c.sub("data").obj("namespaces")
+            self._comm_id = comm_id
+            return OpenBindings(comm_id, namespaces)
         if msg_type == "execute_request":
+            code = c.text("code")
+            options = _Fields("execute_request metadata", metadata).obj("kernelgate", {})
             self._request_header = header.d
-            return ExecuteRequest(c.str("code"), metadata.get("kernelgate") or {})
+            return ExecuteRequest(code, options)
         if msg_type == "comm_msg":
+            comm_id = c.text("comm_id")
+            if comm_id != self._comm_id:
+                raise RemoteProtocolError(
+                    f"comm_msg on unknown comm {_show(comm_id)}; bindings use {self._comm_id!r}"
+                )
             d = c.sub("data")
-            call_id = d.int("id")
+            method = d.text("method")
+            if method != "reply":
+                raise RemoteProtocolError(
+                    f"the host may only send method 'reply', got {_show(method)}"
+                )
+            call_id = d.integer("id")
             if call_id not in self._outstanding:
                 raise RemoteProtocolError(f"reply to call {call_id}, which is not waiting")
+            if d.boolean("ok"):
+                reply = CallReply(call_id, True, d._get("value"))
+            else:
+                reply = CallReply(call_id, False, None, d.text("ename"), d.text("evalue"))
             self._outstanding.discard(call_id)
-            if d.bool("ok"):
-                return CallReply(call_id, True, d.d.get("value"))
-            return CallReply(call_id, False, None, d.str("ename"), d.str("evalue"))
+            return reply
         raise RemoteProtocolError(f"unexpected message type {_show(msg_type)} from the host")

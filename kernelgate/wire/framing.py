@@ -1,9 +1,10 @@
 """Bytes <-> frames on fd 3: one UTF-8 JSON object per line, with a size ceiling.
 
 Sans-I/O: feed bytes with :meth:`FrameDecoder.receive_data`, take whole frames with
-:meth:`FrameDecoder.next_frame`. A frame longer than ``max_frame_bytes`` is refused as soon
-as the decoder has seen that many bytes without a newline: an unbounded newline-free flood is
-never joined into one buffer.
+:meth:`FrameDecoder.next_frame`. A frame longer than ``max_frame_bytes`` (newline not
+counted) is refused as soon as the decoder holds more than that many bytes after the last
+newline: an unbounded newline-free flood is never joined into one buffer, and the bytes held
+never exceed ``max_frame_bytes`` plus one chunk.
 """
 
 from __future__ import annotations
@@ -24,15 +25,21 @@ class FrameDecoder:
     b'{"a": 1}'
     >>> d.next_frame() is None
     True
+
+    After a violation (oversized frame, data after end of stream, end of stream inside a
+    frame) the decoder is dead: every later call raises the same
+    :class:`RemoteProtocolError`.
     """
 
-    __slots__ = ("_buf", "_closed", "_failed", "_max", "_scan_from")
+    __slots__ = ("_buf", "_closed", "_failed", "_max", "_tail")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if max_frame_bytes < 2:
             raise ValueError(f"max_frame_bytes must be at least 2, got {max_frame_bytes}")
         self._buf = bytearray()
-        self._scan_from = 0
+        # Offset in _buf just after its last newline: bytes before it are complete frames,
+        # bytes after it are the unterminated tail.
+        self._tail = 0
         self._max = max_frame_bytes
         self._closed = False
         self._failed: RemoteProtocolError | None = None
@@ -49,25 +56,30 @@ class FrameDecoder:
     def receive_data(self, data: bytes) -> None:
         """Add bytes from the peer. ``b""`` means end of stream."""
         if self._failed is not None:
-            return  # after a violation the stream is dead; nothing more is buffered
+            raise self._failed
         if not data:
             self._closed = True
             return
         if self._closed:
-            raise RemoteProtocolError("data received after end of stream")
+            self._fail("data received after end of stream")
+        start = len(self._buf)
         self._buf += data
-        # Refuse early when the unterminated tail already exceeds the ceiling: the check
-        # in next_frame would only run once a newline shows up.
-        if len(self._buf) > self._max and self._buf.find(b"\n", self._scan_from) < 0:
-            self._fail_oversized()
+        nl = data.rfind(b"\n")
+        if nl >= 0:
+            self._tail = start + nl + 1
+        # Refuse as soon as the unterminated tail passes the ceiling: the check in
+        # next_frame would only run once a newline shows up.
+        tail = len(self._buf) - self._tail
+        if tail > self._max:
+            self._fail(
+                f"frame over max_frame_bytes={self._max} bytes ({tail} bytes so far without "
+                "a newline); frames must be one JSON object per line"
+            )
 
-    def _fail_oversized(self) -> None:
-        self._failed = RemoteProtocolError(
-            f"frame over max_frame_bytes={self._max} bytes without a newline; "
-            "frames must be one JSON object per line"
-        )
-        self._buf.clear()
-        self._scan_from = 0
+    def _fail(self, message: str) -> None:
+        self._failed = RemoteProtocolError(message)
+        self._buf = bytearray()
+        self._tail = 0
         raise self._failed
 
     def next_frame(self) -> bytes | None:
@@ -79,22 +91,19 @@ class FrameDecoder:
         if self._failed is not None:
             raise self._failed
         buf = self._buf
-        nl = buf.find(b"\n", self._scan_from)
-        if nl < 0:
-            if len(buf) > self._max:
-                self._fail_oversized()
-            self._scan_from = len(buf)
+        if self._tail == 0:  # no newline held: no complete frame
             if self._closed and buf:
-                self._failed = RemoteProtocolError(
-                    f"stream ended inside a frame ({len(buf)} bytes without a newline)"
-                )
-                raise self._failed
+                self._fail(f"stream ended inside a frame ({len(buf)} bytes without a newline)")
             return None
+        nl = buf.find(b"\n", 0, self._tail)
         if nl > self._max:
-            self._fail_oversized()
+            self._fail(
+                f"frame of {nl} bytes is over max_frame_bytes={self._max}; "
+                "frames must be one JSON object per line"
+            )
         frame = bytes(buf[:nl])
         del buf[: nl + 1]
-        self._scan_from = 0
+        self._tail -= nl + 1
         return frame
 
     @property

@@ -8,13 +8,21 @@ message naming the type and where it sits, e.g. ``value['a'][2]: set is not JSON
 
 The walk uses an explicit stack (memory O(depth), no recursion), so a 10,000-deep list or a
 six-million-element list passes or fails cleanly. Sizes are metered as they will be
-serialized by :func:`dumps`, and metering stops as soon as a budget is exceeded.
+serialized by :func:`dumps`, and metering stops as soon as a budget is exceeded. Runs of
+scalars inside a list are checked and metered in bulk (C speed); anything the bulk pass is
+not sure about is redone element by element, so messages and sizes are the same either way.
+
+Note that :func:`check_json` has no depth limit but the wire has one: :func:`dumps` and
+:func:`loads` use the C ``json`` module, which refuses values nested deeper than about
+``sys.getrecursionlimit()`` levels.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 from typing import Any
 
 __all__ = ["NotJSONError", "ValueTooLargeError", "check_json", "dumps", "loads", "describe_path"]
@@ -40,7 +48,12 @@ class ValueTooLargeError(ValueError):
 
 
 def dumps(value: Any) -> str:
-    """Serialize a checked value compactly (UTF-8 text, no NaN)."""
+    """Serialize a checked value compactly (UTF-8 text, no NaN).
+
+    Raises ``ValueError`` for NaN and infinities, ``TypeError`` for other non-JSON types and
+    ``RecursionError`` for values nested too deeply for the C encoder. Call
+    :func:`check_json` first: ``dumps`` alone quietly turns ``{1: 2}`` into ``{"1": 2}``.
+    """
     return _dumps(value)
 
 
@@ -48,9 +61,54 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range for a float")
+    return value
+
+
+# Quick test for a \uD800-\uDFFF escape; only when it matches is the text tokenized.
+_SURROGATE_ESCAPE_HINT = re.compile(r"\\u[dD][89a-fA-F]")
+# Every escape in valid JSON text; "\\\\" is consumed as one escape, so "\\\\ud800" is not one.
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+_RAW_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_surrogate_escapes(text: str) -> None:
+    pair_at = -1  # where a low surrogate escape must start to complete a pair
+    for m in _ESCAPE.finditer(text):
+        hexa = m.group(1)
+        cp = int(hexa, 16) if hexa is not None else -1
+        if pair_at >= 0:
+            if m.start() == pair_at and 0xDC00 <= cp <= 0xDFFF:
+                pair_at = -1
+                continue
+            raise ValueError(f"lone surrogate escape at char {pair_at - 6} is not valid Unicode")
+        if 0xD800 <= cp <= 0xDBFF:
+            pair_at = m.end()
+        elif 0xDC00 <= cp <= 0xDFFF:
+            raise ValueError(f"lone surrogate escape at char {m.start()} is not valid Unicode")
+    if pair_at >= 0:
+        raise ValueError(f"lone surrogate escape at char {pair_at - 6} is not valid Unicode")
+
+
 def loads(text: str | bytes) -> Any:
-    """Parse JSON strictly: ``NaN`` and ``Infinity`` are refused (``ValueError``)."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """Parse JSON strictly; every failure is a ``ValueError``.
+
+    Refused: ``NaN`` and ``Infinity``, numbers out of float range (``1e400``), bytes that
+    are not UTF-8 (no UTF-16/32 guessing), and lone surrogates, raw or as ``\\ud800``
+    escapes, which have no UTF-8 form. ``RecursionError`` is raised for text nested too
+    deeply for the C parser.
+    """
+    if not isinstance(text, str):
+        text = bytes(text).decode("utf-8")  # UnicodeDecodeError is a ValueError
+    elif _RAW_SURROGATE.search(text) is not None:
+        raise ValueError("text holds a lone surrogate, which is not valid Unicode")
+    value = json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)
+    if "\\u" in text and _SURROGATE_ESCAPE_HINT.search(text) is not None:
+        _check_surrogate_escapes(text)
+    return value
 
 
 def describe_path(root: str, steps: list[str | int]) -> str:
@@ -63,7 +121,7 @@ def describe_path(root: str, steps: list[str | int]) -> str:
 
 # Serialized size of a str is len + 2 quotes + escapes. Measuring through the encoder is
 # exact and fast (C), and strings are bounded by the frame size anyway.
-_encode_str = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_encode_str = json.encoder.encode_basestring
 
 
 def _str_size(s: str, root: str, keys: list[str | int]) -> int:
@@ -71,20 +129,62 @@ def _str_size(s: str, root: str, keys: list[str | int]) -> int:
         return len(s) + 2
     try:
         return len(_encode_str(s).encode("utf-8"))
-    except UnicodeEncodeError as exc:
+    except UnicodeEncodeError:
         where = describe_path(root, [k for k in keys if k != -1])
+        # exc.start indexes the encoded text (quotes, escapes): find the index in s itself.
+        m = _RAW_SURROGATE.search(s)
+        at = m.start() if m is not None else 0
         raise NotJSONError(
-            f"{where}: str holds a lone surrogate {s[exc.start]!r} at index {exc.start}, "
+            f"{where}: str holds a lone surrogate {s[at]!r} at index {at}, "
             "which is not valid Unicode and has no UTF-8 form",
             where,
             "str",
         ) from None
 
 
+def _int_size(n: int, root: str, keys: list[str | int]) -> int:
+    try:
+        return len(repr(n))
+    except ValueError:  # more digits than sys.get_int_max_str_digits() allows
+        where = describe_path(root, keys)
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+        raise NotJSONError(
+            f"{where}: int with {n.bit_length()} bits is too large to serialize "
+            f"(more than {limit} digits)",
+            where,
+            "int",
+        ) from None
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_BULK = 2048  # elements per bulk step
+_NEG_ZERO = re.compile(r"[\[,]-0\.0[,\]]")
+
+
+def _bulk_size(chunk: list[Any] | tuple[Any, ...]) -> int:
+    """Serialized size of a run of exactly-typed scalars (commas excluded), or -1 if any of
+    them may be refused: the element-by-element walk then decides, with the exact path."""
+    try:
+        text = _dumps(chunk)  # ValueError for NaN/inf or an int too long to print
+    except ValueError:
+        return -1
+    if float in set(map(type, chunk)) and _NEG_ZERO.search(text) is not None:
+        return -1
+    if text.isascii():
+        n = len(text)
+    else:
+        try:
+            n = len(text.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate
+            return -1
+    return n - 2 - (len(chunk) - 1)
+
+
 def check_json(value: Any, root: str = "value", max_bytes: int | None = None) -> int:
     """Check that ``value`` is lossless JSON and return its serialized size in bytes.
 
-    Raises :class:`NotJSONError` naming the first offending type and its path, or
+    The size is exactly ``len(dumps(value).encode("utf-8"))``. Raises
+    :class:`NotJSONError` naming the first offending type and its path, or
     :class:`ValueTooLargeError` as soon as the running size passes ``max_bytes``.
 
     >>> check_json({"a": [1, 2.5, None]})
@@ -97,10 +197,12 @@ def check_json(value: Any, root: str = "value", max_bytes: int | None = None) ->
     size = 0
     limit = max_bytes if max_bytes is not None else -1
     # keys runs parallel to the stack: the key or index of the child being visited in each
-    # open container, so a path is only rendered when something is wrong.
+    # open container (-1 before the first), so a path is only rendered when needed.
     keys: list[str | int] = []
     active: set[int] = set()  # ids of containers on the current path: cycle detection
-    stack: list[tuple[Any, Any]] = []  # (container, iterator)
+    # One frame per open container: [container, dict items iterator or None for a
+    # list/tuple, index before which no bulk step is tried].
+    stack: list[list[Any]] = []
     item: Any = value
     have_item = True
     while True:
@@ -109,7 +211,7 @@ def check_json(value: Any, root: str = "value", max_bytes: int | None = None) ->
             if t is str:
                 size += _str_size(item, root, keys)
             elif t is int:
-                size += len(repr(item))
+                size += _int_size(item, root, keys)
             elif t is bool or item is None:
                 size += 4 if item is not False else 5
             elif t is float:
@@ -138,14 +240,9 @@ def check_json(value: Any, root: str = "value", max_bytes: int | None = None) ->
                     )
                 active.add(ident)
                 size += 2
-                if t is dict:
-                    if item:
-                        size += len(item) - 1  # commas
-                    stack.append((item, iter(item.items())))
-                else:
-                    if item:
-                        size += len(item) - 1
-                    stack.append((item, iter(item)))
+                if item:
+                    size += len(item) - 1  # commas
+                stack.append([item, iter(item.items()) if t is dict else None, 0])
                 keys.append(-1)  # replaced by each child's key or index
             else:
                 name = _type_name(item)
@@ -155,22 +252,17 @@ def check_json(value: Any, root: str = "value", max_bytes: int | None = None) ->
                     name,
                 )
             if limit >= 0 and size > limit:
-                where = describe_path(root, [k for k in keys if k != -1])
-                raise ValueTooLargeError(
-                    f"{root} is over {limit} bytes as JSON (limit reached at {where})",
-                    limit,
-                )
+                _too_large(root, limit, keys)
         if not stack:
             return size
-        container, it = stack[-1]
-        nxt = next(it, _END)
-        if nxt is _END:
-            stack.pop()
-            keys.pop()
-            active.discard(id(container))
-            have_item = False
-            continue
-        if type(container) is dict:
+        frame = stack[-1]
+        container, it = frame[0], frame[1]
+        if it is not None:  # a dict
+            nxt = next(it, _END)
+            if nxt is _END:
+                _pop(stack, keys, active)
+                have_item = False
+                continue
             key, item = nxt
             if type(key) is not str:
                 raise NotJSONError(
@@ -181,17 +273,46 @@ def check_json(value: Any, root: str = "value", max_bytes: int | None = None) ->
                 )
             keys[-1] = key
             size += _str_size(key, root, keys) + 1
-        else:
-            keys[-1] += 1  # type: ignore[operator]
-            item = nxt
+            have_item = True
+            continue
+        i: int = keys[-1] + 1  # type: ignore[operator]
+        if i >= len(container):
+            _pop(stack, keys, active)
+            have_item = False
+            continue
+        if i >= frame[2] and type(container[i]) in _SCALARS:
+            chunk = container[i : i + _BULK]
+            n = -1
+            if len(chunk) > 1 and set(map(type, chunk)) <= _SCALARS:
+                n = _bulk_size(chunk)
+            if n >= 0 and (limit < 0 or size + n <= limit):
+                size += n
+                keys[-1] = i + len(chunk) - 1
+                have_item = False
+                continue
+            frame[2] = i + _BULK  # walk this run element by element
+        keys[-1] = i
+        item = container[i]
         have_item = True
+
+
+def _pop(stack: list[list[Any]], keys: list[str | int], active: set[int]) -> None:
+    active.discard(id(stack.pop()[0]))
+    keys.pop()
+
+
+def _too_large(root: str, limit: int, keys: list[str | int]) -> None:
+    where = describe_path(root, [k for k in keys if k != -1])
+    raise ValueTooLargeError(
+        f"{root} is over {limit} bytes as JSON (limit reached at {where})", limit
+    )
 
 
 class _End:
     pass
 
 
-_END = _End()
+_END: Any = _End()
 
 
 def _type_name(obj: Any) -> str:

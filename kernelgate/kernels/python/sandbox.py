@@ -433,8 +433,8 @@ def enter(options: dict[str, Any]) -> None:
     apply_rlimits(rlimits)
     if level == "namespaces+landlock":
         _landlock(
-            interpreter_paths() + list(sandbox.get("read_paths") or []),
-            [run_dir, "/tmp", "/dev/null"] + list(sandbox.get("write_paths") or []),
+            [*interpreter_paths(), *(sandbox.get("read_paths") or [])],
+            [run_dir, "/tmp", "/dev/null", *(sandbox.get("write_paths") or [])],
         )
     if os.geteuid() == 0 or level != "process":
         _drop_capabilities()
