@@ -12,6 +12,7 @@ from .limits import Limits
 from .process import resolve_interpreter
 from .result import RunResult
 from .run import CallListener, OutputListener, Policy, Run
+from .pool import WarmPool
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox, probe_support
 
 __all__ = ["Gateway"]
@@ -40,7 +41,9 @@ class Gateway:
     ``"namespaces+landlock"``; default: the strongest this machine allows); with
     ``strict=True`` a run that cannot get it ends ``"sandbox_unavailable"`` without running.
     ``policy(namespace, name, args, kwargs)`` sees every binding call first and may deny it.
-    ``read_paths`` are extra paths programs may read under landlock.
+    ``read_paths`` are extra paths programs may read under landlock. ``pool_size`` children
+    are kept booted ahead of demand (forked from a zygote; each still serves one run);
+    ``0`` spawns a cold interpreter per run.
     """
 
     def __init__(
@@ -58,6 +61,7 @@ class Gateway:
         strict: bool = False,
         policy: Policy | None = None,
         read_paths: tuple[str | os.PathLike[str], ...] = (),
+        pool_size: int = 4,
     ) -> None:
         if bindings is not None and namespaces is not None:
             raise ValueError(
@@ -92,6 +96,10 @@ class Gateway:
         self.policy = policy
         self.read_paths = tuple(os.path.abspath(os.fspath(p)) for p in read_paths)
         self._support: SandboxSupport | None = None
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0:
+            raise ValueError(f"pool_size must be an integer >= 0, got {pool_size!r}")
+        self.pool_size = pool_size
+        self._pool: WarmPool | None = None
         self._runs: set[Run] = set()
         self._closed = False
 
@@ -166,6 +174,19 @@ class Gateway:
             )
         run.sandbox = plan_sandbox(level, run.limits, support, self.read_paths)
         run.policy = self.policy
+        if self.pool_size > 0 and not run.sandbox_unavailable:
+            if self._pool is None or self._pool.level != level:
+                if self._pool is not None:
+                    self._pool.close()
+                self._pool = WarmPool(
+                    size=self.pool_size,
+                    python=self.python,
+                    env=self.env,
+                    level=level,
+                    base_dir=self.tmp_dir,
+                    cgroup_root=support.pids_cgroup,
+                )
+            run.pool = self._pool
 
     def run_sync(self, program: str, *, limits: Limits | None = None) -> RunResult:
         """``run()`` for synchronous callers (not from inside a running event loop)."""
@@ -196,12 +217,19 @@ class Gateway:
         waits = [r.wait_exited() for r in runs if r.loop is loop]
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)
+        self._close_pool()
+
+    def _close_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def close(self) -> None:
         """Close from synchronous code: stop every live run (their loops finish them)."""
         self._closed = True
         for run in list(self._runs):
             run.interrupt("the gateway was closed while the run was live")
+        self._close_pool()
 
     async def __aenter__(self) -> Gateway:
         return self

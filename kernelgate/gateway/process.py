@@ -44,7 +44,7 @@ def resolve_interpreter(python: str | os.PathLike[str] | None) -> str:
     return os.path.abspath(found)
 
 
-def _high_fd(fd: int) -> int:
+def high_fd(fd: int) -> int:
     # posix_spawn's dup2 onto the same number would keep FD_CLOEXEC set on some libcs:
     # keep our ends well above 0-3 so every dup2 is a real one.
     if fd >= 10:
@@ -67,6 +67,11 @@ class ChildProcess:
     rusage: resource.struct_rusage | None = None  # the child and its waited descendants
     reaped: bool = False
     _closed: bool = field(default=False, repr=False)
+
+    @property
+    def status_from_elsewhere(self) -> bool:
+        """True when someone else reaps this child and reports its status later."""
+        return False
 
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the child's whole process group (ignores an empty group)."""
@@ -142,9 +147,9 @@ def spawn_child(
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    theirs_fd = _high_fd(os.dup(theirs.fileno()))
+    theirs_fd = high_fd(os.dup(theirs.fileno()))
     theirs.close()
-    out_w, err_w = _high_fd(out_w), _high_fd(err_w)
+    out_w, err_w = high_fd(out_w), high_fd(err_w)
     try:
         file_actions = [
             (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),

@@ -85,7 +85,8 @@ class RunResult:
     bindings: dict[str, dict[str, str]] = field(default_factory=dict)
     #: How the run was isolated: "process", "namespaces" or "namespaces+landlock".
     isolation: str = ""
-    #: cpu_user_s, cpu_system_s, peak_memory_bytes, calls, bytes_in, bytes_out.
+    #: cpu_user_s, cpu_system_s, peak_memory_bytes, calls, bytes_in, bytes_out, and warm
+    #: (the child came from the warm pool).
     usage: dict[str, Any] = field(default_factory=dict)
 
     @property

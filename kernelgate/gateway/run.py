@@ -39,6 +39,7 @@ from .limits import Limits
 from .output import OutputCollector
 from .process import ChildProcess, make_run_dir, remove_tree, spawn_child
 from .result import CallRecord, ErrorInfo, RunResult
+from .pool import PooledChild, WarmPool
 from .sandbox import PidsCgroup, SandboxPlan
 
 __all__ = ["Run", "new_run_id", "OutputListener"]
@@ -99,11 +100,14 @@ class Run:
         sandbox: SandboxPlan | None = None,
         sandbox_unavailable: str = "",
         policy: Policy | None = None,
+        pool: WarmPool | None = None,
     ) -> None:
         self.program = program
         self.sandbox = sandbox or SandboxPlan("process", {})
         self.sandbox_unavailable = sandbox_unavailable
         self.policy = policy
+        self.pool = pool
+        self.pooled = False
         self._cgroup: PidsCgroup | None = None
         self.registry = registry
         self.limits = limits
@@ -166,35 +170,52 @@ class Run:
         if self.sandbox_unavailable:
             self._decide("sandbox_unavailable", "SandboxUnavailable", self.sandbox_unavailable)
             return self._result(started_at)
-        run_dir = make_run_dir(self.base_dir, self.run_id)
+        pooled = self.pool.take() if self.pool is not None else None
+        if pooled is not None:
+            run_dir = pooled.run_dir
+        else:
+            run_dir = make_run_dir(self.base_dir, self.run_id)
         try:
-            try:
-                child = self.child = spawn_child(self.python, self.env, run_dir)
-            except OSError as exc:
-                self._decide(
-                    "worker_exit",
-                    "WorkerExit",
-                    f"could not start the interpreter {self.python!r}: {exc}",
-                )
-                return self._result(started_at)
-            self._exited = loop.create_future()
-            if self.sandbox.pids_cgroup is not None:
-                # Before the program arrives, so everything it forks is counted.
+            if pooled is not None:
+                child = self.child = pooled
+                self.pooled = True
+                if pooled.cgroup is not None:
+                    self._cgroup = pooled.cgroup
+                    try:
+                        pooled.cgroup.set_max(self.limits.max_processes + 2)
+                    except OSError:
+                        pass
+            else:
                 try:
-                    self._cgroup = PidsCgroup(
-                        self.sandbox.pids_cgroup, self.run_id, self.limits.max_processes + 2
+                    child = self.child = spawn_child(self.python, self.env, run_dir)
+                except OSError as exc:
+                    self._decide(
+                        "worker_exit",
+                        "WorkerExit",
+                        f"could not start the interpreter {self.python!r}: {exc}",
                     )
-                    self._cgroup.attach(child.pid)
-                except OSError:
-                    self._cgroup = None
+                    return self._result(started_at)
+                if self.sandbox.pids_cgroup is not None:
+                    # Before the program arrives, so everything it forks is counted.
+                    try:
+                        self._cgroup = PidsCgroup(
+                            self.sandbox.pids_cgroup, self.run_id, self.limits.max_processes + 2
+                        )
+                        self._cgroup.attach(child.pid)
+                    except OSError:
+                        self._cgroup = None
+            self._exited = loop.create_future()
             for fd, cb in (
                 (child.control.fileno(), self._on_control),
                 (child.stdout_fd, lambda: self._on_pipe("stdout")),
                 (child.stderr_fd, lambda: self._on_pipe("stderr")),
                 (child.pidfd, self._on_exit),
             ):
-                loop.add_reader(fd, cb)
-                self._readers.append(fd)
+                if fd >= 0:
+                    loop.add_reader(fd, cb)
+                    self._readers.append(fd)
+            if isinstance(child, PooledChild) and child.pidfd < 0:
+                child.zygote.wait_status(child.pid, self._on_exit)
             self._send(OpenBindings(f"bindings-{self.run_id}", self.registry.specs()))
             self._send(
                 ExecuteRequest(
@@ -533,7 +554,14 @@ class Run:
     def _on_exit(self) -> None:
         child = self.child
         assert child is not None and self._exited is not None
+        if self._exited.done():
+            return
         if not child.try_reap():
+            if isinstance(child, PooledChild):
+                # It is gone (its pidfd fired); the zygote that reaps it reports how it
+                # ended in a moment.
+                self._remove_reader(child.pidfd)
+                child.zygote.wait_status(child.pid, self._on_exit)
             return
         self._remove_reader(child.pidfd)
         # Everything the child wrote before it died is in the buffers now: take it all.
@@ -710,6 +738,7 @@ class Run:
             "calls": len(self.calls),
             "bytes_in": self._bytes_in,
             "bytes_out": self._bytes_out,
+            "warm": self.pooled,
         }
         if child is not None and child.rusage is not None:
             ru = child.rusage

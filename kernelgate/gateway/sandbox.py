@@ -154,6 +154,16 @@ class PidsCgroup:
         with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
             f.write(str(pid))
 
+    def set_max(self, max_pids: int) -> None:
+        with open(os.path.join(self.path, "pids.max"), "w") as f:
+            f.write(str(max_pids))
+
+    def remove_quietly(self) -> None:
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
     def pids(self) -> list[int]:
         try:
             with open(os.path.join(self.path, "cgroup.procs")) as f:

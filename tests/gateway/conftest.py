@@ -56,6 +56,22 @@ def gateway(run_dir_base, no_fd_leak) -> Iterator[Gateway]:
 
 
 @pytest.fixture
+def make_gateway(run_dir_base, no_fd_leak) -> Iterator[Callable[..., Gateway]]:
+    """Gateways with their run directories under the checked base; closed at teardown."""
+    made: list[Gateway] = []
+
+    def _make(**kwargs: Any) -> Gateway:
+        kwargs.setdefault("tmp_dir", run_dir_base)
+        gw = Gateway(**kwargs)
+        made.append(gw)
+        return gw
+
+    yield _make
+    for gw in made:
+        gw.close()
+
+
+@pytest.fixture
 def run(gateway) -> Callable[..., RunResult]:
     def _run(program: str, **kwargs: Any) -> RunResult:
         return gateway.run_sync(program, **kwargs)

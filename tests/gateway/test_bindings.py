@@ -72,8 +72,8 @@ def test_non_json_argument_is_refused_before_sending(run):
     assert r.calls == []
 
 
-def test_binding_returning_non_json_raises_tool_error(gateway, run_dir_base):
-    gw = Gateway(bindings={"bad": lambda: {1, 2}}, tmp_dir=run_dir_base)
+def test_binding_returning_non_json_raises_tool_error(gateway, run_dir_base, make_gateway):
+    gw = make_gateway(bindings={"bad": lambda: {1, 2}})
     r = gw.run_sync("await tools.bad()")
     assert r.error.ename == "ToolError"
     assert "not JSON" in r.error.evalue and "set" in r.error.evalue
@@ -94,7 +94,7 @@ print('three')
     assert r.outputs[0]["text"].startswith("one")
 
 
-def test_gather_runs_calls_concurrently_on_the_host(run_dir_base):
+def test_gather_runs_calls_concurrently_on_the_host(run_dir_base, make_gateway):
     n = 8
     arrived = 0
     everyone_here = asyncio.Event()
@@ -108,9 +108,7 @@ def test_gather_runs_calls_concurrently_on_the_host(run_dir_base):
         await everyone_here.wait()
         return i
 
-    gw = Gateway(
-        bindings={"barrier": barrier}, tmp_dir=run_dir_base, limits=Limits(wall_seconds=20)
-    )
+    gw = make_gateway(bindings={"barrier": barrier}, limits=Limits(wall_seconds=20))
     r = gw.run_sync(
         f"import asyncio\nreturn await asyncio.gather(*[tools.barrier(i) for i in range({n})])"
     )
@@ -118,10 +116,9 @@ def test_gather_runs_calls_concurrently_on_the_host(run_dir_base):
     assert r.value == list(range(n))
 
 
-def test_gather_of_more_calls_than_in_flight_cap(run_dir_base):
-    gw = Gateway(
+def test_gather_of_more_calls_than_in_flight_cap(run_dir_base, make_gateway):
+    gw = make_gateway(
         bindings={"add": lambda a, b: a + b},
-        tmp_dir=run_dir_base,
         limits=Limits(max_calls_in_flight=16),
     )
     r = gw.run_sync(
@@ -140,15 +137,15 @@ def test_max_calls_raises_in_program(gateway):
     assert r.value[0] == 5 and r.value[1] == "LimitExceeded" and "max_calls=5" in r.value[2]
 
 
-def test_several_namespaces(run_dir_base):
-    gw = Gateway(
-        namespaces={"tools": {"a": lambda: 1}, "db": {"b": lambda: 2}}, tmp_dir=run_dir_base
+def test_several_namespaces(run_dir_base, make_gateway):
+    gw = make_gateway(
+        namespaces={"tools": {"a": lambda: 1}, "db": {"b": lambda: 2}},
     )
     assert gw.run_sync("return [await tools.a(), await db.b()]").value == [1, 2]
 
 
-def test_custom_namespace_name(run_dir_base):
-    gw = Gateway(bindings={"a": lambda: 1}, namespace="api", tmp_dir=run_dir_base)
+def test_custom_namespace_name(run_dir_base, make_gateway):
+    gw = make_gateway(bindings={"a": lambda: 1}, namespace="api")
     r = gw.run_sync("return [await api.a(), 'tools' in globals()]")
     assert r.value == [1, False]
 

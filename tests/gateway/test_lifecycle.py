@@ -68,12 +68,12 @@ def test_worker_exit_by_signal(run):
     assert "SIGSEGV" in r.error.evalue
 
 
-def test_os_exit_in_the_middle_of_a_call(run_dir_base):
+def test_os_exit_in_the_middle_of_a_call(run_dir_base, make_gateway):
     async def slow() -> int:
         await asyncio.sleep(30)
         return 1
 
-    gw = Gateway(bindings={"slow": slow}, tmp_dir=run_dir_base)
+    gw = make_gateway(bindings={"slow": slow})
     r = gw.run_sync(
         "import asyncio, os\nt = asyncio.ensure_future(tools.slow())\nawait asyncio.sleep(0)\nos._exit(4)"
     )
@@ -88,8 +88,8 @@ def test_host_environment_is_not_visible(run, monkeypatch):
     assert "s3cret" not in json.dumps(r.value)
 
 
-def test_caller_env_is_passed(run_dir_base):
-    gw = Gateway(env={"MY_VAR": "yes"}, tmp_dir=run_dir_base)
+def test_caller_env_is_passed(run_dir_base, make_gateway):
+    gw = make_gateway(env={"MY_VAR": "yes"})
     assert gw.run_sync("import os\nreturn os.environ['MY_VAR']").value == "yes"
 
 
@@ -262,9 +262,9 @@ def test_cancelling_run_kills_child_and_raises(gateway, request):
     assert processes_with(marker) == []
 
 
-def test_aclose_interrupts_live_runs(run_dir_base):
+def test_aclose_interrupts_live_runs(run_dir_base, make_gateway):
     async def main():
-        gw = Gateway(tmp_dir=run_dir_base)
+        gw = make_gateway()
         seen = asyncio.get_running_loop().create_future()
         task = asyncio.ensure_future(
             gw.run(
@@ -284,9 +284,9 @@ def test_aclose_interrupts_live_runs(run_dir_base):
     assert "closed" in r.error.evalue and r.stdout == "up\n"
 
 
-def test_interrupt_status(run_dir_base):
+def test_interrupt_status(run_dir_base, make_gateway):
     async def main():
-        gw = Gateway(tmp_dir=run_dir_base)
+        gw = make_gateway()
         seen = asyncio.get_running_loop().create_future()
         task = asyncio.ensure_future(
             gw.run(
@@ -340,8 +340,8 @@ def test_to_dict_is_plain_json(run):
     assert d["calls"][0]["name"] == "add" and d["calls"][0]["value"] == 3
 
 
-def test_other_interpreter_path(run_dir_base):
+def test_other_interpreter_path(run_dir_base, make_gateway):
     import sys
 
-    gw = Gateway(python=os.path.realpath(sys.executable), tmp_dir=run_dir_base)
+    gw = make_gateway(python=os.path.realpath(sys.executable))
     assert gw.run_sync("import sys\nreturn sys.version_info[0]").value == 3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["LOADER", "package_root"]
+__all__ = ["LOADER", "ZYGOTE_LOADER", "package_root"]
 
 #: The ``-c`` program that starts a child: put kernelgate's parent directory first on
 #: sys.path just long enough to import the bootstrap (never the caller's cwd), then run it.
@@ -15,6 +15,9 @@ LOADER = (
     "del sys.path[0];"
     "main()"
 )
+
+#: The same for the zygote, the template process of the warm pool.
+ZYGOTE_LOADER = LOADER.replace("bootstrap import main", "zygote import main")
 
 
 def package_root() -> str:

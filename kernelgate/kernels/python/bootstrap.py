@@ -40,6 +40,7 @@ from .program import (
     safe_str,
 )
 from .sandbox import enter as enter_sandbox
+from .sandbox import prepare as prepare_sandbox
 from .streams import OutputLedger, OutputStream
 
 __all__ = ["main", "Child"]
@@ -68,8 +69,9 @@ def _fallback_frame() -> bytes:
 class Child:
     """One run inside the child process."""
 
-    def __init__(self, fd: int = CONTROL_FD) -> None:
+    def __init__(self, fd: int = CONTROL_FD, prepared: bool = False) -> None:
         self.fd = fd
+        self.prepared = prepared  # a warm child entered its sandbox before the program came
         os.set_blocking(fd, False)
         self.conn = Connection(
             CHILD, session=f"child-{os.getpid()}", max_frame_bytes=_HOST_FRAME_CEILING
@@ -228,7 +230,7 @@ class Child:
         self.max_frame_bytes = int(options.get("max_frame_bytes", self.max_frame_bytes))
         sandbox_error: BaseException | None = None
         try:
-            enter_sandbox(options)  # with namespaces, returns in a new process (pid 2)
+            enter_sandbox(options, self.prepared)  # may return in a new process (pid 2)
         except Exception as exc:
             sandbox_error = exc
         ledger = OutputLedger(int(options.get("max_output_bytes", 64 * 1024)))
@@ -254,7 +256,8 @@ class Child:
             self.finish_exception(exc, saved_builtins)
             return
         main = bind_globals(fn, self.make_globals())
-        loop = self.loop = asyncio.new_event_loop()
+        loop = self.loop or asyncio.new_event_loop()
+        self.loop = loop
         asyncio.set_event_loop(loop)
         loop.add_reader(self.fd, self._on_readable)
 
@@ -353,15 +356,28 @@ class Child:
         _os_exit(0)
 
 
-def main() -> None:
-    """Entry point of the child process."""
+def main(level: str | None = None, run_dir: str | None = None) -> None:
+    """Entry point of the child process.
+
+    A warm child (forked by the zygote) gets ``level`` and ``run_dir`` and enters its
+    sandbox before its program arrives; a cold child does it all after.
+    """
     sys.argv = [FILENAME]
-    child = Child()
+    child = Child(prepared=level is not None)
     fallback = child.fallback
     try:
         import faulthandler
 
         faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+        if level is not None and run_dir is not None:
+            try:
+                prepare_sandbox(level, run_dir)
+                # The event loop does not depend on the program either: make it while
+                # the child waits, booted, for its program.
+                child.loop = asyncio.new_event_loop()
+            except Exception:
+                # Before any program: exit quietly; the pool sees a dead child and drops it.
+                _os_exit(71)
         child.run()
     except BaseException as exc:  # reporting failed: say so with the pre-encoded frame
         try:

@@ -25,7 +25,7 @@ import signal
 import sys
 from typing import Any
 
-__all__ = ["LEVELS", "probe", "apply_rlimits", "enter"]
+__all__ = ["LEVELS", "probe", "apply_rlimits", "prepare", "restrict", "enter"]
 
 LEVELS = ("process", "namespaces", "namespaces+landlock")
 
@@ -419,15 +419,25 @@ def interpreter_paths() -> list[str]:
     return sorted(paths)
 
 
-def enter(options: dict[str, Any]) -> None:
-    """Apply the sandbox ``options["sandbox"]`` asks for; returns in the program's process."""
+def prepare(level: str, run_dir: str) -> None:
+    """What does not depend on the program: namespaces (when the level has them) and cwd.
+
+    With namespaces this returns in a new process, the program's (pid 2). A warm child
+    does this before its program arrives.
+    """
+    if level not in LEVELS:
+        raise ValueError(f"unknown sandbox level {level!r}")
+    if level in ("namespaces", "namespaces+landlock"):
+        _enter_namespaces(run_dir)
+    else:
+        os.chdir(run_dir)
+
+
+def restrict(options: dict[str, Any]) -> None:
+    """What depends on the run's limits: rlimits, landlock, dropping capabilities."""
     sandbox = options.get("sandbox") or {}
     level = sandbox.get("level", "process")
     run_dir = options.get("cwd") or os.getcwd()
-    if level in ("namespaces", "namespaces+landlock"):
-        _enter_namespaces(run_dir)
-    elif run_dir:
-        os.chdir(run_dir)
     rlimits = dict(sandbox.get("rlimits") or {})
     rlimits.setdefault("RLIMIT_CORE", [0, 0])
     apply_rlimits(rlimits)
@@ -438,3 +448,11 @@ def enter(options: dict[str, Any]) -> None:
         )
     if os.geteuid() == 0 or level != "process":
         _drop_capabilities()
+
+
+def enter(options: dict[str, Any], prepared: bool = False) -> None:
+    """Apply the sandbox ``options["sandbox"]`` asks for; returns in the program's process."""
+    if not prepared:
+        sandbox = options.get("sandbox") or {}
+        prepare(sandbox.get("level", "process"), options.get("cwd") or os.getcwd())
+    restrict(options)

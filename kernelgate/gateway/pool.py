@@ -1,0 +1,373 @@
+"""The warm pool: a zygote per gateway forks booted children ahead of demand.
+
+Every run still gets a fresh process: a pooled child has imported the bootstrap and asyncio
+(inherited from the zygote, which never runs user code), entered its sandbox and waits for
+its one program; it serves one run and exits. The pool refills in the background; when it
+is empty a run spawns a cold child instead of waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+import socket
+import time
+import types
+import weakref
+from typing import Any
+
+from kernelgate.kernels.python import ZYGOTE_LOADER, package_root
+
+from .process import ChildProcess, high_fd, make_run_dir, remove_tree
+from .sandbox import PidsCgroup
+
+__all__ = ["WarmPool", "PooledChild", "Zygote"]
+
+
+class Zygote:
+    """The template process, and the messages it sends: fork replies and exit statuses."""
+
+    def __init__(self, python: str, env: dict[str, str]) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        theirs_fd = high_fd(os.dup(theirs.fileno()))
+        theirs.close()
+        try:
+            self.pid = os.posix_spawn(
+                python,
+                [python, "-I", "-c", ZYGOTE_LOADER, package_root()],
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, theirs_fd, 3),
+                ],
+                setsid=True,
+                setsigmask=(),
+            )
+        finally:
+            os.close(theirs_fd)
+        ours.setblocking(False)
+        self.sock = ours
+        self.dead = False
+        self._ids = itertools.count()
+        self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._statuses: dict[int, tuple[int, Any]] = {}
+        self._status_waiters: dict[int, Any] = {}
+        self._reader_loop: asyncio.AbstractEventLoop | None = None
+
+    # -- messages ------------------------------------------------------------------------
+
+    def _ensure_reader(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._reader_loop is loop or self.dead:
+            return
+        if self._reader_loop is not None and not self._reader_loop.is_closed():
+            self._reader_loop.remove_reader(self.sock.fileno())
+        loop.add_reader(self.sock.fileno(), self._on_readable)
+        self._reader_loop = loop
+
+    def _maybe_drop_reader(self) -> None:
+        if self._replies or self._status_waiters or self._reader_loop is None:
+            return
+        if not self._reader_loop.is_closed():
+            self._reader_loop.remove_reader(self.sock.fileno())
+        self._reader_loop = None
+
+    def _on_readable(self) -> None:
+        self.poll()
+        self._maybe_drop_reader()
+
+    def poll(self) -> None:
+        """Take every message the zygote has sent so far (never blocks)."""
+        while not self.dead:
+            try:
+                data = self.sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._died()
+                return
+            try:
+                message = json.loads(data)
+            except ValueError:
+                continue
+            if "exit" in message:
+                pid = int(message["exit"])
+                user, system, maxrss = message.get("rusage") or (0.0, 0.0, 0)
+                ru = types.SimpleNamespace(ru_utime=user, ru_stime=system, ru_maxrss=maxrss)
+                self._statuses[pid] = (int(message["status"]), ru)
+                waiter = self._status_waiters.pop(pid, None)
+                if waiter is not None:
+                    waiter()
+            else:
+                fut = self._replies.pop(message.get("id"), None)
+                if fut is not None and not fut.done():
+                    fut.set_result(message)
+
+    def _died(self) -> None:
+        self.dead = True
+        if self._reader_loop is not None and not self._reader_loop.is_closed():
+            self._reader_loop.remove_reader(self.sock.fileno())
+        self._reader_loop = None
+        for fut in self._replies.values():
+            if not fut.done():
+                fut.set_exception(OSError("the zygote exited"))
+        self._replies.clear()
+        waiters = list(self._status_waiters.values())
+        self._status_waiters.clear()
+        for waiter in waiters:
+            waiter()
+
+    def take_status(self, pid: int) -> tuple[int, Any] | None:
+        self.poll()
+        return self._statuses.pop(pid, None)
+
+    def wait_status(self, pid: int, callback: Any) -> None:
+        """Call ``callback()`` once the status of ``pid`` (or the zygote's death) is known."""
+        if pid in self._statuses or self.dead:
+            callback()
+            return
+        self._status_waiters[pid] = callback
+        self._ensure_reader()
+
+    async def fork(self, level: str, run_dir: str, cgroup: str | None) -> PooledChild:
+        """A new child, booted and waiting for its program."""
+        if self.dead:
+            raise OSError("the zygote exited")
+        self._ensure_reader()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        request_id = next(self._ids)
+        fut = asyncio.get_running_loop().create_future()
+        self._replies[request_id] = fut
+        request = {
+            "op": "fork",
+            "id": request_id,
+            "level": level,
+            "run_dir": run_dir,
+            "cgroup": cgroup,
+        }
+        try:
+            socket.send_fds(
+                self.sock, [json.dumps(request).encode()], [theirs.fileno(), out_w, err_w]
+            )
+        except OSError:
+            self._replies.pop(request_id, None)
+            for fd in (out_r, err_r):
+                os.close(fd)
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+            os.close(out_w)
+            os.close(err_w)
+        try:
+            reply = await fut
+        except BaseException:
+            ours.close()
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            self._maybe_drop_reader()
+        if "pid" not in reply:
+            ours.close()
+            os.close(out_r)
+            os.close(err_r)
+            raise OSError(f"the zygote could not fork: {reply.get('error')}")
+        pid = int(reply["pid"])
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = -1  # already gone; its status is on its way
+        ours.setblocking(False)
+        os.set_blocking(out_r, False)
+        os.set_blocking(err_r, False)
+        return PooledChild(pid, pidfd, ours, out_r, err_r, zygote=self, run_dir=run_dir)
+
+    def close(self) -> None:
+        if not self.dead:
+            self._died()
+        self.sock.close()
+        # The zygote exits on EOF; reap it so no zombie stays behind.
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+class PooledChild(ChildProcess):
+    """A child forked by the zygote: the zygote reaps it and reports its status."""
+
+    def __init__(self, *args: Any, zygote: Zygote, run_dir: str) -> None:
+        super().__init__(*args)
+        self.zygote = zygote
+        self.run_dir = run_dir
+        self.cgroup: PidsCgroup | None = None
+
+    @property
+    def status_from_elsewhere(self) -> bool:
+        return True
+
+    def try_reap(self) -> bool:
+        if self.reaped:
+            return True
+        found = self.zygote.take_status(self.pid)
+        if found is None:
+            if not self.zygote.dead:
+                return False
+            self.reaped = True  # nobody can tell us how it ended
+            return True
+        status, ru = found
+        self.reaped = True
+        self.returncode = os.waitstatus_to_exitcode(status)
+        self.rusage = ru
+        return True
+
+    def alive(self) -> bool:
+        if self.reaped or self.pidfd < 0:
+            return False
+        import select
+
+        readable, _, _ = select.select([self.pidfd], [], [], 0)
+        return not readable
+
+
+class WarmPool:
+    """Keeps ``size`` booted children ready for one gateway's interpreter and sandbox level."""
+
+    def __init__(
+        self,
+        *,
+        size: int,
+        python: str,
+        env: dict[str, str],
+        level: str,
+        base_dir: str | None,
+        cgroup_root: str | None,
+    ) -> None:
+        self.size = size
+        self.python = python
+        self.env = env
+        self.level = level
+        self.base_dir = base_dir
+        self.cgroup_root = cgroup_root
+        self.closed = False
+        self._zygote: Zygote | None = None
+        self._ready: list[PooledChild] = []
+        self._filler: asyncio.Task[None] | None = None
+        self._names = itertools.count()
+        self.cold_fallbacks = 0
+        self.zygote_restarts = 0
+        self._finalizer = weakref.finalize(self, _discard_all, self._ready, [None])
+
+    @property
+    def ready(self) -> int:
+        return len(self._ready)
+
+    def take(self) -> PooledChild | None:
+        """A ready child, or None (the caller spawns a cold one); starts a refill."""
+        child = None
+        while self._ready:
+            candidate = self._ready.pop(0)
+            if candidate.alive():
+                child = candidate
+                break
+            _discard(candidate)
+        if child is None:
+            self.cold_fallbacks += 1
+        self.refill()
+        return child
+
+    def refill(self) -> None:
+        if self.closed or self.size <= 0:
+            return
+        if self._filler is not None and not self._filler.done():
+            return
+        self._filler = asyncio.get_running_loop().create_task(self._fill())
+
+    async def _fill(self) -> None:
+        failures = 0
+        while not self.closed and len(self._ready) < self.size and failures < 3:
+            zygote = self._zygote
+            if zygote is None or zygote.dead:
+                if zygote is not None:
+                    zygote.close()
+                    self.zygote_restarts += 1
+                zygote = self._zygote = Zygote(self.python, self.env)
+                self._finalizer.detach()
+                self._finalizer = weakref.finalize(self, _discard_all, self._ready, [zygote])
+            name = f"pool{os.getpid()}-{next(self._names)}"
+            run_dir = make_run_dir(self.base_dir, name)
+            cgroup: PidsCgroup | None = None
+            if self.cgroup_root is not None:
+                try:
+                    cgroup = PidsCgroup(self.cgroup_root, name, 1 << 20)
+                except OSError:
+                    cgroup = None
+            try:
+                child = await zygote.fork(self.level, run_dir, cgroup.path if cgroup else None)
+            except OSError:
+                failures += 1
+                remove_tree(run_dir)
+                if cgroup is not None:
+                    cgroup.remove_quietly()
+                continue
+            except asyncio.CancelledError:
+                remove_tree(run_dir)
+                if cgroup is not None:
+                    cgroup.remove_quietly()
+                raise
+            child.cgroup = cgroup
+            if self.closed:
+                _discard(child)
+                return
+            self._ready.append(child)
+
+    def close(self) -> None:
+        """Stop the zygote and every idle child; remove their directories."""
+        self.closed = True
+        if self._filler is not None and not self._filler.done():
+            try:
+                self._filler.cancel()
+            except RuntimeError:
+                pass  # its loop is closed
+        self._finalizer()
+
+
+def _discard(child: PooledChild) -> None:
+    child.signal_group(signal.SIGKILL)
+    if child.pidfd >= 0:
+        _wait_gone(child.pidfd)
+    child.close()
+    remove_tree(child.run_dir)
+    if child.cgroup is not None:
+        child.cgroup.remove_quietly()
+
+
+def _wait_gone(pidfd: int, timeout: float = 2.0) -> None:
+    import select
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+        if readable:
+            return
+
+
+def _discard_all(ready: list[PooledChild], zygote_box: list[Zygote | None]) -> None:
+    while ready:
+        _discard(ready.pop())
+    for zygote in zygote_box:
+        if zygote is not None:
+            zygote.close()

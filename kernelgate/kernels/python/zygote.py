@@ -1,0 +1,140 @@
+"""The zygote: a template process that forks booted children ahead of demand.
+
+It imports the bootstrap, asyncio and the sandbox once, never runs user code, and serves
+the host over a SOCK_SEQPACKET socket on fd 3:
+
+- host -> zygote: ``{"op": "fork", "id": N, "level": L, "run_dir": D, "cgroup": C|null}``
+  with three fds attached (SCM_RIGHTS): the child's fd 3, fd 1 and fd 2.
+- zygote -> host: ``{"id": N, "pid": P}`` once forked, and ``{"exit": P, "status": S,
+  "rusage": [user_s, system_s, maxrss_kib]}`` when it has reaped a child (wait status).
+
+Each child starts a new session, takes its fds, joins its pids cgroup, enters its sandbox
+(namespaces) and then blocks, booted, until the host sends its program. When the host
+closes the socket, the zygote exits; children waiting for a program see fd 3 close and exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+from typing import Any
+
+from . import bootstrap
+
+__all__ = ["main"]
+
+_ZYGOTE_FD = 3
+
+
+def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+    try:
+        sock.send(json.dumps(message).encode())
+    except OSError:
+        os._exit(0)  # the host is gone
+
+
+def _child(
+    sock: socket.socket, wake: tuple[int, int], fds: list[int], request: dict[str, Any]
+) -> None:
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sock.close()
+        for fd in wake:
+            os.close(fd)
+        control, out, err = fds
+        null = os.open(os.devnull, os.O_RDONLY)
+        for src, dst in ((null, 0), (out, 1), (err, 2), (control, 3)):
+            os.dup2(src, dst)  # dup2 clears close-on-exec on the target
+        for fd in {null, control, out, err} - {0, 1, 2, 3}:
+            os.close(fd)
+        cgroup = request.get("cgroup")
+        if cgroup:
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write("0")  # before anything forks: all of this run is counted
+    except BaseException:
+        os._exit(72)
+    bootstrap.main(level=request["level"], run_dir=request["run_dir"])
+    os._exit(0)
+
+
+def main() -> None:
+    """Serve fork requests until the host closes fd 3."""
+    sys.argv = ["kernelgate-zygote"]
+    sock = socket.socket(fileno=_ZYGOTE_FD)
+    sock.setblocking(True)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the host's terminal is its own
+    # Warm what every run needs and what imports lazily.
+    import asyncio
+
+    asyncio.new_event_loop().close()
+    compile("async def f():\n    await g()\n", "<warm>", "exec", dont_inherit=True)
+    while True:
+        try:
+            ready, _, _ = select.select([sock, wake_r], [], [])
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            _reap(sock)
+        if sock in ready:
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, 65536, 3)
+            except InterruptedError:
+                continue
+            except OSError:
+                os._exit(0)  # the host closed the pool
+            if not data:
+                os._exit(0)  # the host closed the pool
+            try:
+                request = json.loads(data)
+            except ValueError:
+                for fd in fds:
+                    os.close(fd)
+                continue
+            if request.get("op") != "fork" or len(fds) != 3:
+                for fd in fds:
+                    os.close(fd)
+                _send(sock, {"id": request.get("id"), "error": "bad fork request"})
+                continue
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                for fd in fds:
+                    os.close(fd)
+                _send(sock, {"id": request.get("id"), "error": str(exc)})
+                continue
+            if pid == 0:
+                _child(sock, (wake_r, wake_w), fds, request)
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {"id": request["id"], "pid": pid})
+            _reap(sock)
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status, ru = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(
+            sock,
+            {"exit": pid, "status": status, "rusage": [ru.ru_utime, ru.ru_stime, ru.ru_maxrss]},
+        )

@@ -1,0 +1,116 @@
+"""The warm pool: fresh processes from a zygote, refilled, restarted, falling back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+
+from .conftest import pid_alive
+
+
+async def _filled(gw) -> None:
+    """Wait until the pool's background refill has finished."""
+    pool = gw._pool
+    if pool is not None and pool._filler is not None:
+        await pool._filler
+
+
+def test_pooled_runs_are_warm_and_share_no_state(make_gateway):
+    gw = make_gateway(pool_size=2)
+
+    async def main():
+        await gw.run("1")  # starts the pool
+        await _filled(gw)
+        first = await gw.run(
+            "import json, os, random, colorsys\njson.kg_marker = 1\nrandom.seed(1)\n"
+            "os.environ['KG_SET'] = '1'\nopen('left.txt', 'w').write('x')\n"
+            "open('/tmp/left.txt', 'w').write('x')\nkept = 'global'"
+        )
+        await _filled(gw)
+        second = await gw.run(
+            "import json, os, random, sys\nreturn [hasattr(json, 'kg_marker'), "
+            "os.path.exists('left.txt'), os.path.exists('/tmp/left.txt'), "
+            "os.environ.get('KG_SET'), 'colorsys' in sys.modules, 'kept' in globals(), "
+            "random.random()]"
+        )
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert first.ok and second.ok, (first.message, second.message)
+    assert first.usage["warm"] and second.usage["warm"]
+    assert second.value[:6] == [False, False, False, None, False, False]
+    assert second.value[6] != random.Random(1).random()
+
+
+def test_children_of_one_zygote_do_not_share_random_streams(make_gateway):
+    gw = make_gateway(pool_size=6)
+
+    async def main():
+        await gw.run("1")
+        await _filled(gw)
+        return await asyncio.gather(
+            *[gw.run("import random, os\nreturn [random.getrandbits(64), os.urandom(8).hex()]") for _ in range(6)]
+        )
+
+    results = asyncio.run(main())
+    assert all(r.ok for r in results)
+    assert sum(r.usage["warm"] for r in results) >= 2
+    assert len({r.value[0] for r in results}) == 6
+    assert len({r.value[1] for r in results}) == 6
+
+
+def test_a_pool_that_cannot_keep_up_falls_back_to_cold_spawn(make_gateway):
+    gw = make_gateway(pool_size=1)
+
+    async def main():
+        return await asyncio.gather(*[gw.run("return 7") for _ in range(5)])
+
+    results = asyncio.run(main())
+    assert [r.value for r in results] == [7] * 5
+    assert sum(not r.usage["warm"] for r in results) >= 4
+    assert gw._pool.cold_fallbacks >= 4
+
+
+def test_a_dead_zygote_is_restarted(make_gateway):
+    gw = make_gateway(pool_size=1)
+
+    async def main():
+        await gw.run("1")
+        await _filled(gw)
+        pool = gw._pool
+        old = pool._zygote
+        os.kill(old.pid, signal.SIGKILL)
+        # The ready child still serves a run; the refill after it needs a new zygote.
+        r1 = await gw.run("return 1")
+        await _filled(gw)
+        r2 = await gw.run("return 2")
+        return old, pool, r1, r2
+
+    old, pool, r1, r2 = asyncio.run(main())
+    assert (r1.value, r2.value) == (1, 2)
+    assert pool.zygote_restarts >= 1 and pool._zygote is not old
+    assert not pid_alive(old.pid)
+
+
+def test_close_stops_zygote_and_idle_children(make_gateway):
+    gw = make_gateway(pool_size=3)
+
+    async def main():
+        await gw.run("1")
+        await _filled(gw)
+        pool = gw._pool
+        pids = [pool._zygote.pid] + [c.pid for c in pool._ready]
+        await gw.aclose()
+        return pids
+
+    pids = asyncio.run(main())
+    assert len(pids) == 4
+    assert not any(pid_alive(p) for p in pids)
+
+
+def test_pool_size_zero_spawns_cold(make_gateway):
+    gw = make_gateway(pool_size=0)
+    r = gw.run_sync("return 1")
+    assert r.ok and not r.usage["warm"] and gw._pool is None
