@@ -9,10 +9,10 @@ from typing import Any
 
 from .bindings import BindingRegistry
 from .limits import Limits
+from .pool import WarmPool
 from .process import resolve_interpreter
 from .result import RunResult
 from .run import CallListener, OutputListener, Policy, Run
-from .pool import WarmPool
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox, probe_support
 
 __all__ = ["Gateway"]

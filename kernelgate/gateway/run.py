@@ -37,9 +37,9 @@ from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 from .bindings import Binding, BindingRegistry
 from .limits import Limits
 from .output import OutputCollector
+from .pool import PooledChild, WarmPool
 from .process import ChildProcess, make_run_dir, remove_tree, spawn_child
 from .result import CallRecord, ErrorInfo, RunResult
-from .pool import PooledChild, WarmPool
 from .sandbox import PidsCgroup, SandboxPlan
 
 __all__ = ["Run", "new_run_id", "OutputListener"]

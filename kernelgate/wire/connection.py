@@ -229,6 +229,10 @@ class Connection:
             if type(event) is Stream:
                 return f.message("stream", stream_content(event.name, event.text), parent)
             if type(event) is CallRequest:
+                if self._comm_id is None:
+                    raise LocalProtocolError(
+                        "cannot send CallRequest: the host has not opened the bindings comm"
+                    )
                 if event.call_id != self._next_call_id:
                     raise LocalProtocolError(
                         f"call id must be {self._next_call_id}, got {event.call_id}"
