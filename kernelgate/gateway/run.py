@@ -175,6 +175,7 @@ class Run:
             run_dir = pooled.run_dir
         else:
             run_dir = make_run_dir(self.base_dir, self.run_id)
+        child: ChildProcess
         try:
             if pooled is not None:
                 child = self.child = pooled
