@@ -557,13 +557,17 @@ class Run:
         assert child is not None and self._exited is not None
         if self._exited.done():
             return
-        if not child.try_reap():
-            if isinstance(child, PooledChild):
+        if isinstance(child, PooledChild):
+            if not child.try_reap():
                 # It is gone (its pidfd fired); the zygote that reaps it reports how it
-                # ended in a moment.
+                # ended in a moment (having killed its process group first).
                 self._remove_reader(child.pidfd)
                 child.zygote.wait_status(child.pid, self._on_exit)
-            return
+                return
+        else:
+            # Unreaped, the child is a zombie that still holds its process group id, so
+            # this cannot reach a stranger that reused the number.
+            child.signal_group(signal_module.SIGKILL)
         self._remove_reader(child.pidfd)
         # Everything the child wrote before it died is in the buffers now: take it all.
         if child.control.fileno() in self._readers:
@@ -571,8 +575,7 @@ class Run:
         for name, fd in (("stdout", child.stdout_fd), ("stderr", child.stderr_fd)):
             if fd in self._readers:
                 self._on_pipe(name, drain=True)
-        if not self._exited.done():
-            self._exited.set_result(None)
+        self._exited.set_result(None)
 
     async def _settle(self) -> None:
         child = self.child
@@ -581,13 +584,16 @@ class Run:
             self._remove_reader(fd)
         for name in ("stdout", "stderr"):
             self.collector.add_raw(name, b"", final=True)
-        # Anything the program left behind in its process group goes too.
-        child.signal_group(signal_module.SIGKILL)
-        delay, deadline = 0.0005, time.monotonic() + 5.0
-        while child.group_alive() and time.monotonic() < deadline:
-            child.signal_group(signal_module.SIGKILL)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
+        if not child.reaped and self.sandbox.level == "process" and self._cgroup is None:
+            # No pid namespace and no cgroup: the process group is the only handle on what
+            # the program left behind. Wait for it to die while the unreaped leader keeps
+            # the group id ours. (With namespaces, the namespace is already empty.)
+            delay, deadline = 0.0005, time.monotonic() + 5.0
+            while child.group_alive() and time.monotonic() < deadline:
+                child.signal_group(signal_module.SIGKILL)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        child.try_reap()
         if self._cgroup is not None:
             await self._empty_cgroup(self._cgroup)
         tasks = list(self._tasks)

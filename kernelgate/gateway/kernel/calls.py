@@ -4,19 +4,30 @@ The kernel shows each call as it completes with :func:`call_display`; a client r
 :class:`~kernelgate.gateway.result.CallRecord` from that output with
 :func:`call_record_from_data`.
 
-NOTE: ``kernelgate.notebooks`` builds the same output for saved runs; the two builders are
-meant to be one (this one is the kernel's until they are unified).
+Saved runs show calls with ``kernelgate.notebooks``' builder; :func:`call_display` uses that
+one whenever it is importable, so a live cell and a saved run show a call the same way.
+:func:`builtin_call_display` is this package's own small builder (application/vnd.kernelgate.
+call+json and text/plain), used only when that one is missing or fails.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import keyword
+from collections.abc import Callable
 from typing import Any
 
 from kernelgate.gateway.result import CallRecord, ErrorInfo
 from kernelgate.wire.messages import CALL_MIME
 
-__all__ = ["call_display", "call_data", "call_text", "call_record_from_data"]
+__all__ = [
+    "call_display",
+    "builtin_call_display",
+    "call_data",
+    "call_text",
+    "call_record_from_data",
+]
 
 _ARG_LIMIT = 40
 _VALUE_LIMIT = 60
@@ -76,8 +87,42 @@ def call_data(record: CallRecord) -> dict[str, Any]:
     return data
 
 
+@functools.lru_cache(maxsize=1)
+def _notebook_builder() -> Callable[[CallRecord], Any] | None:
+    # Imported by name: kernelgate.notebooks is optional here and typed on its own.
+    try:
+        module = importlib.import_module("kernelgate.notebooks.render")
+    except ImportError:
+        return None
+    builder = getattr(module, "call_output", None)
+    return builder if callable(builder) else None
+
+
 def call_display(record: CallRecord) -> dict[str, Any]:
-    """The nbformat ``display_data`` output showing one completed binding call."""
+    """The nbformat ``display_data`` output showing one completed binding call.
+
+    The same output saved runs hold (``kernelgate.notebooks``' ``call_output``) when that
+    builder is available, else :func:`builtin_call_display`'s.
+    """
+    builder = _notebook_builder()
+    if builder is not None:
+        try:
+            output = builder(record)
+        except Exception:
+            output = None
+        if (
+            isinstance(output, dict)
+            and output.get("output_type") == "display_data"
+            and isinstance(output.get("data"), dict)
+            and CALL_MIME in output["data"]
+            and "text/plain" in output["data"]
+        ):
+            return output
+    return builtin_call_display(record)
+
+
+def builtin_call_display(record: CallRecord) -> dict[str, Any]:
+    """This package's own call output: the call JSON and one line of text."""
     return {
         "output_type": "display_data",
         "data": {CALL_MIME: call_data(record), "text/plain": call_text(record)},
@@ -86,11 +131,16 @@ def call_display(record: CallRecord) -> dict[str, Any]:
 
 
 def call_record_from_data(data: Any, output_index: int = 0) -> CallRecord | None:
-    """Rebuild a :class:`CallRecord` from a call payload; ``None`` if it is not one."""
+    """Rebuild a :class:`CallRecord` from a call payload; ``None`` if it is not one.
+
+    ``output_index`` is used when the payload does not say where the call belongs.
+    """
     if not isinstance(data, dict):
         return None
     try:
         error = data.get("error")
+        index = data.get("output_index")
+        traceback = error.get("traceback") if isinstance(error, dict) else None
         record = CallRecord(
             id=int(data.get("id", 0)),
             namespace=str(data["namespace"]),
@@ -100,13 +150,17 @@ def call_record_from_data(data: Any, output_index: int = 0) -> CallRecord | None
             ok=bool(data.get("ok", False)),
             value=data.get("value"),
             error=(
-                ErrorInfo(str(error.get("ename", "")), str(error.get("evalue", "")))
+                ErrorInfo(
+                    str(error.get("ename", "")),
+                    str(error.get("evalue", "")),
+                    [str(line) for line in traceback] if isinstance(traceback, list) else [],
+                )
                 if isinstance(error, dict)
                 else None
             ),
             start_s=float(data.get("start_s", 0.0)),
             duration_s=float(data.get("duration_s", 0.0)),
-            output_index=output_index,
+            output_index=index if type(index) is int else output_index,
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import logging
 import time
@@ -155,7 +156,7 @@ class _RemoteRun:
             if traceback == [f"{ename}: {evalue}"]:
                 traceback = []  # the kernel's one-line stand-in for a host-decided failure
             error = ErrorInfo(ename, evalue, traceback)
-        return RunResult(
+        fields: dict[str, Any] = dict(
             status=status,
             value=self.value if status == "ok" else None,
             stdout="".join(self.text["stdout"]),
@@ -172,7 +173,11 @@ class _RemoteRun:
             interpreter=str(meta.get("interpreter") or ""),
             limits=dict(meta.get("limits") or {}),
             bindings=dict(meta.get("bindings") or registry.signatures()),
+            isolation=str(meta.get("isolation") or ""),
+            usage=dict(meta.get("usage") or {}),
         )
+        known = {f.name for f in dataclasses.fields(RunResult)}
+        return RunResult(**{k: v for k, v in fields.items() if k in known})
 
 
 class RemoteGateway:

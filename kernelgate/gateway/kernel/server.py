@@ -66,6 +66,7 @@ LANGUAGE_INFO: dict[str, Any] = {
 }
 
 _SHUTDOWN_GRACE = 10.0
+_INTERRUPT_RETRY = 0.01
 _LINGER_MS = 1000
 
 
@@ -103,6 +104,12 @@ def _run_metadata(result: RunResult) -> dict[str, Any]:
         "interpreter": result.interpreter,
         "limits": result.limits,
         "bindings": result.bindings,
+        # Present when the core reports them (isolation level, resource usage).
+        **{
+            name: getattr(result, name)
+            for name in ("isolation", "usage")
+            if getattr(result, name, None) not in (None, "", {})
+        },
     }
 
 
@@ -458,7 +465,13 @@ class KernelServer:
     def interrupt(self) -> None:
         """Stop the running cell (it ends with status ``"interrupted"``)."""
         if self._cell is not None:
-            self._cell.gateway.interrupt()
+            self._interrupt_cell(self._cell)
+
+    def _interrupt_cell(self, cell: _Cell) -> None:
+        # The cell may be between its request and its run's start (the gateway has no
+        # live run yet): try again shortly, until the run is stopped or the cell is over.
+        if self._cell is cell and cell.gateway.interrupt() == 0:
+            asyncio.get_running_loop().call_later(_INTERRUPT_RETRY, self._interrupt_cell, cell)
 
     def _abort_queue(self) -> None:
         while self._queue:

@@ -429,8 +429,10 @@ def prepare(level: str, run_dir: str) -> None:
         raise ValueError(f"unknown sandbox level {level!r}")
     if level in ("namespaces", "namespaces+landlock"):
         _enter_namespaces(run_dir)
+        os.environ["TMPDIR"] = "/tmp"  # private to this run
     else:
         os.chdir(run_dir)
+        os.environ["TMPDIR"] = run_dir  # the host's /tmp is shared: keep temp files here
 
 
 def restrict(options: dict[str, Any]) -> None:

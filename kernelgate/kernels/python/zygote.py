@@ -129,11 +129,22 @@ def main() -> None:
 def _reap(sock: socket.socket) -> None:
     while True:
         try:
-            pid, status, ru = os.wait4(-1, os.WNOHANG)
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return
-        if pid == 0:
+        if info is None:
             return
+        pid = info.si_pid
+        # Still a zombie, the child holds its process group id: kill what it left behind
+        # in its group before reaping frees the number.
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            pid, status, ru = os.wait4(pid, 0)
+        except ChildProcessError:
+            continue
         _send(
             sock,
             {"exit": pid, "status": status, "rusage": [ru.ru_utime, ru.ru_stime, ru.ru_maxrss]},
