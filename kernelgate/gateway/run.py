@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kernelgate.wire.connection import HOST, Connection
-from kernelgate.wire.errors import RemoteProtocolError
+from kernelgate.wire.errors import LocalProtocolError, RemoteProtocolError
 from kernelgate.wire.events import (
     CallReply,
     CallRequest,
@@ -463,7 +463,16 @@ class Run:
             if self._reply is None and self._decided is None:
                 if self._out_bytes > _REPLY_HIGH_WATER:
                     await self._drained.wait()
-                self._send(reply)
+                try:
+                    self._send(reply)
+                except LocalProtocolError as exc:
+                    # A result that passed the checks yet cannot be encoded must still
+                    # answer the call, or the program would wait for it forever.
+                    record.ok, record.value = False, None
+                    record.error = ErrorInfo("TypeError", f"the result cannot be sent: {exc}")
+                    self._send(
+                        CallReply(record.id, False, ename="TypeError", evalue=record.error.evalue)
+                    )
         if self.on_call is not None:
             self.on_call(record)
 

@@ -28,8 +28,10 @@ __all__ = [
     "CHILD_RUN_STATUSES",
 ]
 
-#: Statuses the child may report in ``execute_reply``; every other status is decided by
-#: the host (timeout, interrupted, worker_exit, protocol).
+#: Statuses the child may report in ``execute_reply``. The others (timeout, interrupted,
+#: worker_exit, protocol) are decided by the host only, and a child reporting one is a
+#: protocol violation; the host may also decide sandbox_unavailable, invalid_output and
+#: output_limit itself. See ``docs/protocol.md``.
 CHILD_RUN_STATUSES = frozenset(
     {"ok", "exception", "invalid_output", "output_limit", "sandbox_unavailable"}
 )

@@ -25,7 +25,8 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["NotJSONError", "ValueTooLargeError", "check_json", "dumps", "loads", "describe_path"]
+__all__ = [
+    "MAX_DEPTH","NotJSONError", "ValueTooLargeError", "check_json", "dumps", "loads", "describe_path"]
 
 _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
@@ -180,6 +181,11 @@ def _bulk_size(chunk: list[Any] | tuple[Any, ...]) -> int:
     return n - 2 - (len(chunk) - 1)
 
 
+#: Deepest nesting a value may have: deeper ones could not be encoded or parsed without
+#: recursion, so they are refused here, cleanly, with the path.
+MAX_DEPTH = 500
+
+
 def check_json(value: Any, root: str = "value", max_bytes: int | None = None) -> int:
     """Check that ``value`` is lossless JSON and return its serialized size in bytes.
 
@@ -236,6 +242,14 @@ def check_json(value: Any, root: str = "value", max_bytes: int | None = None) ->
                         f"{describe_path(root, keys)}: {t.__name__} contains itself (a cycle) "
                         "and is not JSON",
                         describe_path(root, keys),
+                        t.__name__,
+                    )
+                if len(stack) >= MAX_DEPTH:
+                    where = describe_path(root, keys)
+                    raise NotJSONError(
+                        f"{where}: nested deeper than {MAX_DEPTH} levels; values crossing the "
+                        f"boundary may nest at most {MAX_DEPTH} deep (flatten the structure)",
+                        where,
                         t.__name__,
                     )
                 active.add(ident)

@@ -175,3 +175,16 @@ def test_binding_docs_and_signature_visible_in_program(run):
 def test_invalid_names_are_caller_misuse(kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         Gateway(**kwargs)
+
+
+def test_deep_binding_result_is_refused_cleanly(make_gateway):
+    def deep():
+        value: list = []
+        for _ in range(2000):
+            value = [value]
+        return value
+
+    gw = make_gateway(bindings={"deep": deep})
+    r = gw.run_sync("await tools.deep()")
+    assert r.status == "exception" and r.error.ename == "ToolError"
+    assert "nested deeper than 500 levels" in r.error.evalue

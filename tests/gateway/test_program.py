@@ -240,3 +240,9 @@ def test_exception_whose_str_raises(run):
     r = run("class E(Exception):\n    def __str__(self):\n        raise RuntimeError\nraise E()")
     assert r.status == "exception" and r.error.ename == "E"
     assert "str() failed" in r.error.evalue
+
+
+def test_deep_value_is_invalid_output(run):
+    r = run("v = []\nfor _ in range(2000):\n    v = [v]\nreturn v")
+    assert r.status == "invalid_output"
+    assert "nested deeper than 500 levels" in r.error.evalue
