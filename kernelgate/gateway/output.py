@@ -28,6 +28,7 @@ class OutputCollector:
         self.used = 0
         self.truncated = False
         self.outputs: list[dict[str, Any]] = []
+        self._sealed = 0  # outputs before this index are never merged into
         self._text: dict[str, list[str]] = {"stdout": [], "stderr": []}
         self._decoders = {
             "stdout": codecs.getincrementaldecoder("utf-8")("replace"),
@@ -51,12 +52,20 @@ class OutputCollector:
         else:
             self.used += len(encoded)
         self._text[name].append(text)
-        last = self.outputs[-1] if self.outputs else None
+        last = self.outputs[-1] if len(self.outputs) > self._sealed else None
         if last is not None and last["output_type"] == "stream" and last["name"] == name:
             last["text"] += text
         else:
             self.outputs.append({"output_type": "stream", "name": name, "text": text})
         return text
+
+    def seal(self) -> None:
+        """End the current stream output: the next text starts a new one.
+
+        Called where something happened between two prints (a binding call completed), so
+        a notebook can show the call between them.
+        """
+        self._sealed = len(self.outputs)
 
     def add_output(self, output: dict[str, Any]) -> None:
         self.outputs.append(output)

@@ -460,6 +460,7 @@ class Run:
                 reply = CallReply(record.id, True, value)
             record.duration_s = time.monotonic() - started
             record.output_index = len(self.collector.outputs)
+            self.collector.seal()
             if self._reply is None and self._decided is None:
                 if self._out_bytes > _REPLY_HIGH_WATER:
                     await self._drained.wait()

@@ -26,7 +26,14 @@ import sys
 from typing import Any
 
 __all__ = [
-    "MAX_DEPTH","NotJSONError", "ValueTooLargeError", "check_json", "dumps", "loads", "describe_path"]
+    "MAX_DEPTH",
+    "NotJSONError",
+    "ValueTooLargeError",
+    "check_json",
+    "dumps",
+    "loads",
+    "describe_path",
+]
 
 _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 

@@ -89,9 +89,10 @@ print('three')
 """
     r = run(program)
     assert r.stdout == "onetwo\nthree\n"
-    # The unterminated 'one' went out before the first call was made.
-    assert [c.output_index for c in r.calls] == [1, 1]
-    assert r.outputs[0]["text"].startswith("one")
+    # The unterminated 'one' went out before the first call was made, and each call sits
+    # between the prints around it.
+    assert [o["text"] for o in r.outputs] == ["one", "two\n", "three\n"]
+    assert [c.output_index for c in r.calls] == [1, 2]
 
 
 def test_gather_runs_calls_concurrently_on_the_host(run_dir_base, make_gateway):
@@ -188,3 +189,17 @@ def test_deep_binding_result_is_refused_cleanly(make_gateway):
     r = gw.run_sync("await tools.deep()")
     assert r.status == "exception" and r.error.ename == "ToolError"
     assert "nested deeper than 500 levels" in r.error.evalue
+
+
+def test_display_with_non_text_value_for_text_mime_is_dropped(run):
+    program = """
+class Odd:
+    def _repr_mimebundle_(self, **kwargs):
+        return {'text/html': 5, 'application/json': {'k': 1}}
+    def __repr__(self):
+        return 'Odd()'
+display(Odd())
+"""
+    r = run(program)
+    assert r.ok, r.message
+    assert r.outputs[0]["data"] == {"application/json": {"k": 1}, "text/plain": "Odd()"}

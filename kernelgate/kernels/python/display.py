@@ -49,7 +49,12 @@ def mime_bundle(obj: Any, limit: int = 32 * 1024) -> tuple[dict[str, Any], dict[
                 if isinstance(meta, dict):
                     metadata.update(meta)
             if isinstance(got, dict):
-                data.update((k, v) for k, v in got.items() if isinstance(k, str))
+                # Only JSON MIME types may hold non-text values (the host refuses others).
+                data.update(
+                    (k, v)
+                    for k, v in got.items()
+                    if isinstance(k, str) and (k.endswith("json") or isinstance(v, str))
+                )
         except Exception:
             pass
     for name, mime in _REPR_METHODS:

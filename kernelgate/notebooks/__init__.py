@@ -1,0 +1,45 @@
+"""Runs as notebooks: record every run as ``.ipynb``, replay it, see its calls on a timeline.
+
+>>> import tempfile
+>>> from kernelgate import Gateway
+>>> from kernelgate.notebooks import load_run, replay, timeline_svg
+>>> r = Gateway(bindings={"add": lambda a, b: a + b}).run_sync("await tools.add(1, 2)")
+>>> path = r.save(tempfile.mkdtemp() + "/run.ipynb")       # record
+>>> load_run(path).calls[0].value                           # read back
+3
+>>> replay(path).diverged                                   # replay from the recording
+False
+>>> timeline_svg(load_run(path)).startswith("<svg")         # picture
+True
+
+Importing this package needs only the standard library (``run_to_notebook`` imports
+nbformat when called).
+"""
+
+from __future__ import annotations
+
+from .render import CALL_MIME, KERNELSPEC, call_line, call_output, run_to_notebook
+from .replay import CallMatch, Difference, ReplayReport, replay, replay_async
+from .session import SessionLog
+from .store import NotARunError, RecordedRun, load_run, save_run
+from .timeline import timeline_summary, timeline_svg
+
+__all__ = [
+    "CALL_MIME",
+    "KERNELSPEC",
+    "CallMatch",
+    "Difference",
+    "NotARunError",
+    "RecordedRun",
+    "ReplayReport",
+    "SessionLog",
+    "call_line",
+    "call_output",
+    "load_run",
+    "replay",
+    "replay_async",
+    "run_to_notebook",
+    "save_run",
+    "timeline_summary",
+    "timeline_svg",
+]

@@ -1,0 +1,442 @@
+"""Saving runs as notebooks, atomically, and reading them back.
+
+A write never leaves a broken file: the notebook goes to a temporary file in the same
+directory, is flushed to disk (``fsync``), and only then renamed over the target
+(``os.replace``), after which the directory itself is synced. A crash at any point leaves
+either the old file or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from kernelgate.gateway.result import CallRecord, ErrorInfo, RunResult
+from kernelgate.wire.messages import CALL_MIME
+
+from ._values import restore_key_orders
+from .render import FORMAT, run_notebook_dict
+
+__all__ = [
+    "NotARunError",
+    "RecordedRun",
+    "save_run",
+    "load_run",
+    "atomic_write",
+    "dumps_notebook",
+    "read_notebook",
+    "run_cells",
+]
+
+#: Bytes per ``os.write`` when writing a notebook.
+_CHUNK = 1 << 16
+
+
+class NotARunError(ValueError):
+    """A file is not a kernelgate recording, or does not hold the run that was asked for."""
+
+
+@dataclass(repr=False)
+class RecordedRun(RunResult):
+    """A :class:`~kernelgate.RunResult` read back from a notebook.
+
+    ``source`` is the file it came from; ``run_number`` its place in a session log (1 for
+    a single run); ``kernelgate_version`` the version that recorded it.
+    """
+
+    source: str = ""
+    run_number: int = 1
+    kernelgate_version: str = ""
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+_compact = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+#: Call arguments and answers larger than this (as compact JSON) are written on one line:
+#: indenting them costs seconds for megabytes and helps no reader.
+_INLINE_ABOVE = 32 * 1024
+
+
+def dumps_notebook(nb: dict[str, Any]) -> bytes:
+    """A notebook as UTF-8 JSON, indented like Jupyter's but keeping dict key order.
+
+    Key order is kept because binding answers are replayed to programs that may iterate
+    their dicts. Large call arguments and answers are written compactly.
+    """
+    token = secrets.token_hex(8)
+    raw: list[str] = []
+
+    def stash(value: Any) -> Any:
+        if not isinstance(value, (dict, list)) or len(value) < 64:
+            return value
+        text = _compact(value)
+        if len(text) < _INLINE_ABOVE:
+            return value
+        raw.append(text)
+        return f"\x00kernelgate-{token}-{len(raw) - 1}\x00"
+
+    cells = []
+    for cell in nb.get("cells", []):
+        outputs = cell.get("outputs") if isinstance(cell, dict) else None
+        if isinstance(outputs, list):
+            new_outputs = []
+            for output in outputs:
+                data = output.get("data") if isinstance(output, dict) else None
+                call = data.get(CALL_MIME) if isinstance(data, dict) else None
+                if isinstance(data, dict) and isinstance(call, dict):
+                    call = {
+                        k: stash(v) if k in ("args", "kwargs", "value") else v
+                        for k, v in call.items()
+                    }
+                    output = {**output, "data": {**data, CALL_MIME: call}}
+                new_outputs.append(output)
+            cell = {**cell, "outputs": new_outputs}
+        cells.append(cell)
+    text = json.dumps({**nb, "cells": cells}, indent=1, ensure_ascii=False, allow_nan=False)
+    for i, value in enumerate(raw):
+        text = text.replace(json.dumps(f"\x00kernelgate-{token}-{i}\x00"), value, 1)
+    return (text + "\n").encode()
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems cannot sync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def temp_prefix(path: str | os.PathLike[str]) -> str:
+    """Name prefix of the temporary files :func:`atomic_write` makes for ``path``."""
+    return f".{os.path.basename(os.fspath(path))}."
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old file or the new, whole.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> atomic_write(os.path.join(d, "x.json"), b"{}")
+    >>> open(os.path.join(d, "x.json")).read(), sorted(os.listdir(d))
+    ('{}', ['x.json'])
+    """
+    target = os.path.abspath(os.fspath(path))
+    directory = os.path.dirname(target)
+    tmp = os.path.join(directory, f"{temp_prefix(target)}{secrets.token_hex(6)}.tmp")
+    try:
+        mode = os.stat(target).st_mode & 0o7777
+    except OSError:
+        mode = None
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view[:_CHUNK])
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def save_run(result: RunResult, path: str | os.PathLike[str]) -> Path:
+    """Write ``result`` as a notebook at ``path`` (atomically); return the path written.
+
+    ``path`` may be an existing directory: the file is then ``<run_id>.ipynb`` in it.
+    Missing parent directories are created.
+
+    >>> import tempfile
+    >>> from kernelgate import Gateway
+    >>> r = Gateway(bindings={"add": lambda a, b: a + b}).run_sync("await tools.add(1, 2)")
+    >>> p = save_run(r, tempfile.mkdtemp() + "/run.ipynb")
+    >>> load_run(p).calls[0].value
+    3
+    """
+    target = Path(os.fspath(path))
+    if target.is_dir():
+        target = target / f"{result.run_id or 'run'}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(target, dumps_notebook(run_notebook_dict(result)))
+    return target
+
+
+# -- reading ------------------------------------------------------------------------------
+
+_HOW_TO_RECORD = (
+    "record runs with result.save(path), 'kernelgate run PROGRAM --record PATH', "
+    "Gateway(record_to=DIR) or kernelgate.notebooks.SessionLog"
+)
+
+
+def read_notebook(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Parse a v4 notebook as plain JSON (dict key order kept); :class:`NotARunError` if
+    the file is not one. ``OSError`` if it cannot be read."""
+    name = os.fspath(path)
+    with open(name, "rb") as f:
+        raw = f.read()
+    try:
+        nb = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotARunError(
+            f"{name} is not a notebook: it is not JSON ({exc}); {_HOW_TO_RECORD}"
+        ) from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise NotARunError(
+            f"{name} is not a Jupyter notebook: it is JSON but has no 'cells' list; "
+            f"{_HOW_TO_RECORD}"
+        )
+    if nb.get("nbformat") != 4:
+        raise NotARunError(
+            f"{name} is notebook format {nb.get('nbformat')!r}; kernelgate reads format 4 "
+            "(convert it with 'jupyter nbconvert --to notebook', or re-record the run)"
+        )
+    return nb
+
+
+def _source(cell: dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def _kg(obj: Any) -> dict[str, Any] | None:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    kg = meta.get("kernelgate") if isinstance(meta, dict) else None
+    return kg if isinstance(kg, dict) else None
+
+
+def run_cells(nb: dict[str, Any]) -> list[dict[str, Any]]:
+    """The code cells of a notebook that hold kernelgate runs, in order."""
+    return [
+        cell
+        for cell in nb["cells"]
+        if isinstance(cell, dict)
+        and cell.get("cell_type") == "code"
+        and (_kg(cell) or {}).get("run_id") is not None
+    ]
+
+
+def _pick(cells: list[dict[str, Any]], cell: int | None, name: str) -> tuple[dict[str, Any], int]:
+    n = len(cells)
+    if cell is None:
+        if n == 1:
+            return cells[0], _run_number(cells[0], 1)
+        raise NotARunError(
+            f"{name} is a session log with {n} runs; choose one with cell=N "
+            f"(--cell N), N from 1 to {n}, or -1 for the last"
+        )
+    if type(cell) is not int:
+        raise TypeError(f"cell must be an int (a run number from 1), got {cell!r}")
+    for i, c in enumerate(cells):
+        if cell > 0 and _run_number(c, i + 1) == cell:
+            return c, cell
+    if cell < 0 and -cell <= n:
+        chosen = cells[n + cell]
+        return chosen, _run_number(chosen, n + cell + 1)
+    runs = "1" if n == 1 else f"1 to {n}"
+    raise NotARunError(f"{name} has no run {cell}: it holds runs {runs} (-1 is the last)")
+
+
+def _run_number(cell: dict[str, Any], default: int) -> int:
+    number = (_kg(cell) or {}).get("run_number")
+    return number if type(number) is int else default
+
+
+def _error(data: Any) -> ErrorInfo | None:
+    if not isinstance(data, dict):
+        return None
+    tb = data.get("traceback")
+    return ErrorInfo(
+        str(data.get("ename", "")),
+        str(data.get("evalue", "")),
+        [str(x) for x in tb] if isinstance(tb, list) else [],
+    )
+
+
+def _call(data: Any, where: str, position: int) -> CallRecord:
+    if not isinstance(data, dict):
+        raise NotARunError(f"{where}: a call output's {CALL_MIME} data is not an object")
+    missing = [k for k in ("id", "namespace", "name", "args", "kwargs", "ok") if k not in data]
+    if missing:
+        raise NotARunError(
+            f"{where}: a call output lacks {', '.join(missing)} in its {CALL_MIME} data; "
+            "the recording was edited by hand or is damaged"
+        )
+    args, kwargs = data["args"], data["kwargs"]
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise NotARunError(
+            f"{where}: call #{data['id']} has args {type(args).__name__} and kwargs "
+            f"{type(kwargs).__name__}; expected a list and an object"
+        )
+    ok = bool(data["ok"])
+    value = restore_key_orders(data.get("value"), data.get("key_order")) if ok else None
+    index = data.get("output_index")
+    return CallRecord(
+        id=int(data["id"]),
+        namespace=str(data["namespace"]),
+        name=str(data["name"]),
+        args=args,
+        kwargs=kwargs,
+        ok=ok,
+        value=value,
+        error=None if ok else _error(data.get("error")) or ErrorInfo("", ""),
+        start_s=float(data.get("start_s", 0.0)),
+        duration_s=float(data.get("duration_s", 0.0)),
+        output_index=index if type(index) is int else position,
+    )
+
+
+#: RunResult fields cell_to_run reads itself; any other field is taken from the metadata.
+_READ_HERE = frozenset(
+    {
+        "status",
+        "value",
+        "stdout",
+        "stderr",
+        "outputs",
+        "error",
+        "calls",
+        "duration_s",
+        "exit_code",
+        "signal",
+        "run_id",
+        "started_at",
+        "program",
+        "interpreter",
+        "limits",
+        "bindings",
+    }
+)
+
+
+def cell_to_run(cell: dict[str, Any], *, source: str = "", run_number: int = 1) -> RecordedRun:
+    """One run cell back into a :class:`RecordedRun`."""
+    meta = _kg(cell) or {}
+    where = f"{source} run {run_number}" if source else f"run {run_number}"
+    fmt = meta.get("format", FORMAT)
+    if type(fmt) is int and fmt > FORMAT:
+        raise NotARunError(
+            f"{where} was recorded in kernelgate format {fmt} by kernelgate "
+            f"{meta.get('version', '?')}; this kernelgate reads format {FORMAT}: upgrade it"
+        )
+    outputs: list[dict[str, Any]] = []
+    calls: list[CallRecord] = []
+    raw_outputs = cell.get("outputs")
+    for output in raw_outputs if isinstance(raw_outputs, list) else []:
+        if not isinstance(output, dict):
+            continue
+        role = (_kg(output) or {}).get("role")
+        data = output.get("data")
+        if role == "call" and isinstance(data, dict) and CALL_MIME in data:
+            calls.append(_call(data[CALL_MIME], where, len(outputs)))
+        elif role == "timeline":
+            continue
+        else:
+            outputs.append(output)
+    expected = meta.get("calls")
+    if type(expected) is int and expected != len(calls):
+        raise NotARunError(
+            f"{where} recorded {expected} binding calls but its cell holds {len(calls)} call "
+            "outputs: the outputs were cleared or edited (e.g. 'Clear All Outputs' in "
+            "Jupyter). Replay needs them; use an unedited copy, or record the run again"
+        )
+    calls.sort(key=lambda c: c.id)
+    status = str(meta.get("status", ""))
+    value = None
+    if status == "ok":
+        for output in outputs:
+            if output.get("output_type") == "execute_result":
+                data = output.get("data")
+                if isinstance(data, dict):
+                    value = data.get("application/json")
+    streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
+    for output in outputs:
+        if output.get("output_type") == "stream" and output.get("name") in streams:
+            text = output.get("text", "")
+            streams[output["name"]].append("".join(text) if isinstance(text, list) else text)
+    bindings: dict[str, dict[str, str]] = {}
+    for entry in meta.get("bindings") or []:
+        if isinstance(entry, dict) and "namespace" in entry and "name" in entry:
+            bindings.setdefault(str(entry["namespace"]), {})[str(entry["name"])] = str(
+                entry.get("signature", "(*args, **kwargs)")
+            )
+    limits = meta.get("limits")
+    exit_code, sig = meta.get("exit_code"), meta.get("signal")
+    extra = {
+        f.name: meta[f.name]
+        for f in fields(RunResult)
+        if f.name not in _READ_HERE and f.name in meta
+    }
+    return RecordedRun(
+        **extra,
+        status=status,
+        value=value,
+        stdout="".join(streams["stdout"]),
+        stderr="".join(streams["stderr"]),
+        outputs=outputs,
+        error=_error(meta.get("error")),
+        calls=calls,
+        duration_s=float(meta.get("duration_s", 0.0)),
+        exit_code=exit_code if type(exit_code) is int else None,
+        signal=sig if type(sig) is int else None,
+        run_id=str(meta.get("run_id", "")),
+        started_at=str(meta.get("started_at", "")),
+        program=_source(cell),
+        interpreter=str(meta.get("interpreter", "")),
+        limits=dict(limits) if isinstance(limits, dict) else {},
+        bindings=bindings,
+        source=source,
+        run_number=run_number,
+        kernelgate_version=str(meta.get("version", "")),
+    )
+
+
+def load_run(path: str | os.PathLike[str], cell: int | None = None) -> RecordedRun:
+    """Read a saved run (or run ``cell`` of a session log) back into a :class:`RecordedRun`.
+
+    ``cell`` counts runs from 1, as a session log's "Run N" headings do; ``-1`` is the
+    last. Raises :class:`NotARunError` (a ``ValueError``) for a file that is not a
+    kernelgate recording, saying what it is instead; ``OSError`` if it cannot be read.
+
+    >>> import tempfile
+    >>> from kernelgate import Gateway
+    >>> r = Gateway().run_sync("print('hi')\\n41 + 1")
+    >>> run = load_run(r.save(tempfile.mkdtemp() + "/run.ipynb"))
+    >>> run.status, run.stdout, run.value, run.run_id == r.run_id
+    ('ok', 'hi\\n', 42, True)
+    """
+    name = os.fspath(path)
+    nb = read_notebook(name)
+    cells = run_cells(nb)
+    if not cells:
+        raise NotARunError(
+            f"{name} is a notebook but not a kernelgate run: none of its "
+            f"{len(nb['cells'])} cells carries kernelgate run metadata; {_HOW_TO_RECORD}"
+        )
+    chosen, number = _pick(cells, cell, name)
+    return cell_to_run(chosen, source=name, run_number=number)
+
+
+def run_result(run: RunResult) -> RunResult:
+    """A plain :class:`RunResult` with the same fields (drops :class:`RecordedRun` extras)."""
+    names = [f.name for f in fields(RunResult)]
+    return RunResult(**{n: getattr(run, n) for n in names})

@@ -1,0 +1,404 @@
+"""A run's binding calls on a timeline, as SVG.
+
+One bar per call from its start to its end, on lanes so that calls which overlap in time
+never share a lane (calls that ran in parallel sit one above the other). A lane is also
+kept free where a bar's label would run into the next bar. The axis is the run's whole
+duration, from 0 to the run's total; when the calls take a small part of it (a short
+program spends most of its time starting the interpreter), the idle stretch before the
+first call or after the last is drawn shortened, shaded and labelled with its length, so
+the calls get the room. The slowest call is drawn in orange, failed calls in red, and
+hovering a bar shows the full call.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from xml.sax.saxutils import escape, quoteattr
+
+from kernelgate.gateway.result import CallRecord, RunResult
+
+from ._values import fmt_duration
+from .render import call_label, call_line
+
+__all__ = [
+    "timeline_svg",
+    "timeline_summary",
+    "max_in_flight",
+    "TimelineBar",
+    "TimeScale",
+    "layout",
+]
+
+WIDTH = 960
+_PAD_L = 16
+_PAD_R = 16
+_TOP = 50
+_LANE_H = 22
+_BAR_H = 15
+_AXIS_H = 30
+_CHAR_W = 6.7  # 11px monospace, a little generous
+_MIN_BAR = 2.0
+_SHORT_W = 84.0  # width of an idle stretch drawn shortened
+_FONT = "ui-monospace, SFMono-Regular, Menlo, Consolas, 'DejaVu Sans Mono', monospace"
+_OK = "#4c78a8"
+_FAILED = "#e45756"
+_SLOWEST = "#f58518"
+_XML_BAD = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml(text: str) -> str:
+    return escape(_XML_BAD.sub("\ufffd", text))
+
+
+def _attr(text: str) -> str:
+    return quoteattr(_XML_BAD.sub("\ufffd", text))
+
+
+@dataclass
+class TimelineBar:
+    """Where one call is drawn: bar from ``x0`` to ``x1`` on ``lane``, and its label."""
+
+    call: CallRecord
+    x0: float
+    x1: float
+    lane: int
+    label: str
+    label_x: float
+    label_anchor: str  # "start" or "end"
+    label_inside: bool
+
+
+def max_in_flight(calls: Sequence[CallRecord]) -> int:
+    """How many calls were running at the same moment, at most.
+
+    >>> a = CallRecord(0, "t", "a", [], {}, start_s=0.0, duration_s=2.0)
+    >>> b = CallRecord(1, "t", "b", [], {}, start_s=1.0, duration_s=2.0)
+    >>> c = CallRecord(2, "t", "c", [], {}, start_s=3.0, duration_s=1.0)
+    >>> max_in_flight([a, b, c])
+    2
+    """
+    events = []
+    for c in calls:
+        events.append((c.start_s, 1))
+        events.append((c.start_s + c.duration_s, -1))
+    events.sort(key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
+    best = now = 0
+    for _, step in events:
+        now += step
+        best = max(best, now)
+    return best
+
+
+def _slowest(calls: Sequence[CallRecord]) -> CallRecord | None:
+    return max(calls, key=lambda c: (c.duration_s, -c.id)) if calls else None
+
+
+def _bar_label(call: CallRecord, one_namespace: bool) -> str:
+    label = call_label(call.namespace, call.name, call.args, call.kwargs, 44, arg_width=16)
+    if one_namespace:
+        label = label[len(call.namespace) + 1 :] if label.startswith(call.namespace) else label
+    text = f"{label} {fmt_duration(call.duration_s)}"
+    if not call.ok and call.error is not None:
+        text += f" ✗ {call.error.ename}"
+    return text
+
+
+@dataclass
+class _Segment:
+    t0: float
+    t1: float
+    x0: float
+    x1: float
+    shortened: bool
+
+    def x(self, t: float) -> float:
+        if self.t1 <= self.t0:
+            return self.x0
+        return self.x0 + (t - self.t0) / (self.t1 - self.t0) * (self.x1 - self.x0)
+
+
+class TimeScale:
+    """Run time (seconds) to x, from 0 at ``left`` to ``total`` at ``right``.
+
+    Linear, except that an idle stretch before the first call or after the last that is
+    both longer than a tenth of the run and longer than all the calls together is drawn
+    shortened to a fixed width.
+
+    >>> c = [CallRecord(0, "t", "f", [], {}, start_s=0.90, duration_s=0.05)]
+    >>> s = TimeScale(c, 1.0, 0, 1000)
+    >>> [seg.shortened for seg in s.segments], s.x(0.0), s.x(1.0)
+    ([True, False], 0.0, 1000.0)
+    >>> round(s.x(0.95) - s.x(0.90))  # the call gets half the width, not a twentieth
+    449
+    """
+
+    def __init__(self, calls: Sequence[CallRecord], total: float, left: float, right: float):
+        self.total = total
+        lead_end, tail_start = 0.0, total
+        short_lead = short_tail = False
+        if calls:
+            w0 = min(c.start_s for c in calls)
+            w1 = max(c.start_s + c.duration_s for c in calls)
+            window = max(w1 - w0, total * 1e-3)
+            pad = window * 0.04
+            lead_end, tail_start = max(w0 - pad, 0.0), min(w1 + pad, total)
+            short_lead = lead_end > 0.1 * total and lead_end > window
+            short_tail = total - tail_start > 0.1 * total and total - tail_start > window
+        segs: list[_Segment] = []
+        x = float(left)
+        if short_lead:
+            segs.append(_Segment(0.0, lead_end, x, x + _SHORT_W, True))
+            x += _SHORT_W
+        m0 = lead_end if short_lead else 0.0
+        m1 = tail_start if short_tail else total
+        mx1 = right - (_SHORT_W if short_tail else 0.0)
+        segs.append(_Segment(m0, m1, x, mx1, False))
+        if short_tail:
+            segs.append(_Segment(tail_start, total, mx1, float(right), True))
+        self.segments = segs
+
+    @property
+    def main(self) -> _Segment:
+        return next(s for s in self.segments if not s.shortened)
+
+    def x(self, t: float) -> float:
+        t = min(max(t, 0.0), self.total)
+        for seg in self.segments:
+            if t <= seg.t1:
+                return seg.x(t)
+        return self.segments[-1].x1
+
+
+def layout(
+    calls: Sequence[CallRecord],
+    total_s: float,
+    width: int = WIDTH,
+    scale: TimeScale | None = None,
+) -> tuple[list[TimelineBar], int]:
+    """Place every call: bars in time, labels beside them, lanes filled first-fit in
+    order of start (a lane is free once the previous bar and its label have ended).
+
+    Returns the bars (in call order) and the number of lanes.
+    """
+    left, right = _PAD_L, width - _PAD_R
+    scale = scale or TimeScale(calls, total_s, left, right)
+    one_namespace = len({c.namespace for c in calls}) <= 1
+    bars: list[TimelineBar] = []
+    spans: list[tuple[float, float, int]] = []
+    for i, call in enumerate(calls):
+        x0 = scale.x(call.start_s)
+        x1 = max(x0 + _MIN_BAR, scale.x(call.start_s + call.duration_s))
+        x0, x1 = min(x0, right - _MIN_BAR), min(x1, right)
+        label = _bar_label(call, one_namespace)
+        w = len(label) * _CHAR_W
+        if x1 - x0 >= w + 8:
+            lx, anchor, inside, span = x0 + 4, "start", True, (x0, x1)
+        elif x1 + 4 + w <= right or x0 - 4 - w < left:
+            lx, anchor, inside, span = x1 + 4, "start", False, (x0, x1 + 4 + w)
+        else:
+            lx, anchor, inside, span = x0 - 4, "end", False, (x0 - 4 - w, x1)
+        bars.append(TimelineBar(call, x0, x1, 0, label, lx, anchor, inside))
+        spans.append((span[0], span[1] + 6, i))
+    lane_ends: list[float] = []
+    # In call order (by start), so lanes read top to bottom as time goes on.
+    for start, end, i in sorted(spans, key=lambda s: (calls[s[2]].start_s, calls[s[2]].id)):
+        for lane, lane_end in enumerate(lane_ends):
+            if lane_end <= start:
+                lane_ends[lane] = end
+                bars[i].lane = lane
+                break
+        else:
+            bars[i].lane = len(lane_ends)
+            lane_ends.append(end)
+    return bars, len(lane_ends)
+
+
+def _nice_step(total_s: float, target_ticks: int = 8) -> float:
+    raw = total_s / target_ticks
+    exp = math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        step = m * 10.0**exp
+        if step >= raw:
+            return step
+    return 10.0 ** (exp + 1)
+
+
+def _tick_label(t: float, step: float, in_seconds: bool) -> str:
+    if in_seconds:
+        decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
+        return f"{t:.{decimals}f} s"
+    ms, step_ms = t * 1000, step * 1000
+    decimals = max(0, -math.floor(math.log10(step_ms))) if step_ms < 1 else 0
+    return f"{ms:.{decimals}f} ms"
+
+
+def _aria(calls: Sequence[CallRecord], total: float) -> str:
+    n = len(calls)
+    return f"timeline of {n} binding call{'' if n == 1 else 's'} over {fmt_duration(total)}"
+
+
+def timeline_summary(run: RunResult) -> str:
+    """One line about a run's calls: how many, how many at once, which was slowest.
+
+    >>> r = RunResult("ok", duration_s=0.5, calls=[
+    ...     CallRecord(0, "tools", "a", [1], {}, ok=True, start_s=0.1, duration_s=0.2)])
+    >>> timeline_summary(r)
+    'call timeline: 1 call over 500.0 ms; at most 1 at once; slowest tools.a(1) -> None  200.0 ms'
+    """
+    calls = run.calls
+    n = len(calls)
+    head = f"call timeline: {n} call{'' if n == 1 else 's'} over {fmt_duration(run.duration_s)}"
+    slowest = _slowest(calls)
+    if slowest is None:
+        return head
+    return f"{head}; at most {max_in_flight(calls)} at once; slowest {call_line(slowest)}"
+
+
+def timeline_svg(
+    run: RunResult | Sequence[CallRecord],
+    *,
+    duration_s: float | None = None,
+    width: int = WIDTH,
+    title: str | None = None,
+) -> str:
+    """The run's calls as an SVG timeline (a standalone ``<svg>`` document).
+
+    Each call is one ``<rect class="call ...">`` with a ``<title>`` (the full call, for
+    hovering) and a label. ``duration_s`` defaults to the run's duration.
+
+    >>> from kernelgate import Gateway
+    >>> r = Gateway(bindings={"add": lambda a, b: a + b}).run_sync(
+    ...     "import asyncio\\nawait asyncio.gather(tools.add(1, 2), tools.add(3, 4))")
+    >>> import xml.etree.ElementTree as ET
+    >>> svg = ET.fromstring(timeline_svg(r))
+    >>> len([e for e in svg.iter("{http://www.w3.org/2000/svg}rect")
+    ...      if e.get("class", "").startswith("call")])
+    2
+    """
+    if isinstance(run, RunResult):
+        calls = list(run.calls)
+        total = run.duration_s if duration_s is None else duration_s
+        if title is None:
+            title = f"run {run.run_id} · {run.status} · {fmt_duration(run.duration_s)}"
+    else:
+        calls = list(run)
+        total = duration_s if duration_s is not None else 0.0
+    ends = [c.start_s + c.duration_s for c in calls]
+    total = max([total, *ends, 1e-6])
+    left, right = _PAD_L, width - _PAD_R
+    scale = TimeScale(calls, total, left, right)
+    bars, lanes = layout(calls, total, width, scale)
+    slowest = _slowest(calls)
+    height = _TOP + max(lanes, 1) * _LANE_H + _AXIS_H
+    plot_bottom = _TOP + max(lanes, 1) * _LANE_H
+    out: list[str] = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family={_attr(_FONT)} font-size="11" '
+        f'role="img" aria-label={_attr(_aria(calls, total))}>',
+        f'<rect class="background" x="0" y="0" width="{width}" height="{height}" fill="#fff"/>',
+    ]
+    heading = "kernelgate call timeline" + (f" · {title}" if title else "")
+    out.append(f'<text x="{left}" y="16" font-weight="bold" fill="#222">{_xml(heading)}</text>')
+    n = len(calls)
+    if slowest is None:
+        detail = "no binding calls"
+    else:
+        detail = (
+            f"{n} call{'' if n == 1 else 's'} · at most {max_in_flight(calls)} at once · "
+            f"slowest {_bar_label(slowest, False)}"
+        )
+    out.append(f'<text x="{left}" y="32" fill="#444">{_xml(detail)}</text>')
+    legend_x = right - 230
+    for i, (color, word) in enumerate(((_OK, "ok"), (_FAILED, "failed"), (_SLOWEST, "slowest"))):
+        lx = legend_x + i * 80
+        out.append(
+            f'<rect class="legend" x="{lx}" y="24" width="10" height="10" fill="{color}"/>'
+            f'<text x="{lx + 14}" y="33" fill="#444">{word}</text>'
+        )
+    # idle stretches drawn shortened, then grid and axis
+    for seg in scale.segments:
+        if not seg.shortened:
+            continue
+        where = "before the first call" if seg.t0 == 0 else "after the last call"
+        tip = (
+            f"{fmt_duration(seg.t1 - seg.t0)} {where}, drawn shortened (no binding call "
+            "was running: interpreter start-up, the program's own work, or teardown)"
+        )
+        mid = (seg.x0 + seg.x1) / 2
+        out.append(
+            f'<g class="shortened"><title>{_xml(tip)}</title>'
+            f'<rect x="{seg.x0:.1f}" y="{_TOP - 6}" width="{seg.x1 - seg.x0:.1f}" '
+            f'height="{plot_bottom - _TOP + 6}" fill="#f2f2f2"/>'
+            f'<text x="{mid:.1f}" y="{_TOP + 8}" text-anchor="middle" fill="#777">'
+            f"{_xml('⋯ ' + fmt_duration(seg.t1 - seg.t0) + ' ⋯')}</text></g>"
+        )
+        edge = seg.x1 if seg.t0 == 0 else seg.x0
+        for dx in (-2.5, 2.5):
+            out.append(
+                f'<line x1="{edge + dx - 3:.1f}" y1="{plot_bottom + 5}" x2="{edge + dx + 3:.1f}" '
+                f'y2="{plot_bottom - 5}" stroke="#888"/>'
+            )
+    main = scale.main
+    step = _nice_step(max(main.t1 - main.t0, 1e-9))
+    in_seconds = total >= 2.0
+    ticks = [0.0] if main.t0 > 0 else []
+    k = math.ceil(main.t0 / step - 1e-9)
+    while k * step <= main.t1 + 1e-12:
+        ticks.append(k * step)
+        k += 1
+    if main.t1 < total:
+        ticks.append(total)
+    last_label_end = -1e9
+    for t in ticks:
+        x = scale.x(t)
+        out.append(
+            f'<line x1="{x:.1f}" y1="{_TOP - 6}" x2="{x:.1f}" y2="{plot_bottom}" stroke="#e6e6e6"/>'
+        )
+        text = _tick_label(t, step, in_seconds)
+        w = len(text) * _CHAR_W
+        anchor = "start" if x - w / 2 < left else ("end" if x + w / 2 > right else "middle")
+        start_x = x if anchor == "start" else (x - w if anchor == "end" else x - w / 2)
+        if start_x < last_label_end + 6:
+            continue  # would overlap the previous label
+        last_label_end = start_x + w
+        out.append(
+            f'<text x="{x:.1f}" y="{plot_bottom + 16}" text-anchor="{anchor}" fill="#555">'
+            f"{_xml(text)}</text>"
+        )
+    out.append(
+        f'<line class="axis" x1="{left}" y1="{plot_bottom}" x2="{right}" y2="{plot_bottom}" '
+        'stroke="#888"/>'
+    )
+    out.append(
+        f'<text x="{right}" y="{plot_bottom + 28}" text-anchor="end" fill="#555">'
+        f"{_xml('run total ' + fmt_duration(total))}</text>"
+    )
+    # bars
+    for bar in bars:
+        call = bar.call
+        state = "ok" if call.ok else "failed"
+        is_slowest = call is slowest
+        fill = _FAILED if not call.ok else (_SLOWEST if is_slowest else _OK)
+        y = _TOP + bar.lane * _LANE_H + (_LANE_H - _BAR_H) / 2
+        end = call.start_s + call.duration_s
+        tip = (
+            f"{call_line(call)}\nstarted +{fmt_duration(call.start_s)}, "
+            f"ended +{fmt_duration(end)}, call #{call.id}"
+        )
+        cls = f"call {state}" + (" slowest" if is_slowest else "")
+        stroke = ' stroke="#222" stroke-width="1.5"' if is_slowest else ""
+        text_fill = "#fff" if bar.label_inside else "#222"
+        weight = ' font-weight="bold"' if is_slowest else ""
+        out.append(
+            f"<g><title>{_xml(tip)}</title>"
+            f'<rect class="{cls}" data-call-id="{call.id}" x="{bar.x0:.1f}" y="{y:.1f}" '
+            f'width="{bar.x1 - bar.x0:.1f}" height="{_BAR_H}" rx="2" fill="{fill}"{stroke}/>'
+            f'<text x="{bar.label_x:.1f}" y="{y + _BAR_H - 4:.1f}" '
+            f'text-anchor="{bar.label_anchor}" fill="{text_fill}"{weight}>'
+            f"{_xml(bar.label)}</text></g>"
+        )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
