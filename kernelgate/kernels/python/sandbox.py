@@ -183,20 +183,34 @@ def _move_mount(tree: int, target: str) -> None:
     )
 
 
+def _kept_under_tmp(run_dir: str) -> list[str]:
+    """The fewest directories under /tmp that cover the run dir and the interpreter's paths."""
+    wanted = {run_dir, os.path.dirname(sys.executable)}
+    wanted.update(p for p in interpreter_paths() if os.path.isdir(p))
+    under = sorted(
+        os.path.normpath(p) for p in wanted if p.startswith("/tmp/") and os.path.exists(p)
+    )
+    kept: list[str] = []
+    for path in under:
+        if not any(path == k or path.startswith(k + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
 def _enter_namespaces(run_dir: str) -> None:
     """Called in the process the host started; returns in the program's process (pid 2)."""
     uid, gid = os.geteuid(), os.getegid()
     _check(_lib().unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
     _map_ids(uid, gid)
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
-    under_tmp = run_dir == "/tmp" or run_dir.startswith("/tmp/")
-    # The run directory may sit under /tmp, which is about to be replaced: take a detached
-    # copy of its mount tree first and attach it again inside the private /tmp.
-    tree = _open_tree(run_dir) if under_tmp else -1
+    # /tmp is about to be replaced by a private one. What must stay visible and lives under
+    # it (the run directory; a virtualenv or the package itself, as in a CI checkout) is
+    # taken as detached copies of its mount trees first and attached again inside.
+    trees = [(path, _open_tree(path)) for path in _kept_under_tmp(run_dir)]
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
-    if under_tmp:
-        os.makedirs(run_dir, exist_ok=True)
-        _move_mount(tree, run_dir)
+    for path, tree in trees:
+        os.makedirs(path, exist_ok=True)
+        _move_mount(tree, path)
         os.close(tree)
     os.chdir(run_dir)
     status_r, status_w = os.pipe()
