@@ -46,7 +46,7 @@ def load_bindings(spec: str) -> dict[str, dict[str, Callable[..., Any]]]:
                 f"--bindings {spec!r}: {module_name} has no attribute {attr!r}"
             ) from None
     if isinstance(obj, ModuleType):
-        funcs = {
+        funcs: dict[str, Callable[..., Any]] = {
             name: fn
             for name, fn in vars(obj).items()
             if not name.startswith("_") and inspect.isfunction(fn) and fn.__module__ == obj.__name__

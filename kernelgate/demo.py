@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["BINDINGS", "DEMO_PROGRAM", "search", "fetch", "compute"]
@@ -79,7 +80,7 @@ async def fetch(doc_id: str) -> dict[str, Any]:
 
 def compute(op: str, values: list[float]) -> float:
     """Aggregate ``values`` with ``op``: one of sum, mean, median, min, max."""
-    ops = {
+    ops: dict[str, Callable[[list[float]], float]] = {
         "sum": sum,
         "mean": statistics.fmean,
         "median": statistics.median,
@@ -93,7 +94,7 @@ def compute(op: str, values: list[float]) -> float:
     return float(ops[op](values))
 
 
-BINDINGS = {"search": search, "fetch": fetch, "compute": compute}
+BINDINGS: dict[str, Callable[..., Any]] = {"search": search, "fetch": fetch, "compute": compute}
 
 DEMO_PROGRAM = """\
 # An agent's program: search, fetch the hits concurrently, aggregate, report.
