@@ -272,7 +272,11 @@ def _error(data: Any) -> ErrorInfo | None:
     )
 
 
-def _call(data: Any, where: str, position: int) -> CallRecord:
+def call_record_from_json(data: Any, where: str, position: int) -> CallRecord:
+    """Rebuild a :class:`CallRecord` from a call output's JSON (``NotARunError`` if it is not).
+
+    ``position`` is the call's place among the outputs when the JSON does not say.
+    """
     if not isinstance(data, dict):
         raise NotARunError(f"{where}: a call output's {CALL_MIME} data is not an object")
     missing = [k for k in ("id", "namespace", "name", "args", "kwargs", "ok") if k not in data]
@@ -347,7 +351,7 @@ def cell_to_run(cell: dict[str, Any], *, source: str = "", run_number: int = 1) 
         role = (_kg(output) or {}).get("role")
         data = output.get("data")
         if role == "call" and isinstance(data, dict) and CALL_MIME in data:
-            calls.append(_call(data[CALL_MIME], where, len(outputs)))
+            calls.append(call_record_from_json(data[CALL_MIME], where, len(outputs)))
         elif role == "timeline":
             continue
         else:

@@ -107,7 +107,10 @@ def register(subparsers: Any) -> None:
         description="Install a kernelspec that starts the kernelgate kernel with BINDINGS.",
     )
     install.add_argument(
-        "--name", default=DEFAULT_NAME, help=f"kernelspec name (default {DEFAULT_NAME})"
+        "--name",
+        default=DEFAULT_NAME,
+        metavar="N",
+        help=f"kernelspec name (default {DEFAULT_NAME})",
     )
     install.add_argument(
         "--display-name",

@@ -262,6 +262,9 @@ class RemoteGateway:
             elif not ready.done():
                 ready.set_result({})
         except BaseException as exc:
+            for task in self._pumps:
+                task.cancel()
+            self._pumps = []
             if not ready.done():
                 ready.set_exception(
                     exc if isinstance(exc, Exception) else RuntimeError("opening was cancelled")
@@ -392,9 +395,10 @@ class RemoteGateway:
     def _on_comm(self, kind: str, data: dict[str, Any]) -> None:
         ready = self._ready
         if kind == "comm_close":
-            error = RuntimeError(
-                "the kernel refused the bindings: " + str(data.get("error") or "comm closed")
+            reason = data.get("error") or (
+                f"it closed the {BINDINGS_TARGET} comm (is it a kernelgate kernel?)"
             )
+            error = RuntimeError(f"the kernel refused the bindings: {reason}")
             if ready is not None and not ready.done():
                 ready.set_exception(error)
                 ready.exception()

@@ -67,6 +67,7 @@ LANGUAGE_INFO: dict[str, Any] = {
 
 _SHUTDOWN_GRACE = 10.0
 _INTERRUPT_RETRY = 0.01
+_PARENT_POLL = 1.0
 _LINGER_MS = 1000
 
 
@@ -86,6 +87,15 @@ def kernel_info_content() -> dict[str, Any]:
         "help_links": [],
         "debugger": False,
     }
+
+
+def _launcher_pid() -> int | None:
+    """The launcher's pid when jupyter_client started us as its (dependent) child."""
+    try:
+        pid = int(os.environ.get("JPY_PARENT_PID", ""))
+    except ValueError:
+        return None
+    return pid if pid > 1 and pid == os.getppid() else None
 
 
 def _error_reply(ename: str, evalue: str) -> dict[str, Any]:
@@ -168,7 +178,6 @@ class KernelServer:
         self._stop: asyncio.Event | None = None
         self._closing = False
         self._sockets: dict[str, zmq.asyncio.Socket] = {}
-        self._send_failures = 0
 
     # -- sockets ---------------------------------------------------------------------------
 
@@ -209,7 +218,6 @@ class KernelServer:
 
     def _sent(self, future: asyncio.Future[Any]) -> None:
         if not future.cancelled() and future.exception() is not None:
-            self._send_failures += 1
             log.warning("a message could not be sent: %s", future.exception())
 
     def publish(
@@ -262,6 +270,9 @@ class KernelServer:
                 asyncio.create_task(self._serve_channel(control, self._on_control)),
                 asyncio.create_task(self._heartbeat(hb)),
             ]
+            parent = _launcher_pid()
+            if parent is not None:
+                tasks.append(asyncio.create_task(self._watch_parent(parent)))
             await self._stop.wait()
             await self._shut_down()
         finally:
@@ -304,6 +315,13 @@ class KernelServer:
                 await handler(msg, idents)
             except Exception:
                 log.exception("error handling %s", msg.get("msg_type"))
+
+    async def _watch_parent(self, parent: int) -> None:
+        """Shut down when the process that launched the kernel is gone (as ipykernel does)."""
+        while os.getppid() == parent:
+            await asyncio.sleep(_PARENT_POLL)
+        log.warning("the process that started the kernel (pid %d) is gone; shutting down", parent)
+        self.stop()
 
     async def _heartbeat(self, sock: zmq.asyncio.Socket) -> None:
         while True:

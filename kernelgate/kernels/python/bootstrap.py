@@ -39,6 +39,7 @@ from .program import (
     format_exception,
     safe_str,
 )
+from .sandbox import die_with_parent
 from .sandbox import enter as enter_sandbox
 from .sandbox import prepare as prepare_sandbox
 from .streams import OutputLedger, OutputStream
@@ -363,6 +364,7 @@ def main(level: str | None = None, run_dir: str | None = None) -> None:
     sandbox before its program arrives; a cold child does it all after.
     """
     sys.argv = [FILENAME]
+    die_with_parent()
     child = Child(prepared=level is not None)
     fallback = child.fallback
     try:

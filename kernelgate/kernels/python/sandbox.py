@@ -25,7 +25,7 @@ import signal
 import sys
 from typing import Any
 
-__all__ = ["LEVELS", "probe", "apply_rlimits", "prepare", "restrict", "enter"]
+__all__ = ["LEVELS", "probe", "apply_rlimits", "die_with_parent", "prepare", "restrict", "enter"]
 
 LEVELS = ("process", "namespaces", "namespaces+landlock")
 
@@ -177,8 +177,9 @@ def _open_tree(path: str) -> int:
 def _move_mount(tree: int, target: str) -> None:
     move_mount_f_empty_path = 4
     _check(
-        _lib().syscall(SYS_move_mount, tree, b"", _AT_FDCWD, target.encode(),
-                       move_mount_f_empty_path),
+        _lib().syscall(
+            SYS_move_mount, tree, b"", _AT_FDCWD, target.encode(), move_mount_f_empty_path
+        ),
         f"move_mount {target}",
     )
 
@@ -431,6 +432,17 @@ def interpreter_paths() -> list[str]:
         ]
     )
     return sorted(paths)
+
+
+def die_with_parent() -> None:
+    """Be killed when the process that started us dies (the host, or the zygote).
+
+    Without this a busy program would outlive a host killed with SIGKILL.
+    """
+    parent = os.getppid()
+    _lib().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)
 
 
 def prepare(level: str, run_dir: str) -> None:

@@ -1,0 +1,172 @@
+"""Talking to a kernel in tests: run a cell and gather its messages, find processes."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_client.blocking.client import BlockingKernelClient
+
+from kernelgate.wire.messages import BINDINGS_TARGET
+
+KERNEL_NAME = "kernelgate"
+MESSAGE_KERNEL_NAME = "kernelgate-message-interrupt"
+TIMEOUT = 30.0
+
+
+@dataclass
+class Cell:
+    """Everything one execute_request produced, in arrival order."""
+
+    msg_id: str
+    reply: dict[str, Any] | None = None
+    iopub: list[dict[str, Any]] = field(default_factory=list)
+    #: (source, msg_type, content) in the order the client saw them; source is
+    #: "iopub" or "shell".
+    events: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+
+    def outputs(self, *types: str) -> list[dict[str, Any]]:
+        return [m for m in self.iopub if not types or m["msg_type"] in types]
+
+    def stdout(self) -> str:
+        return "".join(
+            m["content"]["text"]
+            for m in self.iopub
+            if m["msg_type"] == "stream" and m["content"]["name"] == "stdout"
+        )
+
+    @property
+    def status(self) -> str:
+        assert self.reply is not None
+        return str(self.reply["content"]["status"])
+
+    @property
+    def run_status(self) -> str:
+        assert self.reply is not None
+        return str(self.reply["metadata"]["kernelgate"]["run_status"])
+
+
+def send_execute(kc: BlockingKernelClient, code: str, **content: Any) -> str:
+    return str(kc.execute(code, **content))
+
+
+def collect(
+    kc: BlockingKernelClient,
+    msg_id: str,
+    *,
+    timeout: float = TIMEOUT,
+    on_iopub: Callable[[dict[str, Any], Cell], None] | None = None,
+) -> Cell:
+    """Read iopub and shell until the reply and the idle status of ``msg_id`` are in.
+
+    ``on_iopub(msg, cell)`` sees every iopub message as it arrives (any parent; one of
+    this cell's is already in ``cell``), e.g. to answer a comm call or to interrupt once
+    some output was seen.
+    """
+    cell = Cell(msg_id)
+    idle = False
+    deadline = time.monotonic() + timeout
+    while cell.reply is None or not idle:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"cell {msg_id} did not finish in {timeout} s: {cell.events}")
+        progressed = False
+        try:
+            msg = kc.get_iopub_msg(timeout=0.05)
+        except Exception:
+            msg = None
+        if msg is not None:
+            progressed = True
+            if msg["parent_header"].get("msg_id") == msg_id:
+                cell.events.append(("iopub", msg["msg_type"], msg["content"]))
+                if msg["msg_type"] == "status":
+                    idle = msg["content"]["execution_state"] == "idle"
+                elif msg["msg_type"] != "execute_input":
+                    cell.iopub.append(msg)
+            if on_iopub is not None:
+                on_iopub(msg, cell)
+        if cell.reply is None:
+            try:
+                reply = kc.get_shell_msg(timeout=0 if progressed else 0.01)
+            except Exception:
+                reply = None
+            if reply is not None and reply["parent_header"].get("msg_id") == msg_id:
+                cell.reply = reply
+                cell.events.append(("shell", reply["msg_type"], reply["content"]))
+    return cell
+
+
+def execute(kc: BlockingKernelClient, code: str, **kwargs: Any) -> Cell:
+    timeout = kwargs.pop("timeout", TIMEOUT)
+    on_iopub = kwargs.pop("on_iopub", None)
+    return collect(kc, send_execute(kc, code, **kwargs), timeout=timeout, on_iopub=on_iopub)
+
+
+def open_bindings_comm(
+    kc: BlockingKernelClient, comm_id: str, namespaces: dict[str, Any]
+) -> dict[str, Any]:
+    """Announce client-answered bindings; return the kernel's answer (ready or close)."""
+    msg = kc.session.msg(
+        "comm_open",
+        {"comm_id": comm_id, "target_name": BINDINGS_TARGET, "data": {"namespaces": namespaces}},
+    )
+    kc.shell_channel.send(msg)
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        reply = kc.get_iopub_msg(timeout=TIMEOUT)
+        if (
+            reply["msg_type"] in ("comm_msg", "comm_close")
+            and reply["content"].get("comm_id") == comm_id
+        ):
+            return reply
+    raise TimeoutError("the kernel did not answer the comm_open")
+
+
+def send_comm(kc: BlockingKernelClient, comm_id: str, data: dict[str, Any]) -> None:
+    kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data}))
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return False
+    state = data[data.rfind(b")") + 2 :].split()[0]
+    return state not in (b"Z", b"X")
+
+
+def wait_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
+    """Wait until none of ``pids`` is alive; return those still alive at the deadline."""
+    deadline = time.monotonic() + timeout
+    alive = {p for p in pids if pid_alive(p)}
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = {p for p in alive if pid_alive(p)}
+    return alive

@@ -1,0 +1,191 @@
+"""RemoteGateway: the kernel runs the program, this process answers the binding calls."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from jupyter_client.manager import AsyncKernelManager
+
+from kernelgate import CallRecord, Limits, RemoteGateway, RunResult
+
+from .helpers import KERNEL_NAME
+
+Body = Callable[[Any], Awaitable[None]]
+
+
+def with_kernel(body: Body) -> None:
+    """Run ``body(kernel_client)`` against a fresh kernel, shut down afterwards."""
+
+    async def main() -> None:
+        km = AsyncKernelManager(kernel_name=KERNEL_NAME)
+        await km.start_kernel()
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await asyncio.wait_for(body(kc), 45)
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel()
+        assert not await km.is_alive()
+
+    asyncio.run(main())
+
+
+def test_gather_of_client_answered_calls() -> None:
+    n = 8
+    arrived: list[int] = []
+    all_in = asyncio.Event()
+
+    async def lookup(key: int, scale: int = 1) -> dict[str, int]:
+        """Answer only once every call of the gather has arrived: proves they overlap."""
+        arrived.append(key)
+        if len(arrived) == n:
+            all_in.set()
+        await asyncio.wait_for(all_in.wait(), 20)
+        return {"key": key, "value": key * scale}
+
+    program = (
+        "import asyncio\n"
+        "print('gathering')\n"
+        f"got = await asyncio.gather(*(agent.lookup(i, scale=10) for i in range({n})))\n"
+        "hits = await tools.search('messages')\n"  # the kernel's own binding, still there
+        "print('done', len(got))\n"
+        "return {'values': [g['value'] for g in got], 'hits': len(hits)}\n"
+    )
+    live: list[dict[str, Any]] = []
+    calls_seen: list[CallRecord] = []
+
+    async def body(kc: Any) -> None:
+        async with RemoteGateway(kc, bindings={"lookup": lookup}, namespace="agent") as gw:
+            assert gw.kernel_bindings["agent"] == {
+                "lookup": "(key: int, scale: int = 1) -> dict[str, int]"
+            }
+            assert set(gw.kernel_bindings["tools"]) == {"search", "fetch", "compute"}
+            result = await gw.run(program, on_output=live.append, on_call=calls_seen.append)
+            check(result)
+            again = await gw.run("return await agent.lookup(1) if False else 'no calls'")
+            assert again.ok and again.value == "no calls" and again.calls == []
+
+    def check(result: RunResult) -> None:
+        assert result.status == "ok", result.error
+        assert result.value == {"values": [i * 10 for i in range(n)], "hits": 2}
+        assert result.stdout == f"gathering\ndone {n}\n"
+        assert sorted(arrived) == list(range(n))
+        lookups = [c for c in result.calls if c.name == "lookup"]
+        assert len(lookups) == n and all(c.namespace == "agent" and c.ok for c in lookups)
+        assert sorted(c.value["key"] for c in lookups) == list(range(n))
+        assert all(c.kwargs == {"scale": 10} for c in lookups)
+        assert [c.name for c in result.calls][-1] == "search"
+        assert calls_seen == result.calls  # on_call saw each as it completed
+        assert [o["output_type"] for o in live] == ["stream", "stream", "execute_result"]
+        # As in Gateway.run, calls are not outputs: the two prints make one stream output.
+        assert result.outputs[0] == {
+            "output_type": "stream",
+            "name": "stdout",
+            "text": f"gathering\ndone {n}\n",
+        }
+        assert [o["output_type"] for o in result.outputs] == ["stream", "execute_result"]
+        assert result.run_id and result.started_at and result.duration_s > 0
+        assert result.bindings["agent"]["lookup"].startswith("(key: int")
+
+    with_kernel(body)
+
+
+def test_failures_come_back_as_results() -> None:
+    async def broken(x: int) -> int:
+        raise LookupError(f"no {x}")
+
+    def not_json() -> Any:
+        return {1, 2}
+
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    async def body(kc: Any) -> None:
+        gw = RemoteGateway(
+            kc, namespaces={"agent": {"broken": broken, "not_json": not_json, "forever": forever}}
+        )
+        try:
+            r = await gw.run(
+                "try:\n    await agent.broken(3)\nexcept ToolError as e:\n    print(e.ename, e)\n"
+                "try:\n    await agent.not_json()\nexcept ToolError as e:\n    print(e.ename)\n"
+            )
+            assert r.ok, r.error
+            assert r.stdout.splitlines() == [
+                "LookupError agent.broken failed: LookupError: no 3",
+                "TypeError",
+            ]
+            assert [(c.name, c.ok, c.error.ename if c.error else None) for c in r.calls] == [
+                ("broken", False, "LookupError"),
+                ("not_json", False, "TypeError"),
+            ]
+
+            r = await gw.run("await agent.broken()")  # refused in the child: wrong arguments
+            assert r.status == "exception" and r.error is not None
+            assert r.error.ename == "TypeError"
+            assert r.error.traceback[0].startswith("Traceback")
+
+            r = await gw.run(
+                "await agent.forever()", limits=Limits(wall_seconds=1, kill_grace_seconds=0.2)
+            )
+            assert r.status == "timeout", r
+            assert r.limits["wall_seconds"] == 1
+
+            # Cancelling run() interrupts the kernel's cell.
+            started = asyncio.Event()
+            task = asyncio.create_task(
+                gw.run(
+                    "print('spin')\nwhile True:\n    pass",
+                    on_output=lambda o: started.set(),
+                )
+            )
+            await asyncio.wait_for(started.wait(), 20)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            r = await gw.run("'after the cancel'")
+            assert r.ok and r.value == "after the cancel"
+        finally:
+            await gw.aclose()
+        assert gw.closed
+        with pytest.raises(RuntimeError, match="closed"):
+            await gw.run("1")
+
+        # No client bindings: nothing is announced, cells see the kernel's own.
+        async with RemoteGateway(kc) as plain:
+            r = await plain.run("len(await tools.search('messages'))")
+            assert r.ok and r.value == 2 and [c.name for c in r.calls] == ["search"]
+
+    with_kernel(body)
+
+
+def test_invalid_bindings_are_refused_before_anything_is_sent() -> None:
+    with pytest.raises(ValueError, match="not a valid Python identifier"):
+        RemoteGateway(object(), namespaces={"my-ns": {}})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be callable"):
+        RemoteGateway(object(), bindings={"f": 3})  # type: ignore[arg-type, dict-item]
+    with pytest.raises(ValueError, match="not both"):
+        RemoteGateway(object(), bindings={}, namespaces={})  # type: ignore[arg-type]
+
+
+def test_a_kernel_that_is_not_kernelgate_refuses_the_bindings() -> None:
+    async def main() -> None:
+        km = AsyncKernelManager(kernel_name="python3")  # ipykernel's own kernelspec
+        await km.start_kernel()
+        kc = km.client()
+        kc.start_channels()
+        try:
+            gw = RemoteGateway(kc, bindings={"f": lambda: 1}, ready_timeout=20)
+            with pytest.raises(RuntimeError, match="refused the bindings"):
+                await gw.run("1")
+            with pytest.raises(RuntimeError, match="refused the bindings"):
+                await gw.open()  # the refusal sticks
+            await gw.aclose()
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel()
+
+    asyncio.run(main())
