@@ -185,6 +185,7 @@ class Gateway:
                     level=level,
                     base_dir=self.tmp_dir,
                     cgroup_root=support.pids_cgroup,
+                    read_paths=self.read_paths,
                 )
             run.pool = self._pool
 

@@ -35,6 +35,9 @@ class Limits:
     max_calls_in_flight: int = 1024
     #: Largest message on fd 3, either direction. A bigger one from the child: ``"protocol"``.
     max_frame_bytes: int = 8 * 1024 * 1024
+    #: Rich outputs kept (display_data, error and execute_result, as JSON). Beyond it one
+    #: marker output says so and later ones are dropped; the run goes on.
+    max_display_bytes: int = 16 * 1024 * 1024
     #: Time between SIGTERM and SIGKILL when a run is stopped.
     kill_grace_seconds: float = 3.0
     #: CPU time of the program's process (RLIMIT_CPU; SIGXCPU, then SIGKILL one second

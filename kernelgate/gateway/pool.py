@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import json
 import os
+import secrets
 import signal
 import socket
 import time
@@ -135,7 +136,9 @@ class Zygote:
         self._status_waiters[pid] = callback
         self._ensure_reader()
 
-    async def fork(self, level: str, run_dir: str, cgroup: str | None) -> PooledChild:
+    async def fork(
+        self, level: str, run_dir: str, cgroup: str | None, read_paths: tuple[str, ...] = ()
+    ) -> PooledChild:
         """A new child, booted and waiting for its program."""
         if self.dead:
             raise OSError("the zygote exited")
@@ -152,6 +155,7 @@ class Zygote:
             "level": level,
             "run_dir": run_dir,
             "cgroup": cgroup,
+            "read_paths": list(read_paths),
         }
         try:
             socket.send_fds(
@@ -255,8 +259,10 @@ class WarmPool:
         level: str,
         base_dir: str | None,
         cgroup_root: str | None,
+        read_paths: tuple[str, ...] = (),
     ) -> None:
         self.size = size
+        self.read_paths = read_paths
         self.python = python
         self.env = env
         self.level = level
@@ -267,6 +273,7 @@ class WarmPool:
         self._ready: list[PooledChild] = []
         self._filler: asyncio.Task[None] | None = None
         self._names = itertools.count()
+        self._token = secrets.token_hex(4)  # names unique across pools and processes
         self.cold_fallbacks = 0
         self.zygote_restarts = 0
         self._finalizer = weakref.finalize(self, _discard_all, self._ready, [None])
@@ -307,16 +314,21 @@ class WarmPool:
                 zygote = self._zygote = Zygote(self.python, self.env)
                 self._finalizer.detach()
                 self._finalizer = weakref.finalize(self, _discard_all, self._ready, [zygote])
-            name = f"pool{os.getpid()}-{next(self._names)}"
-            run_dir = make_run_dir(self.base_dir, name)
+            name = f"pool-{self._token}-{next(self._names)}"
             cgroup: PidsCgroup | None = None
             if self.cgroup_root is not None:
+                # A child whose processes cannot be capped is not made: runs then spawn
+                # cold, and the cold path caps them its own way.
                 try:
                     cgroup = PidsCgroup(self.cgroup_root, name, 1 << 20)
                 except OSError:
-                    cgroup = None
+                    failures += 1
+                    continue
+            run_dir = make_run_dir(self.base_dir, name)
             try:
-                child = await zygote.fork(self.level, run_dir, cgroup.path if cgroup else None)
+                child = await zygote.fork(
+                    self.level, run_dir, cgroup.path if cgroup else None, self.read_paths
+                )
             except OSError:
                 failures += 1
                 remove_tree(run_dir)
@@ -352,7 +364,28 @@ def _discard(child: PooledChild) -> None:
     child.close()
     remove_tree(child.run_dir)
     if child.cgroup is not None:
-        child.cgroup.remove_quietly()
+        _empty_and_remove(child.cgroup)
+
+
+def _empty_and_remove(cgroup: PidsCgroup, timeout: float = 5.0) -> None:
+    # The child's namespace init and program may still be exiting: kill what is left and
+    # retry until the cgroup can go (a busy cgroup cannot be removed).
+    deadline = time.monotonic() + timeout
+    delay = 0.0005
+    while True:
+        for pid in cgroup.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            cgroup.remove()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                return
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _wait_gone(pidfd: int, timeout: float = 2.0) -> None:

@@ -141,6 +141,8 @@ class Run:
         self._readers: list[int] = []
         self._bytes_in = 0
         self._bytes_out = 0
+        self._display_used = 0
+        self._display_cut = False
 
     # -- public ------------------------------------------------------------------------------
 
@@ -346,6 +348,26 @@ class Run:
             self.on_output({"output_type": "stream", "name": name, "text": kept})
 
     def _add_output(self, output: dict[str, Any]) -> None:
+        # Rich outputs have their own budget: the child could otherwise make the host hold
+        # any number of maximal frames. The value's own output always shows (there is one,
+        # bounded by max_value_bytes).
+        is_result = output["output_type"] == "execute_result"
+        if self._display_cut and not is_result:
+            return
+        limit = self.limits.max_display_bytes
+        try:
+            self._display_used += check_json(output, "output", limit - self._display_used)
+        except (ValueTooLargeError, NotJSONError):
+            if not is_result:
+                self._display_cut = True
+                output = {
+                    "output_type": "display_data",
+                    "data": {
+                        "text/plain": f"[kernelgate: rich output cut here: display, error and "
+                        f"result outputs together passed max_display_bytes={limit} bytes]"
+                    },
+                    "metadata": {},
+                }
         self.collector.add_output(output)
         if self.on_output is not None:
             self.on_output(output)
@@ -375,6 +397,9 @@ class Run:
             "data": data,
             "metadata": event.metadata,
         }
+        if self._result_output is not None:  # a second result replaces the first
+            outputs = self.collector.outputs
+            outputs[:] = [o for o in outputs if o is not self._result_output]
         self._result_output = output
         self._add_output(output)
 
@@ -723,8 +748,8 @@ class Run:
                     "traceback": [],
                 },
             ]
-            if self._result_output is not None:
-                outputs.remove(self._result_output)
+            if any(o is self._result_output for o in outputs):
+                outputs = [o for o in outputs if o is not self._result_output]
         return RunResult(
             status=status,
             value=value,

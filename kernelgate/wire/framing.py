@@ -31,7 +31,7 @@ class FrameDecoder:
     :class:`RemoteProtocolError`.
     """
 
-    __slots__ = ("_buf", "_closed", "_failed", "_max", "_tail")
+    __slots__ = ("_buf", "_closed", "_deferred", "_failed", "_max", "_tail")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if max_frame_bytes < 2:
@@ -43,6 +43,7 @@ class FrameDecoder:
         self._max = max_frame_bytes
         self._closed = False
         self._failed: RemoteProtocolError | None = None
+        self._deferred: str | None = None  # a refusal waiting behind complete frames
 
     @property
     def max_frame_bytes(self) -> int:
@@ -57,6 +58,8 @@ class FrameDecoder:
         """Add bytes from the peer. ``b""`` means end of stream."""
         if self._failed is not None:
             raise self._failed
+        if self._deferred is not None:
+            self._fail(self._deferred)
         if not data:
             self._closed = True
             return
@@ -71,10 +74,16 @@ class FrameDecoder:
         # next_frame would only run once a newline shows up.
         tail = len(self._buf) - self._tail
         if tail > self._max:
-            self._fail(
+            message = (
                 f"frame over max_frame_bytes={self._max} bytes ({tail} bytes so far without "
                 "a newline); frames must be one JSON object per line"
             )
+            if self._tail == 0:
+                self._fail(message)
+            # Complete frames came before the flood (output printed just before it, say):
+            # they are delivered first, the flood is dropped, and the refusal follows.
+            del self._buf[self._tail :]
+            self._deferred = message
 
     def _fail(self, message: str) -> None:
         self._failed = RemoteProtocolError(message)
@@ -92,6 +101,8 @@ class FrameDecoder:
             raise self._failed
         buf = self._buf
         if self._tail == 0:  # no newline held: no complete frame
+            if self._deferred is not None:
+                self._fail(self._deferred)
             if self._closed and buf:
                 self._fail(f"stream ended inside a frame ({len(buf)} bytes without a newline)")
             return None

@@ -263,21 +263,25 @@ class Child:
         loop.add_reader(self.fd, self._on_readable)
 
         restore = self._restore_builtins
+        exc_info = sys.exc_info
 
         async def runner() -> tuple[bool, Any]:
             # Builtins are restored the moment the program is done: asyncio itself needs
             # them to finish this task.
+            # A bare except, and sys.exc_info bound in advance: the program may have
+            # rebound the name BaseException, which `except BaseException` looks up.
             try:
                 outcome = True, await main()
-            except BaseException as exc:  # the program's failure is the result
-                outcome = False, exc
+            except:  # noqa: E722 - the program's failure is the result
+                outcome = False, exc_info()[1]
             restore(saved_builtins)
             return outcome
 
         try:
             ok, outcome = loop.run_until_complete(runner())
-        except BaseException as exc:  # SystemExit or KeyboardInterrupt from a task
-            ok, outcome = False, exc
+        except:  # noqa: E722 - SystemExit or KeyboardInterrupt from a task
+            ok, outcome = False, exc_info()[1]
+            restore(saved_builtins)
         if not ok and type(outcome) is SystemExit and outcome.code in (None, 0):
             ok, outcome = True, None
         if ok:
@@ -357,7 +361,9 @@ class Child:
         _os_exit(0)
 
 
-def main(level: str | None = None, run_dir: str | None = None) -> None:
+def main(
+    level: str | None = None, run_dir: str | None = None, read_paths: list[str] | None = None
+) -> None:
     """Entry point of the child process.
 
     A warm child (forked by the zygote) gets ``level`` and ``run_dir`` and enters its
@@ -373,7 +379,7 @@ def main(level: str | None = None, run_dir: str | None = None) -> None:
         faulthandler.enable(file=sys.__stderr__ or sys.stderr)
         if level is not None and run_dir is not None:
             try:
-                prepare_sandbox(level, run_dir)
+                prepare_sandbox(level, run_dir, read_paths)
                 # The event loop does not depend on the program either: make it while
                 # the child waits, booted, for its program.
                 child.loop = asyncio.new_event_loop()

@@ -184,9 +184,10 @@ def _move_mount(tree: int, target: str) -> None:
     )
 
 
-def _kept_under_tmp(run_dir: str) -> list[str]:
-    """The fewest directories under /tmp that cover the run dir and the interpreter's paths."""
-    wanted = {run_dir, os.path.dirname(sys.executable)}
+def _kept_under_tmp(run_dir: str, extra: list[str]) -> list[str]:
+    """The fewest directories under /tmp that cover the run dir, the interpreter's paths and
+    the configured read paths."""
+    wanted = {run_dir, os.path.dirname(sys.executable), *extra}
     wanted.update(p for p in interpreter_paths() if os.path.isdir(p))
     under = sorted(
         os.path.normpath(p) for p in wanted if p.startswith("/tmp/") and os.path.exists(p)
@@ -198,7 +199,7 @@ def _kept_under_tmp(run_dir: str) -> list[str]:
     return kept
 
 
-def _enter_namespaces(run_dir: str) -> None:
+def _enter_namespaces(run_dir: str, keep: list[str]) -> None:
     """Called in the process the host started; returns in the program's process (pid 2)."""
     uid, gid = os.geteuid(), os.getegid()
     _check(_lib().unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
@@ -207,7 +208,7 @@ def _enter_namespaces(run_dir: str) -> None:
     # /tmp is about to be replaced by a private one. What must stay visible and lives under
     # it (the run directory; a virtualenv or the package itself, as in a CI checkout) is
     # taken as detached copies of its mount trees first and attached again inside.
-    trees = [(path, _open_tree(path)) for path in _kept_under_tmp(run_dir)]
+    trees = [(path, _open_tree(path)) for path in _kept_under_tmp(run_dir, keep)]
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
     for path, tree in trees:
         os.makedirs(path, exist_ok=True)
@@ -266,7 +267,8 @@ def _exit_like(status: int) -> None:
     code = os.waitstatus_to_exitcode(status) if status >= 0 else 1
     if code < 0:
         sig = -code
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be caught or reset
+            signal.signal(sig, signal.SIG_DFL)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         os.kill(os.getpid(), sig)
         os._exit(128 + sig)
@@ -445,7 +447,7 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def prepare(level: str, run_dir: str) -> None:
+def prepare(level: str, run_dir: str, read_paths: list[str] | None = None) -> None:
     """What does not depend on the program: namespaces (when the level has them) and cwd.
 
     With namespaces this returns in a new process, the program's (pid 2). A warm child
@@ -454,7 +456,7 @@ def prepare(level: str, run_dir: str) -> None:
     if level not in LEVELS:
         raise ValueError(f"unknown sandbox level {level!r}")
     if level in ("namespaces", "namespaces+landlock"):
-        _enter_namespaces(run_dir)
+        _enter_namespaces(run_dir, list(read_paths or []))
         os.environ["TMPDIR"] = "/tmp"  # private to this run
     else:
         os.chdir(run_dir)
@@ -482,5 +484,9 @@ def enter(options: dict[str, Any], prepared: bool = False) -> None:
     """Apply the sandbox ``options["sandbox"]`` asks for; returns in the program's process."""
     if not prepared:
         sandbox = options.get("sandbox") or {}
-        prepare(sandbox.get("level", "process"), options.get("cwd") or os.getcwd())
+        prepare(
+            sandbox.get("level", "process"),
+            options.get("cwd") or os.getcwd(),
+            list(sandbox.get("read_paths") or []),
+        )
     restrict(options)

@@ -3,7 +3,8 @@
 It imports the bootstrap, asyncio and the sandbox once, never runs user code, and serves
 the host over a SOCK_SEQPACKET socket on fd 3:
 
-- host -> zygote: ``{"op": "fork", "id": N, "level": L, "run_dir": D, "cgroup": C|null}``
+- host -> zygote: ``{"op": "fork", "id": N, "level": L, "run_dir": D, "cgroup": C|null,
+  "read_paths": [...]}``
   with three fds attached (SCM_RIGHTS): the child's fd 3, fd 1 and fd 2.
 - zygote -> host: ``{"id": N, "pid": P}`` once forked, and ``{"exit": P, "status": S,
   "rusage": [user_s, system_s, maxrss_kib]}`` when it has reaped a child (wait status).
@@ -59,7 +60,11 @@ def _child(
                 f.write("0")  # before anything forks: all of this run is counted
     except BaseException:
         os._exit(72)
-    bootstrap.main(level=request["level"], run_dir=request["run_dir"])
+    bootstrap.main(
+        level=request["level"],
+        run_dir=request["run_dir"],
+        read_paths=list(request.get("read_paths") or []),
+    )
     os._exit(0)
 
 
