@@ -398,6 +398,57 @@ def _landlock(read_paths: list[str], write_paths: list[str]) -> None:
         os.close(ruleset)
 
 
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_SYS_SOCKET = {"x86_64": 41, "aarch64": 198}
+_SYS_IO_URING_SETUP = 425
+_AF_UNIX = 1
+_EACCES = 13
+
+
+def _deny_unix_sockets() -> None:
+    """seccomp: socket(AF_UNIX, ...) and io_uring fail with EACCES.
+
+    The mount namespace still shows the host's tree, and landlock has no right for
+    connect() on a pathname unix socket: without this a program could reach any host
+    socket its uid may open (a container runtime's, say). socketpair() stays allowed (the
+    event loop needs one); it reaches nothing outside.
+    """
+    machine = os.uname().machine
+    if machine not in _AUDIT_ARCH:
+        raise OSError(f"no seccomp filter for {machine}")
+
+    class Filter(ctypes.Structure):
+        _fields_ = [
+            ("code", ctypes.c_uint16),
+            ("jt", ctypes.c_uint8),
+            ("jf", ctypes.c_uint8),
+            ("k", ctypes.c_uint32),
+        ]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    ld_abs, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET
+    deny, allow = 0x00050000 | _EACCES, 0x7FFF0000  # SECCOMP_RET_ERRNO, SECCOMP_RET_ALLOW
+    code = [
+        (ld_abs, 0, 0, 4),  # 0: arch
+        (jeq, 0, 6, _AUDIT_ARCH[machine]),  # 1: other arch -> allow (8)
+        (ld_abs, 0, 0, 0),  # 2: syscall number
+        (jeq, 0, 2, _SYS_SOCKET[machine]),  # 3: not socket -> 6
+        (ld_abs, 0, 0, 16),  # 4: args[0], the domain
+        (jeq, 1, 2, _AF_UNIX),  # 5: AF_UNIX -> deny (7), else allow (8)
+        (jeq, 0, 1, _SYS_IO_URING_SETUP),  # 6: io_uring could make sockets -> deny
+        (ret, 0, 0, deny),  # 7
+        (ret, 0, 0, allow),  # 8
+    ]
+    filters = (Filter * len(code))(*[Filter(*c) for c in code])
+    program = Program(len(code), filters)
+    libc = _lib()
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    pr_set_seccomp, seccomp_mode_filter = 22, 2
+    _check(libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(program), 0, 0), "seccomp")
+
+
 def interpreter_paths() -> list[str]:
     """Where this interpreter reads from: its prefixes, its sys.path, system libraries."""
     paths = {
@@ -471,6 +522,8 @@ def restrict(options: dict[str, Any]) -> None:
     rlimits = dict(sandbox.get("rlimits") or {})
     rlimits.setdefault("RLIMIT_CORE", [0, 0])
     apply_rlimits(rlimits)
+    if level != "process":
+        _deny_unix_sockets()
     if level == "namespaces+landlock":
         _landlock(
             [*interpreter_paths(), *(sandbox.get("read_paths") or [])],
