@@ -137,6 +137,8 @@ class BindingRegistry:
                 f"got {type(namespaces).__name__}"
             )
         self._bindings: dict[str, dict[str, Binding]] = {}
+        self._specs: dict[str, dict[str, dict[str, Any]]] | None = None
+        self._signatures: dict[str, dict[str, str]] | None = None
         for ns, bindings in namespaces.items():
             _check_namespace_name(ns)
             if not isinstance(bindings, Mapping):
@@ -163,14 +165,19 @@ class BindingRegistry:
         return self._bindings
 
     def specs(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """The ``comm_open`` announcement: namespace -> name -> spec."""
-        return {
-            ns: {name: b.spec() for name, b in table.items()}
-            for ns, table in self._bindings.items()
-        }
+        """The ``comm_open`` announcement: namespace -> name -> spec (built once)."""
+        if self._specs is None:
+            self._specs = {
+                ns: {name: b.spec() for name, b in table.items()}
+                for ns, table in self._bindings.items()
+            }
+        return self._specs
 
     def signatures(self) -> dict[str, dict[str, str]]:
-        return {
-            ns: {name: b.signature_text for name, b in table.items()}
-            for ns, table in self._bindings.items()
-        }
+        """namespace -> name -> signature text (a fresh copy: results may be edited)."""
+        if self._signatures is None:
+            self._signatures = {
+                ns: {name: b.signature_text for name, b in table.items()}
+                for ns, table in self._bindings.items()
+            }
+        return {ns: dict(table) for ns, table in self._signatures.items()}

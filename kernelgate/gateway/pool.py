@@ -287,7 +287,10 @@ class WarmPool:
         child = None
         while self._ready:
             candidate = self._ready.pop(0)
-            if candidate.alive():
+            # Children die with their zygote (PR_SET_PDEATHSIG): once it is gone, so are
+            # they, even if their own death is still on its way.
+            candidate.zygote.poll()
+            if not candidate.zygote.dead and candidate.alive():
                 child = candidate
                 break
             _discard(candidate)

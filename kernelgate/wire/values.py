@@ -101,6 +101,10 @@ def _check_surrogate_escapes(text: str) -> None:
         raise ValueError(f"lone surrogate escape at char {pair_at - 6} is not valid Unicode")
 
 
+# One decoder for every frame: json.loads with hooks would build a new one each call.
+_decode = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_parse_float).decode
+
+
 def loads(text: str | bytes) -> Any:
     """Parse JSON strictly; every failure is a ``ValueError``.
 
@@ -113,7 +117,7 @@ def loads(text: str | bytes) -> Any:
         text = bytes(text).decode("utf-8")  # UnicodeDecodeError is a ValueError
     elif _RAW_SURROGATE.search(text) is not None:
         raise ValueError("text holds a lone surrogate, which is not valid Unicode")
-    value = json.loads(text, parse_constant=_reject_constant, parse_float=_parse_float)
+    value = _decode(text)
     if "\\u" in text and _SURROGATE_ESCAPE_HINT.search(text) is not None:
         _check_surrogate_escapes(text)
     return value

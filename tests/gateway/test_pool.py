@@ -82,7 +82,9 @@ def test_a_dead_zygote_is_restarted(make_gateway):
         pool = gw._pool
         old = pool._zygote
         os.kill(old.pid, signal.SIGKILL)
-        # The ready child still serves a run; the refill after it needs a new zygote.
+        os.waitpid(old.pid, 0)  # it is gone (its children get SIGKILL as it exits)
+        # Its ready child died with it: this run falls back to a cold child, and the refill
+        # needs a new zygote.
         r1 = await gw.run("return 1")
         await _filled(gw)
         r2 = await gw.run("return 2")

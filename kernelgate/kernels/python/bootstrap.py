@@ -39,7 +39,7 @@ from .program import (
     format_exception,
     safe_str,
 )
-from .sandbox import die_with_parent
+from .sandbox import die_with_parent, lock_down
 from .sandbox import enter as enter_sandbox
 from .sandbox import prepare as prepare_sandbox
 from .streams import OutputLedger, OutputStream
@@ -380,6 +380,7 @@ def main(
         if level is not None and run_dir is not None:
             try:
                 prepare_sandbox(level, run_dir, read_paths)
+                lock_down(level, run_dir, list(read_paths or []))
                 # The event loop does not depend on the program either: make it while
                 # the child waits, booted, for its program.
                 child.loop = asyncio.new_event_loop()

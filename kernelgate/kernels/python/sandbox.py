@@ -25,7 +25,16 @@ import signal
 import sys
 from typing import Any
 
-__all__ = ["LEVELS", "probe", "apply_rlimits", "die_with_parent", "prepare", "restrict", "enter"]
+__all__ = [
+    "LEVELS",
+    "probe",
+    "apply_rlimits",
+    "die_with_parent",
+    "prepare",
+    "lock_down",
+    "restrict",
+    "enter",
+]
 
 LEVELS = ("process", "namespaces", "namespaces+landlock")
 
@@ -514,23 +523,37 @@ def prepare(level: str, run_dir: str, read_paths: list[str] | None = None) -> No
         os.environ["TMPDIR"] = run_dir  # the host's /tmp is shared: keep temp files here
 
 
-def restrict(options: dict[str, Any]) -> None:
-    """What depends on the run's limits: rlimits, landlock, dropping capabilities."""
-    sandbox = options.get("sandbox") or {}
-    level = sandbox.get("level", "process")
-    run_dir = options.get("cwd") or os.getcwd()
-    rlimits = dict(sandbox.get("rlimits") or {})
-    rlimits.setdefault("RLIMIT_CORE", [0, 0])
-    apply_rlimits(rlimits)
+def lock_down(
+    level: str, run_dir: str, read_paths: list[str], write_paths: list[str] | None = None
+) -> None:
+    """What depends on the level only: seccomp, landlock, dropping capabilities.
+
+    A warm child does this before its program arrives, too.
+    """
     if level != "process":
         _deny_unix_sockets()
     if level == "namespaces+landlock":
         _landlock(
-            [*interpreter_paths(), *(sandbox.get("read_paths") or [])],
-            [run_dir, "/tmp", "/dev/null", *(sandbox.get("write_paths") or [])],
+            [*interpreter_paths(), *read_paths],
+            [run_dir, "/tmp", "/dev/null", *(write_paths or [])],
         )
     if os.geteuid() == 0 or level != "process":
         _drop_capabilities()
+
+
+def restrict(options: dict[str, Any], locked: bool = False) -> None:
+    """What depends on the run's limits (rlimits), and :func:`lock_down` unless done."""
+    sandbox = options.get("sandbox") or {}
+    rlimits = dict(sandbox.get("rlimits") or {})
+    rlimits.setdefault("RLIMIT_CORE", [0, 0])
+    apply_rlimits(rlimits)
+    if not locked:
+        lock_down(
+            sandbox.get("level", "process"),
+            options.get("cwd") or os.getcwd(),
+            list(sandbox.get("read_paths") or []),
+            list(sandbox.get("write_paths") or []),
+        )
 
 
 def enter(options: dict[str, Any], prepared: bool = False) -> None:
@@ -542,4 +565,4 @@ def enter(options: dict[str, Any], prepared: bool = False) -> None:
             options.get("cwd") or os.getcwd(),
             list(sandbox.get("read_paths") or []),
         )
-    restrict(options)
+    restrict(options, locked=prepared)
