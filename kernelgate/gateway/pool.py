@@ -276,7 +276,10 @@ class WarmPool:
         self._token = secrets.token_hex(4)  # names unique across pools and processes
         self.cold_fallbacks = 0
         self.zygote_restarts = 0
-        self._finalizer = weakref.finalize(self, _discard_all, self._ready, [None])
+        self._free_cgroups: list[PidsCgroup] = []  # emptied by finished runs, for reuse
+        self._finalizer = weakref.finalize(
+            self, _discard_all, self._ready, [None], self._free_cgroups
+        )
 
     @property
     def ready(self) -> int:
@@ -316,10 +319,14 @@ class WarmPool:
                     self.zygote_restarts += 1
                 zygote = self._zygote = Zygote(self.python, self.env)
                 self._finalizer.detach()
-                self._finalizer = weakref.finalize(self, _discard_all, self._ready, [zygote])
+                self._finalizer = weakref.finalize(
+                    self, _discard_all, self._ready, [zygote], self._free_cgroups
+                )
             name = f"pool-{self._token}-{next(self._names)}"
             cgroup: PidsCgroup | None = None
-            if self.cgroup_root is not None:
+            if self._free_cgroups:
+                cgroup = self._free_cgroups.pop()
+            elif self.cgroup_root is not None:
                 # A child whose processes cannot be capped is not made: runs then spawn
                 # cold, and the cold path caps them its own way.
                 try:
@@ -336,12 +343,12 @@ class WarmPool:
                 failures += 1
                 remove_tree(run_dir)
                 if cgroup is not None:
-                    cgroup.remove_quietly()
+                    _empty_and_remove(cgroup)
                 continue
             except asyncio.CancelledError:
                 remove_tree(run_dir)
                 if cgroup is not None:
-                    cgroup.remove_quietly()
+                    _empty_and_remove(cgroup)
                 raise
             child.cgroup = cgroup
             if self.closed:
@@ -349,9 +356,18 @@ class WarmPool:
                 return
             self._ready.append(child)
 
+    def recycle_cgroup(self, cgroup: PidsCgroup) -> None:
+        """Take back the (empty) cgroup of a finished run for the next child."""
+        if self.closed:
+            _empty_and_remove(cgroup)
+        else:
+            self._free_cgroups.append(cgroup)
+
     def close(self) -> None:
-        """Stop the zygote and every idle child; remove their directories."""
+        """Stop the zygote and every idle child; remove their directories and cgroups."""
         self.closed = True
+        while self._free_cgroups:
+            _empty_and_remove(self._free_cgroups.pop())
         if self._filler is not None and not self._filler.done():
             try:
                 self._filler.cancel()
@@ -401,9 +417,13 @@ def _wait_gone(pidfd: int, timeout: float = 2.0) -> None:
             return
 
 
-def _discard_all(ready: list[PooledChild], zygote_box: list[Zygote | None]) -> None:
+def _discard_all(
+    ready: list[PooledChild], zygote_box: list[Zygote | None], free: list[PidsCgroup]
+) -> None:
     while ready:
         _discard(ready.pop())
+    while free:
+        _empty_and_remove(free.pop())
     for zygote in zygote_box:
         if zygote is not None:
             zygote.close()

@@ -630,15 +630,20 @@ class Run:
                 delay = min(delay * 2, 0.05)
         child.try_reap()
         if self._cgroup is not None:
-            await self._empty_cgroup(self._cgroup)
+            pool = self.pool if self.pooled else None
+            keep = pool is not None and not pool.closed
+            if await self._empty_cgroup(self._cgroup, remove=not keep) and keep:
+                assert pool is not None
+                pool.recycle_cgroup(self._cgroup)  # mkdir and rmdir cost ms each
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _empty_cgroup(self, cgroup: PidsCgroup) -> None:
-        # The cgroup also holds what escaped the process group (setsid): kill it all.
+    async def _empty_cgroup(self, cgroup: PidsCgroup, remove: bool = True) -> bool:
+        """Kill everything in the run's cgroup (it also holds what escaped the process
+        group with setsid); then remove it, or leave it empty for reuse. True on success."""
         delay, deadline = 0.0005, time.monotonic() + 5.0
         while True:
             pids = cgroup.pids()
@@ -647,12 +652,16 @@ class Run:
                     os.kill(pid, signal_module.SIGKILL)
                 except ProcessLookupError:
                     pass
-            try:
-                cgroup.remove()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    return  # reported by the leak checks; never hang the caller
+            if not remove and not pids:
+                return True
+            if remove:
+                try:
+                    cgroup.remove()
+                    return True
+                except OSError:
+                    pass
+            if time.monotonic() > deadline:
+                return False  # reported by the leak checks; never hang the caller
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 

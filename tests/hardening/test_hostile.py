@@ -311,7 +311,8 @@ async def main():
     )
     await up
     run_id = next(iter(gw._runs)).run_id
-    print(json.dumps({"run_id": run_id, "pool": f"pool{os.getpid()}-"}), flush=True)
+    pool = f"pool-{gw._pool._token}-" if gw._pool is not None else "no-pool"
+    print(json.dumps({"run_id": run_id, "pool": pool}), flush=True)
     await task
 
 
