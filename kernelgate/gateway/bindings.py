@@ -156,6 +156,22 @@ class BindingRegistry:
                 table[name] = Binding(ns, name, fn, _signature(fn))
             self._bindings[ns] = table
 
+    @classmethod
+    def from_arguments(
+        cls,
+        bindings: Mapping[str, Callable[..., Any]] | None,
+        namespace: str,
+        namespaces: Mapping[str, Mapping[str, Callable[..., Any]]] | None,
+    ) -> BindingRegistry:
+        """The registry a gateway's ``bindings=``/``namespace=``/``namespaces=`` describe."""
+        if bindings is not None and namespaces is not None:
+            raise ValueError(
+                "pass either bindings= (one namespace) or namespaces= (several), not both"
+            )
+        if namespaces is None:
+            namespaces = {namespace: bindings or {}}
+        return cls(namespaces)
+
     def lookup(self, namespace: str, name: str) -> Binding | None:
         table = self._bindings.get(namespace)
         return table.get(name) if table is not None else None

@@ -63,13 +63,7 @@ class Gateway:
         read_paths: tuple[str | os.PathLike[str], ...] = (),
         pool_size: int = 4,
     ) -> None:
-        if bindings is not None and namespaces is not None:
-            raise ValueError(
-                "pass either bindings= (one namespace) or namespaces= (several), not both"
-            )
-        if namespaces is None:
-            namespaces = {namespace: bindings or {}}
-        self._registry = BindingRegistry(namespaces)
+        self._registry = BindingRegistry.from_arguments(bindings, namespace, namespaces)
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be a kernelgate.Limits, got {type(limits).__name__}")
         self.limits = limits or Limits()

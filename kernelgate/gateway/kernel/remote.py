@@ -202,13 +202,7 @@ class RemoteGateway:
         namespaces: Mapping[str, Mapping[str, Callable[..., Any]]] | None = None,
         ready_timeout: float = 60.0,
     ) -> None:
-        if bindings is not None and namespaces is not None:
-            raise ValueError(
-                "pass either bindings= (one namespace) or namespaces= (several), not both"
-            )
-        if namespaces is None:
-            namespaces = {namespace: bindings or {}}
-        self._registry = BindingRegistry(namespaces)
+        self._registry = BindingRegistry.from_arguments(bindings, namespace, namespaces)
         self.kernel_client = kernel_client
         self.ready_timeout = ready_timeout
         self.comm_id = uuid.uuid4().hex
