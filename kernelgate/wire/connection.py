@@ -339,6 +339,21 @@ class Connection:
             return self._parse_from_child(msg_type, content, metadata)
         return self._parse_from_host(msg_type, header, content, metadata)
 
+    def _comm_data(self, c: _Fields, method: str, sender: str) -> _Fields:
+        """The data of a comm_msg on the bindings comm, whose method must be ``method``."""
+        comm_id = c.text("comm_id")
+        if comm_id != self._comm_id:
+            raise RemoteProtocolError(
+                f"comm_msg on unknown comm {_show(comm_id)}; bindings use {self._comm_id!r}"
+            )
+        d = c.sub("data")
+        got = d.text("method")
+        if got != method:
+            raise RemoteProtocolError(
+                f"the {sender} may only send method {method!r}, got {_show(got)}"
+            )
+        return d
+
     def _parse_from_child(self, msg_type: str, c: _Fields, metadata: dict[str, Any]) -> Event:
         if self.finished:
             raise RemoteProtocolError(f"{msg_type} message received after execute_reply")
@@ -350,17 +365,7 @@ class Connection:
                 )
             return Stream(name, c.text("text"))
         if msg_type == "comm_msg":
-            comm_id = c.text("comm_id")
-            if comm_id != self._comm_id:
-                raise RemoteProtocolError(
-                    f"comm_msg on unknown comm {_show(comm_id)}; bindings use {self._comm_id!r}"
-                )
-            d = c.sub("data")
-            method = d.text("method")
-            if method != "call":
-                raise RemoteProtocolError(
-                    f"the child may only send method 'call', got {_show(method)}"
-                )
+            d = self._comm_data(c, "call", "child")
             call_id = d.integer("id")
             if call_id != self._next_call_id:
                 raise RemoteProtocolError(
@@ -447,17 +452,7 @@ class Connection:
             self._request_header = header.d
             return ExecuteRequest(code, options)
         if msg_type == "comm_msg":
-            comm_id = c.text("comm_id")
-            if comm_id != self._comm_id:
-                raise RemoteProtocolError(
-                    f"comm_msg on unknown comm {_show(comm_id)}; bindings use {self._comm_id!r}"
-                )
-            d = c.sub("data")
-            method = d.text("method")
-            if method != "reply":
-                raise RemoteProtocolError(
-                    f"the host may only send method 'reply', got {_show(method)}"
-                )
+            d = self._comm_data(c, "reply", "host")
             call_id = d.integer("id")
             if call_id not in self._outstanding:
                 raise RemoteProtocolError(f"reply to call {call_id}, which is not waiting")
