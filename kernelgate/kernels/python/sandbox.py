@@ -175,12 +175,38 @@ SYS_open_tree, SYS_move_mount = 428, 429
 _AT_FDCWD = -100
 
 
-def _open_tree(path: str) -> int:
-    open_tree_clone, at_recursive = 1, 0x8000
-    return _check(
+SYS_mount_setattr = 442
+
+
+def _open_tree(path: str, read_only: bool = False) -> int:
+    open_tree_clone, at_recursive, at_empty_path = 1, 0x8000, 0x1000
+    tree = _check(
         _lib().syscall(SYS_open_tree, _AT_FDCWD, path.encode(), open_tree_clone | at_recursive),
         f"open_tree {path}",
     )
+    if read_only:
+
+        class MountAttr(ctypes.Structure):
+            _fields_ = [
+                ("attr_set", ctypes.c_uint64),
+                ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64),
+            ]
+
+        attr = MountAttr(1, 0, 0, 0)  # MOUNT_ATTR_RDONLY
+        _check(
+            _lib().syscall(
+                SYS_mount_setattr,
+                tree,
+                b"",
+                at_empty_path | at_recursive,
+                ctypes.byref(attr),
+                ctypes.sizeof(attr),
+            ),
+            f"mount_setattr read-only {path}",
+        )
+    return tree
 
 
 def _move_mount(tree: int, target: str) -> None:
@@ -193,10 +219,10 @@ def _move_mount(tree: int, target: str) -> None:
     )
 
 
-def _kept_under_tmp(run_dir: str, extra: list[str]) -> list[str]:
-    """The fewest directories under /tmp that cover the run dir, the interpreter's paths and
-    the configured read paths."""
-    wanted = {run_dir, os.path.dirname(sys.executable), *extra}
+def _kept_under_tmp(extra: list[str]) -> list[str]:
+    """The fewest directories under /tmp that cover the interpreter's paths and the
+    configured read paths."""
+    wanted = {os.path.dirname(sys.executable), *extra}
     wanted.update(p for p in interpreter_paths() if os.path.isdir(p))
     under = sorted(
         os.path.normpath(p) for p in wanted if p.startswith("/tmp/") and os.path.exists(p)
@@ -217,7 +243,12 @@ def _enter_namespaces(run_dir: str, keep: list[str]) -> None:
     # /tmp is about to be replaced by a private one. What must stay visible and lives under
     # it (the run directory; a virtualenv or the package itself, as in a CI checkout) is
     # taken as detached copies of its mount trees first and attached again inside.
-    trees = [(path, _open_tree(path)) for path in _kept_under_tmp(run_dir, keep)]
+    # They come back read-only: landlock's write grant for /tmp would cover them too, and a
+    # program must not be able to change the interpreter or kernelgate for later runs. The
+    # run directory comes back last, writable, even when it lies inside one of them.
+    trees = [(path, _open_tree(path, read_only=True)) for path in _kept_under_tmp(keep)]
+    if run_dir == "/tmp" or run_dir.startswith("/tmp/"):
+        trees.append((run_dir, _open_tree(run_dir)))
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
     for path, tree in trees:
         os.makedirs(path, exist_ok=True)
