@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kernelgate.wire.messages import binding_label
+
 __all__ = ["Binding", "BindingRegistry", "RESERVED_NAMES"]
 
 #: Globals every program has; a namespace may not shadow them.
@@ -30,9 +32,7 @@ class Binding:
 
     @property
     def label(self) -> str:
-        if self.name.isidentifier() and not keyword.iskeyword(self.name):
-            return f"{self.namespace}.{self.name}"
-        return f"{self.namespace}[{self.name!r}]"
+        return binding_label(self.namespace, self.name)
 
     @property
     def signature_text(self) -> str:

@@ -31,7 +31,7 @@ from kernelgate.wire.events import (
     OpenBindings,
     Stream,
 )
-from kernelgate.wire.messages import iso_now
+from kernelgate.wire.messages import binding_label, iso_now
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
 from .bindings import Binding, BindingRegistry
@@ -433,7 +433,7 @@ class Run:
 
     async def _dispatch(self, record: CallRecord) -> None:
         binding = self.registry.lookup(record.namespace, record.name)
-        label = binding.label if binding is not None else f"{record.namespace}.{record.name}"
+        label = binding_label(record.namespace, record.name)
         async with self._sem:
             started = time.monotonic()
             record.start_s = started - self._t0

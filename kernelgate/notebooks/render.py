@@ -21,7 +21,7 @@ from dataclasses import asdict, fields, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernelgate.gateway.result import CallRecord, RunResult
-from kernelgate.wire.messages import CALL_MIME
+from kernelgate.wire.messages import CALL_MIME, binding_label
 
 from ._values import (
     fmt_bytes,
@@ -76,12 +76,6 @@ _CELL_ID_BAD = re.compile(r"[^A-Za-z0-9_-]")
 # -- one call -----------------------------------------------------------------------------
 
 
-def _binding_label(namespace: str, name: str) -> str:
-    if name.isidentifier():
-        return f"{namespace}.{name}"
-    return f"{namespace}[{name!r}]"
-
-
 def call_label(
     namespace: str,
     name: str,
@@ -100,7 +94,7 @@ def call_label(
     """
     parts = [short_repr(a, arg_width) for a in args]
     parts += [f"{k}={short_repr(v, arg_width)}" for k, v in kwargs.items()]
-    head = _binding_label(namespace, name)
+    head = binding_label(namespace, name)
     text = f"{head}({', '.join(parts)})"
     if len(text) > width:
         text = text[: max(width - 2, len(head) + 1)] + "…)"

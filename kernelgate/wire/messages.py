@@ -8,6 +8,7 @@ front's messages to Jupyter frontends, and the outputs a notebook stores (nbform
 from __future__ import annotations
 
 import itertools
+import keyword
 import time
 from typing import Any
 
@@ -17,6 +18,7 @@ __all__ = [
     "CALL_MIME",
     "MessageFactory",
     "iso_now",
+    "binding_label",
     "stream_content",
     "display_data_content",
     "execute_result_content",
@@ -30,6 +32,17 @@ PROTOCOL_VERSION = "5.3"
 BINDINGS_TARGET = "kernelgate.bindings"
 #: MIME type of a binding call shown as a display_data output.
 CALL_MIME = "application/vnd.kernelgate.call+json"
+
+
+def binding_label(namespace: str, name: str) -> str:
+    """How a program writes a binding: ``tools.search``, or ``tools['web-search']``.
+
+    >>> binding_label("tools", "search"), binding_label("tools", "class")
+    ('tools.search', "tools['class']")
+    """
+    if name.isidentifier() and not keyword.iskeyword(name):
+        return f"{namespace}.{name}"
+    return f"{namespace}[{name!r}]"
 
 
 def iso_now(t: float | None = None) -> str:

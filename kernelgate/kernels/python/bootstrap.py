@@ -27,10 +27,11 @@ from kernelgate.wire.events import (
     OpenBindings,
     Stream,
 )
+from kernelgate.wire.messages import binding_label
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
 from .display import mime_bundle, plain_repr
-from .namespace import Binding, Namespace, ToolError, label
+from .namespace import Binding, Namespace, ToolError
 from .program import (
     FILENAME,
     LAST_EXPRESSION,
@@ -162,7 +163,7 @@ class Child:
             self.stderr.flush()
 
     def call(self, namespace: str, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        tool = label(namespace, name)
+        tool = binding_label(namespace, name)
         if self.calls >= self.max_calls:
             raise ToolError(
                 f"max_calls={self.max_calls} binding calls per run reached; "

@@ -8,10 +8,10 @@ own line; then it sends a call and returns an awaitable for the host's answer.
 from __future__ import annotations
 
 import inspect
-import keyword
 from collections.abc import Callable
 from typing import Any
 
+from kernelgate.wire.messages import binding_label
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
 __all__ = ["ToolError", "Namespace", "Binding", "signature_from_spec"]
@@ -91,7 +91,7 @@ class Binding:
         self._signature = signature_from_spec(spec)
         self._call = call
         self.__doc__ = spec.get("doc") or None
-        self._label = label(namespace, name)
+        self._label = binding_label(namespace, name)
         self._shown = spec.get("signature") or str(self._signature)
         self._max_arg_bytes = max_arg_bytes
 
@@ -124,12 +124,6 @@ class Binding:
     @property
     def __signature__(self) -> inspect.Signature:
         return self._signature
-
-
-def label(namespace: str, name: str) -> str:
-    if name.isidentifier() and not keyword.iskeyword(name):
-        return f"{namespace}.{name}"
-    return f"{namespace}[{name!r}]"
 
 
 class Namespace:
