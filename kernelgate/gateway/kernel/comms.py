@@ -34,6 +34,8 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kernelgate.kernels.python.namespace import PARAMETER_KINDS
+
 __all__ = [
     "ClientBindings",
     "RemoteCallError",
@@ -46,13 +48,6 @@ __all__ = [
     "cancel_data",
 ]
 
-_KINDS = {
-    "POSITIONAL_ONLY": inspect.Parameter.POSITIONAL_ONLY,
-    "POSITIONAL_OR_KEYWORD": inspect.Parameter.POSITIONAL_OR_KEYWORD,
-    "VAR_POSITIONAL": inspect.Parameter.VAR_POSITIONAL,
-    "KEYWORD_ONLY": inspect.Parameter.KEYWORD_ONLY,
-    "VAR_KEYWORD": inspect.Parameter.VAR_KEYWORD,
-}
 _MAX_SIGNATURE_TEXT = 10_000
 _MAX_ENAME = 200
 
@@ -228,14 +223,16 @@ def signature_from_spec(spec: Mapping[str, Any]) -> inspect.Signature:
             not isinstance(item, (list, tuple))
             or len(item) != 3
             or not isinstance(item[0], str)
-            or item[1] not in _KINDS
+            or item[1] not in PARAMETER_KINDS
         ):
             raise ValueError(f"a binding parameter must be [name, kind, has_default], got {item!r}")
         name, kind, has_default = item[0], item[1], bool(item[2])
         wanted.append((name, kind, has_default))
         params.append(
             inspect.Parameter(
-                name, _KINDS[kind], default=_ELLIPSIS if has_default else inspect.Parameter.empty
+                name,
+                PARAMETER_KINDS[kind],
+                default=_ELLIPSIS if has_default else inspect.Parameter.empty,
             )
         )
     try:

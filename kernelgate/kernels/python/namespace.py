@@ -14,9 +14,10 @@ from typing import Any
 from kernelgate.wire.messages import binding_label
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
-__all__ = ["ToolError", "Namespace", "Binding", "signature_from_spec"]
+__all__ = ["PARAMETER_KINDS", "ToolError", "Namespace", "Binding", "signature_from_spec"]
 
-_KINDS = {
+#: The ``kind`` names a binding spec uses (``inspect.Parameter`` kinds, by name).
+PARAMETER_KINDS = {
     "POSITIONAL_ONLY": inspect.Parameter.POSITIONAL_ONLY,
     "POSITIONAL_OR_KEYWORD": inspect.Parameter.POSITIONAL_OR_KEYWORD,
     "VAR_POSITIONAL": inspect.Parameter.VAR_POSITIONAL,
@@ -68,7 +69,7 @@ def signature_from_spec(spec: dict[str, Any]) -> inspect.Signature:
         params.append(
             inspect.Parameter(
                 name,
-                _KINDS[kind],
+                PARAMETER_KINDS[kind],
                 default=_DEFAULT if has_default else inspect.Parameter.empty,
             )
         )
