@@ -161,11 +161,7 @@ class Gateway:
                     f"the strongest here is {support.strongest!r} (Gateway(strict=True) "
                     "refuses to run with less)"
                 )
-            level = (
-                support.strongest
-                if LEVELS.index(support.strongest) < LEVELS.index(level)
-                else level
-            )
+            level = support.strongest  # what is missing is above it: fall back to it
         run.sandbox = plan_sandbox(level, run.limits, support, self.read_paths)
         run.policy = self.policy
         if self.pool_size > 0 and not run.sandbox_unavailable:

@@ -158,33 +158,27 @@ class Zygote:
             "read_paths": list(read_paths),
         }
         try:
-            socket.send_fds(
-                self.sock, [json.dumps(request).encode()], [theirs.fileno(), out_w, err_w]
-            )
-        except OSError:
-            self._replies.pop(request_id, None)
-            for fd in (out_r, err_r):
-                os.close(fd)
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-            os.close(out_w)
-            os.close(err_w)
-        try:
-            reply = await fut
+            try:
+                socket.send_fds(
+                    self.sock, [json.dumps(request).encode()], [theirs.fileno(), out_w, err_w]
+                )
+            finally:
+                # The zygote has its copies (or the request failed): ours go either way.
+                theirs.close()
+                os.close(out_w)
+                os.close(err_w)
+            try:
+                reply = await fut
+            finally:
+                self._maybe_drop_reader()
+            if "pid" not in reply:
+                raise OSError(f"the zygote could not fork: {reply.get('error')}")
         except BaseException:
+            self._replies.pop(request_id, None)
             ours.close()
             os.close(out_r)
             os.close(err_r)
             raise
-        finally:
-            self._maybe_drop_reader()
-        if "pid" not in reply:
-            ours.close()
-            os.close(out_r)
-            os.close(err_r)
-            raise OSError(f"the zygote could not fork: {reply.get('error')}")
         pid = int(reply["pid"])
         try:
             pidfd = os.pidfd_open(pid)
@@ -218,10 +212,6 @@ class PooledChild(ChildProcess):
         self.zygote = zygote
         self.run_dir = run_dir
         self.cgroup: PidsCgroup | None = None
-
-    @property
-    def status_from_elsewhere(self) -> bool:
-        return True
 
     def try_reap(self) -> bool:
         if self.reaped:

@@ -68,11 +68,6 @@ class ChildProcess:
     reaped: bool = False
     _closed: bool = field(default=False, repr=False)
 
-    @property
-    def status_from_elsewhere(self) -> bool:
-        """True when someone else reaps this child and reports its status later."""
-        return False
-
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the child's whole process group (ignores an empty group)."""
         try:

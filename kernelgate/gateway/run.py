@@ -147,10 +147,6 @@ class Run:
     # -- public ------------------------------------------------------------------------------
 
     @property
-    def live(self) -> bool:
-        return self._exited is not None and not self._exited.done()
-
-    @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
         return self._loop
 

@@ -158,12 +158,6 @@ class PidsCgroup:
         with open(os.path.join(self.path, "pids.max"), "w") as f:
             f.write(str(max_pids))
 
-    def remove_quietly(self) -> None:
-        try:
-            os.rmdir(self.path)
-        except OSError:
-            pass
-
     def pids(self) -> list[int]:
         try:
             with open(os.path.join(self.path, "cgroup.procs")) as f:

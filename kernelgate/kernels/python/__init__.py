@@ -6,18 +6,23 @@ import os
 
 __all__ = ["LOADER", "ZYGOTE_LOADER", "package_root"]
 
-#: The ``-c`` program that starts a child: put kernelgate's parent directory first on
-#: sys.path just long enough to import the bootstrap (never the caller's cwd), then run it.
-LOADER = (
-    "import sys;"
-    "sys.path[:] = [sys.argv[1]] + [p for p in sys.path if p];"
-    "from kernelgate.kernels.python.bootstrap import main;"
-    "del sys.path[0];"
-    "main()"
-)
 
+def _loader(module: str) -> str:
+    # Put kernelgate's parent directory first on sys.path just long enough to import the
+    # entry module (never the caller's cwd: empty entries go), then run its main().
+    return (
+        "import sys;"
+        "sys.path[:] = [sys.argv[1]] + [p for p in sys.path if p];"
+        f"from kernelgate.kernels.python.{module} import main;"
+        "del sys.path[0];"
+        "main()"
+    )
+
+
+#: The ``-c`` program that starts a cold child (argv[1]: :func:`package_root`).
+LOADER = _loader("bootstrap")
 #: The same for the zygote, the template process of the warm pool.
-ZYGOTE_LOADER = LOADER.replace("bootstrap import main", "zygote import main")
+ZYGOTE_LOADER = _loader("zygote")
 
 
 def package_root() -> str:
