@@ -79,37 +79,6 @@ def run(gateway) -> Callable[..., RunResult]:
     return _run
 
 
-def pid_alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return False
-    state = data[data.rfind(b")") + 2 :].split()[0]
-    return state not in (b"Z", b"X")
-
-
-def processes_with(marker: str) -> list[int]:
-    """Host pids of live processes whose command line contains ``marker``.
-
-    Programs may run in their own pid namespace, so the pids they see are not ours:
-    tests find their processes by a unique marker in the command line instead.
-    """
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and pid_alive(int(name)):
-            found.append(int(name))
-    return found
-
-
 def sleeper(marker: str, ignore_sigterm: bool = False) -> str:
     """Source for a program line starting a long-lived grandchild tagged with ``marker``."""
     code = "import signal, time; "

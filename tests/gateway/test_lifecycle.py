@@ -9,8 +9,9 @@ import os
 import pytest
 
 from kernelgate import Gateway, Limits
+from tests.procs import processes_with
 
-from .conftest import BINDINGS, FAST, processes_with, sleeper
+from .conftest import BINDINGS, FAST, sleeper
 
 
 @pytest.fixture(params=[None, "process"], ids=["strongest", "process"])

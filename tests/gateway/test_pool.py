@@ -7,7 +7,7 @@ import os
 import random
 import signal
 
-from .conftest import pid_alive
+from tests.procs import pid_alive
 
 
 async def _filled(gw) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from kernelgate import Gateway, Limits, RunResult
 from kernelgate.gateway.sandbox import PidsCgroup
-from tests.gateway.conftest import pid_alive, processes_with
+from tests.procs import live_children, processes_with
 
 #: Short budgets so that every hostile program ends in a few seconds.
 FAST = Limits(wall_seconds=10, kill_grace_seconds=0.3, cpu_seconds=5)
@@ -37,21 +37,6 @@ def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
 BINDINGS = {"add": add, "echo": echo}
 
 
-def live_children(pid: int) -> list[int]:
-    """Live (non-zombie) processes whose parent is ``pid``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        rest = data[data.rfind(b")") + 2 :].split()
-        if len(rest) > 1 and int(rest[1]) == pid and pid_alive(int(name)):
-            found.append(int(name))
-    return found
 
 
 def kernelgate_cgroups(names: set[str]) -> list[str]:

@@ -24,7 +24,7 @@ import pytest
 from kernelgate import Limits
 from kernelgate.gateway.output import truncation_marker
 from kernelgate.gateway.sandbox import LEVELS, PidsCgroup, SandboxSupport, probe_support
-from tests.gateway.conftest import processes_with
+from tests.procs import processes_with
 
 from .conftest import BINDINGS, kernelgate_cgroups
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ from typing import Any
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from kernelgate.wire.messages import BINDINGS_TARGET
+from tests.procs import pid_alive
 
 KERNEL_NAME = "kernelgate"
 MESSAGE_KERNEL_NAME = "kernelgate-message-interrupt"
@@ -128,38 +128,8 @@ def send_comm(kc: BlockingKernelClient, comm_id: str, data: dict[str, Any]) -> N
     kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data}))
 
 
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
-def pid_alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return False
-    state = data[data.rfind(b")") + 2 :].split()[0]
-    return state not in (b"Z", b"X")
 
 
 def wait_gone(pids: set[int], timeout: float = 10.0) -> set[int]:

@@ -9,15 +9,9 @@ from typing import Any
 
 from jupyter_client.manager import start_new_kernel
 
-from .helpers import (
-    MESSAGE_KERNEL_NAME,
-    collect,
-    descendants,
-    execute,
-    pid_alive,
-    send_execute,
-    wait_gone,
-)
+from tests.procs import descendants, pid_alive
+
+from .helpers import MESSAGE_KERNEL_NAME, collect, execute, send_execute, wait_gone
 
 BUSY = "print('started')\nwhile True:\n    pass\n"
 

@@ -1,0 +1,69 @@
+"""What is running, read from /proc: the tests' one place for finding leftover processes.
+
+Programs may run in their own pid namespace, so the pids they see are not ours: tests find
+their processes by a marker in the command line, or by parentage, from the host's /proc.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+
+def _stat(pid: int | str) -> tuple[bytes, int] | None:
+    """``(state, ppid)`` of a process, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    return fields[0], int(fields[1])
+
+
+def _pids() -> Iterator[int]:
+    return (int(name) for name in os.listdir("/proc") if name.isdigit())
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in (b"Z", b"X")
+
+
+def processes_with(marker: str) -> list[int]:
+    """Host pids of live processes whose command line contains ``marker``."""
+    found = []
+    for pid in _pids():
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and pid_alive(pid):
+            found.append(pid)
+    return found
+
+
+def live_children(pid: int) -> list[int]:
+    """Live (non-zombie) processes whose parent is ``pid``."""
+    return [p for p in _pids() if (s := _stat(p)) is not None and s[1] == pid and pid_alive(p)]
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid``."""
+    children: dict[int, list[int]] = {}
+    for p in _pids():
+        stat = _stat(p)
+        if stat is not None:
+            children.setdefault(stat[1], []).append(p)
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
