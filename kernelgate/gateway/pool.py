@@ -377,22 +377,11 @@ def _discard(child: PooledChild) -> None:
 
 
 def _empty_and_remove(cgroup: PidsCgroup, timeout: float = 5.0) -> None:
-    # The child's namespace init and program may still be exiting: kill what is left and
-    # retry until the cgroup can go (a busy cgroup cannot be removed).
+    # The child's namespace init and program may still be exiting: retry until the cgroup
+    # can go. Synchronous: this runs from close() and finalizers, outside any event loop.
     deadline = time.monotonic() + timeout
     delay = 0.0005
-    while True:
-        for pid in cgroup.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            cgroup.remove()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                return
+    while not cgroup.settle() and time.monotonic() < deadline:
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kernelgate.kernels.python.program import safe_str
 from kernelgate.wire.connection import HOST, Connection
 from kernelgate.wire.errors import LocalProtocolError, RemoteProtocolError
 from kernelgate.wire.events import (
@@ -71,14 +72,6 @@ def _signal_name(num: int) -> str:
         return signal_module.Signals(num).name
     except ValueError:
         return f"signal {num}"
-
-
-def _safe_str(exc: BaseException, limit: int = 4096) -> str:
-    try:
-        text = str(exc)
-    except Exception:
-        return f"<{type(exc).__name__}: str() failed>"
-    return text if len(text) <= limit else text[:limit] + "... [cut]"
 
 
 class Run:
@@ -473,7 +466,7 @@ class Run:
             except Exception as exc:
                 ename = exc.ename if isinstance(exc, _Refused) else type(exc).__name__
                 record.ok = False
-                record.error = ErrorInfo(ename, _safe_str(exc))
+                record.error = ErrorInfo(ename, safe_str(exc, 4096))
                 reply = CallReply(record.id, False, ename=ename, evalue=record.error.evalue)
             else:
                 record.ok = True
@@ -508,7 +501,7 @@ class Run:
             raise
         except Exception as exc:
             raise _Refused(
-                "PolicyDenied", f"the gateway's policy denied this call: {_safe_str(exc)}"
+                "PolicyDenied", f"the gateway's policy denied this call: {safe_str(exc, 4096)}"
             ) from None
         if not verdict:
             raise _Refused("PolicyDenied", "the gateway's policy denied this call")
@@ -638,28 +631,15 @@ class Run:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _empty_cgroup(self, cgroup: PidsCgroup, remove: bool = True) -> bool:
-        """Kill everything in the run's cgroup (it also holds what escaped the process
-        group with setsid); then remove it, or leave it empty for reuse. True on success."""
+        """Kill everything in the run's cgroup; then remove it, or leave it empty for
+        reuse. True on success; False after the backstop (never hang the caller)."""
         delay, deadline = 0.0005, time.monotonic() + 5.0
-        while True:
-            pids = cgroup.pids()
-            for pid in pids:
-                try:
-                    os.kill(pid, signal_module.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            if not remove and not pids:
-                return True
-            if remove:
-                try:
-                    cgroup.remove()
-                    return True
-                except OSError:
-                    pass
+        while not cgroup.settle(remove):
             if time.monotonic() > deadline:
-                return False  # reported by the leak checks; never hang the caller
+                return False  # reported by the leak checks
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
+        return True
 
     def _remove_reader(self, fd: int) -> None:
         if fd in self._readers:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
+import signal
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -165,14 +165,27 @@ class PidsCgroup:
         except OSError:
             return []
 
-    def remove(self) -> None:
+    def settle(self, remove: bool = True) -> bool:
+        """SIGKILL every process in the cgroup (which also holds what escaped its process
+        group with setsid); True once it is empty, and removed when ``remove``.
+
+        Killed processes take a moment to leave, so callers retry until True.
+        """
+        pids = self.pids()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if not remove:
+            return not pids
         try:
             os.rmdir(self.path)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOENT,):
-                # Busy means a process is still inside: the caller killed the group, so it
-                # is on its way out; a leftover empty cgroup is harmless and reported.
-                raise
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False  # busy: a process is still on its way out
+        return True
 
     @staticmethod
     def find_root() -> str | None:

@@ -172,7 +172,7 @@ def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType
         if anchor is not None:
             ast.copy_location(node, anchor)
         else:
-            node.lineno, node.col_offset = 1, 0  # type: ignore[attr-defined]
+            node.lineno, node.col_offset = 1, 0
     module = ast.Module(body=[*futures, factory], type_ignores=[])
     ast.fix_missing_locations(module)
     code = compile(module, filename, "exec", dont_inherit=True)
