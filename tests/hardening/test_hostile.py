@@ -11,6 +11,7 @@ Budgets are short; durations are checked with slack for a loaded machine.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import socket
@@ -288,11 +289,16 @@ import asyncio, json, os, sys
 from kernelgate import Gateway, Limits
 
 warm, tmp_dir, marker = sys.argv[1] == "warm", sys.argv[2], sys.argv[3]
-sleeper = f"[sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}]"
+# Each sleeper says when it is up: once execve closes the CLOEXEC pipe Popen waits on, the
+# new command line is not yet readable from /proc, so Popen returning proves nothing.
+sleeper = (
+    f"[sys.executable, '-c', 'import time; print(1, flush=True); time.sleep(600)', {marker!r}]"
+)
 program = (
     "import subprocess, sys\\n"
-    f"subprocess.Popen({sleeper})\\n"
-    f"subprocess.Popen({sleeper}, start_new_session=True)\\n"
+    f"a = subprocess.Popen({sleeper}, stdout=subprocess.PIPE)\\n"
+    f"b = subprocess.Popen({sleeper}, stdout=subprocess.PIPE, start_new_session=True)\\n"
+    "a.stdout.readline(), b.stdout.readline()\\n"
     "print('up', flush=True)\\n"
     "while True:\\n"
     "    pass\\n"
@@ -344,10 +350,18 @@ def test_killing_the_host_takes_the_run_with_it(hostile, tmp_path, warm):
         time.sleep(0.05)
     assert processes_with(hostile.marker) == []
     # Only what the host itself would have removed is left: its run directory and its
-    # (now empty) cgroups.
+    # cgroups, which empty once the killed processes finish exiting (a process whose memory
+    # is already gone no longer shows a command line, but is still counted in its cgroup).
     root = PidsCgroup.find_root()
     for name in kernelgate_cgroups({names["run_id"], names["pool"]}) if root else []:
-        os.rmdir(os.path.join(root, name))  # fails if a process were still inside
+        while True:
+            try:
+                os.rmdir(os.path.join(root, name))  # EBUSY while a process is still inside
+                break
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
 
 # -- memory, files, descriptors ---------------------------------------------------------------
