@@ -12,7 +12,7 @@ import ast
 import linecache
 import traceback
 import types
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["FILENAME", "LAST_EXPRESSION", "compile_program", "format_exception", "safe_str"]
 
@@ -24,6 +24,8 @@ _CO_ASYNC_GENERATOR = 0x200
 #: What a program's function returns for its final expression statement:
 #: ``(LAST_EXPRESSION, value)``; an explicit ``return`` gives the value itself.
 LAST_EXPRESSION = object()
+
+_N = TypeVar("_N", bound=ast.AST)
 
 
 class _Bound(ast.NodeVisitor):
@@ -128,14 +130,9 @@ def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType
     first = body[0] if body else None
     if body and isinstance(body[-1], ast.Expr):
         last = body[-1]
-        body[-1] = ast.copy_location(
-            ast.Return(
-                value=ast.Tuple(
-                    elts=[ast.Name(id=_MARK, ctx=ast.Load()), last.value], ctx=ast.Load()
-                )
-            ),
-            last,
-        )
+        mark = _placed(ast.Name(id=_MARK, ctx=ast.Load()), last)
+        pair = _placed(ast.Tuple(elts=[mark, last.value], ctx=ast.Load()), last)
+        body[-1] = _placed(ast.Return(value=pair), last)
     stmts: list[ast.stmt] = []
     if bound.names:
         stmts.append(ast.Global(names=bound.names))
@@ -167,14 +164,18 @@ def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType
         returns=None,
         **fn_kwargs,
     )
+    # Only the nodes made here get a location: ast.fix_missing_locations would walk the
+    # whole program, which costs more than compiling it.
     anchor = first if first is not None else (futures[0] if futures else None)
-    for node in (main, factory, *stmts[:1]):
-        if anchor is not None:
-            ast.copy_location(node, anchor)
-        else:
-            node.lineno, node.col_offset = 1, 0
+    made: list[ast.AST] = [main, factory, *factory.args.args, *factory.body[1:]]
+    made += [factory.body[1].value]  # type: ignore[attr-defined]
+    if bound.names:
+        made.append(stmts[0])
+    if not body:
+        made.append(stmts[-1])
+    for node in made:
+        _placed(node, anchor)
     module = ast.Module(body=[*futures, factory], type_ignores=[])
-    ast.fix_missing_locations(module)
     code = compile(module, filename, "exec", dont_inherit=True)
     namespace: dict[str, Any] = {}
     exec(code, namespace)
@@ -186,6 +187,15 @@ def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType
     lines = source.splitlines(keepends=True)
     linecache.cache[filename] = (len(source), None, lines, filename)
     return fn  # type: ignore[no-any-return]
+
+
+def _placed(node: _N, anchor: ast.AST | None) -> _N:
+    """``node`` at the location of ``anchor`` (line 1 when there is none)."""
+    if anchor is None:
+        node.lineno, node.col_offset = 1, 0  # type: ignore[attr-defined]
+        node.end_lineno, node.end_col_offset = 1, 0  # type: ignore[attr-defined]
+        return node
+    return ast.copy_location(node, anchor)
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:

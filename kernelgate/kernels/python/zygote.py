@@ -16,6 +16,7 @@ closes the socket, the zygote exits; children waiting for a program see fd 3 clo
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -84,6 +85,10 @@ def main() -> None:
 
     asyncio.new_event_loop().close()
     compile("async def f():\n    await g()\n", "<warm>", "exec", dont_inherit=True)
+    # Children share these objects with us until they write to them; a garbage collection
+    # in a child would walk (and so copy) all of them. Frozen, they are never walked.
+    gc.collect()
+    gc.freeze()
     while True:
         try:
             ready, _, _ = select.select([sock, wake_r], [], [])
