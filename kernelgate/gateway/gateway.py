@@ -95,6 +95,8 @@ class Gateway:
         self.pool_size = pool_size
         self._pool: WarmPool | None = None
         self._runs: set[Run] = set()
+        # Runs that returned on their reply while their child was still exiting.
+        self._finishing: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @property
@@ -119,6 +121,17 @@ class Gateway:
         see outputs and completed calls as they happen. Cancelling the awaiting task kills
         the child and its process group, waits until they are gone, then raises
         ``CancelledError``.
+
+        A program's reply is its last word: ``run`` returns as soon as it has it, and the
+        child's exit, its cgroup and its run directory are seen to on this event loop
+        after that. ``aclose()`` (or ``async with``) waits for all of it; ``run_sync``
+        does so for every run.
+
+        >>> async def main():
+        ...     async with Gateway(bindings={"add": lambda a, b: a + b}) as gw:
+        ...         return (await gw.run("return await tools.add(1, 2)")).value
+        >>> asyncio.run(main())
+        3
         """
         run = self._new_run(program, limits, on_output=on_output, on_call=on_call)
         if self._support is None:
@@ -129,6 +142,9 @@ class Gateway:
             result = await run.execute()
         finally:
             self._runs.discard(run)
+        if run.finishing is not None:
+            self._finishing.add(run.finishing)
+            run.finishing.add_done_callback(self._finishing.discard)
         if self.record_to is not None:
             os.makedirs(self.record_to, exist_ok=True)
             result.save(os.path.join(self.record_to, f"{result.run_id}.ipynb"))
@@ -189,7 +205,21 @@ class Gateway:
             raise RuntimeError(
                 "run_sync() was called from a running event loop; use 'await gateway.run(...)'"
             )
-        return asyncio.run(self.run(program, limits=limits))
+        return asyncio.run(self._run_to_the_end(program, limits))
+
+    async def _run_to_the_end(self, program: str, limits: Limits | None) -> RunResult:
+        # The loop ends with this call: the run's teardown finishes inside it.
+        result = await self.run(program, limits=limits)
+        await self.wait_finished()
+        return result
+
+    async def wait_finished(self) -> None:
+        """Wait until every run that has returned on this loop is torn down: its processes
+        reaped, its cgroup emptied and its run directory removed."""
+        loop = asyncio.get_running_loop()
+        tasks = [t for t in self._finishing if t.get_loop() is loop]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def interrupt(self) -> int:
         """Stop every live run (status ``"interrupted"``); return how many there were."""
@@ -208,6 +238,7 @@ class Gateway:
         waits = [r.wait_exited() for r in runs if r.loop is loop]
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)
+        await self.wait_finished()
         self._close_pool()
 
     def _close_pool(self) -> None:

@@ -15,7 +15,6 @@ import os
 import secrets
 import signal
 import socket
-import time
 import types
 import weakref
 from typing import Any
@@ -231,10 +230,7 @@ class PooledChild(ChildProcess):
     def alive(self) -> bool:
         if self.reaped or self.pidfd < 0:
             return False
-        import select
-
-        readable, _, _ = select.select([self.pidfd], [], [], 0)
-        return not readable
+        return not self.wait_gone(0)
 
 
 class WarmPool:
@@ -333,12 +329,12 @@ class WarmPool:
                 failures += 1
                 remove_tree(run_dir)
                 if cgroup is not None:
-                    _empty_and_remove(cgroup)
+                    cgroup.settle_blocking()
                 continue
             except asyncio.CancelledError:
                 remove_tree(run_dir)
                 if cgroup is not None:
-                    _empty_and_remove(cgroup)
+                    cgroup.settle_blocking()
                 raise
             child.cgroup = cgroup
             if self.closed:
@@ -349,7 +345,7 @@ class WarmPool:
     def recycle_cgroup(self, cgroup: PidsCgroup) -> None:
         """Take back the (empty) cgroup of a finished run for the next child."""
         if self.closed:
-            _empty_and_remove(cgroup)
+            cgroup.settle_blocking()
         else:
             self._free_cgroups.append(cgroup)
 
@@ -357,7 +353,7 @@ class WarmPool:
         """Stop the zygote and every idle child; remove their directories and cgroups."""
         self.closed = True
         while self._free_cgroups:
-            _empty_and_remove(self._free_cgroups.pop())
+            self._free_cgroups.pop().settle_blocking()
         if self._filler is not None and not self._filler.done():
             try:
                 self._filler.cancel()
@@ -368,32 +364,11 @@ class WarmPool:
 
 def _discard(child: PooledChild) -> None:
     child.signal_group(signal.SIGKILL)
-    if child.pidfd >= 0:
-        _wait_gone(child.pidfd)
+    child.wait_gone(2.0)
     child.close()
     remove_tree(child.run_dir)
     if child.cgroup is not None:
-        _empty_and_remove(child.cgroup)
-
-
-def _empty_and_remove(cgroup: PidsCgroup, timeout: float = 5.0) -> None:
-    # The child's namespace init and program may still be exiting: retry until the cgroup
-    # can go. Synchronous: this runs from close() and finalizers, outside any event loop.
-    deadline = time.monotonic() + timeout
-    delay = 0.0005
-    while not cgroup.settle() and time.monotonic() < deadline:
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
-
-
-def _wait_gone(pidfd: int, timeout: float = 2.0) -> None:
-    import select
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        readable, _, _ = select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
-        if readable:
-            return
+        child.cgroup.settle_blocking()
 
 
 def _discard_all(
@@ -402,7 +377,7 @@ def _discard_all(
     while ready:
         _discard(ready.pop())
     while free:
-        _empty_and_remove(free.pop())
+        free.pop().settle_blocking()
     for zygote in zygote_box:
         if zygote is not None:
             zygote.close()

@@ -6,12 +6,14 @@ import errno
 import fcntl
 import os
 import resource
+import select
 import shutil
 import signal
 import socket
 import stat
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 from kernelgate.kernels.python import LOADER, package_root
@@ -74,6 +76,31 @@ class ChildProcess:
             os.killpg(self.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def kill(self) -> None:
+        """SIGKILL the child, by pidfd: never a stranger that took over its pid."""
+        if self.reaped or self._closed:
+            return
+        try:
+            if self.pidfd >= 0:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            else:
+                self.signal_group(signal.SIGKILL)
+        except OSError:
+            pass  # already gone
+
+    def wait_gone(self, timeout: float) -> bool:
+        """Block until the child has exited (not necessarily reaped); False on timeout."""
+        if self.reaped or self.pidfd < 0 or self._closed:
+            return True
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([self.pidfd], [], [], left)
+            if readable:
+                return True
+            if not left:
+                return False
 
     def try_reap(self) -> bool:
         """Reap the child if it has exited; True once it is reaped."""

@@ -122,6 +122,11 @@ class Run:
         self._result_output: dict[str, Any] | None = None
         self._value: Any = None
         self._exited: asyncio.Future[None] | None = None
+        self._replied: asyncio.Future[None] | None = None
+        #: Set when run() returned on the reply while the child was still exiting: the
+        #: rest of the teardown (reap, cgroup, run directory). The gateway awaits it.
+        self.finishing: asyncio.Task[None] | None = None
+        self._streams_ended = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: list[asyncio.TimerHandle] = []
         self._out: list[bytes] = []
@@ -197,6 +202,7 @@ class Run:
                     except OSError:
                         self._cgroup = None
             self._exited = loop.create_future()
+            self._replied = loop.create_future()
             for fd, cb in (
                 (child.control.fileno(), self._on_control),
                 (child.stdout_fd, lambda: self._on_pipe("stdout")),
@@ -224,7 +230,7 @@ class Run:
             )
             self._timers.append(loop.call_later(self.limits.wall_seconds, self._on_timeout))
             try:
-                await asyncio.shield(self._exited)
+                await asyncio.wait((self._exited, self._replied), return_when="FIRST_COMPLETED")
             except asyncio.CancelledError:
                 # The caller gave up: kill everything, wait until it is gone, then re-raise.
                 self._decide("interrupted", "Interrupted", "the run was cancelled by the caller")
@@ -236,11 +242,47 @@ class Run:
                         continue
                 await self._settle()
                 raise
+            if not self._exited.done():
+                # The program has replied: its result is complete. The child's way out
+                # (and a namespace's) takes several process exits in a row; the caller
+                # does not wait for them, the gateway does (aclose, run_sync).
+                self._drain_pipes()
+                await self._cancel_calls()
+                result = self._result(started_at)
+                self.finishing = loop.create_task(self._finish(run_dir))
+                return result
             await self._settle()
             return self._result(started_at)
         finally:
+            if self.finishing is None:
+                self._close_io()
+                remove_tree(run_dir)
+
+    async def _finish(self, run_dir: str) -> None:
+        """The teardown of a run that returned on its reply."""
+        assert self._exited is not None
+        try:
+            await asyncio.shield(self._exited)
+            await self._settle()
+        except asyncio.CancelledError:
+            # The loop is closing (asyncio.run ends) with the child still on its way out.
+            self._abandon()
+            raise
+        finally:
             self._close_io()
             remove_tree(run_dir)
+
+    def _abandon(self) -> None:
+        """Without the event loop: kill the child, wait (bounded) until it is gone."""
+        child = self.child
+        assert child is not None
+        for task in self._tasks:
+            task.cancel()
+        child.kill()
+        child.wait_gone(2.0)
+        child.try_reap()
+        if self._cgroup is not None:
+            self._cgroup.settle_blocking()
 
     # -- deciding the outcome ----------------------------------------------------------------
 
@@ -395,6 +437,8 @@ class Run:
     def _on_reply(self, reply: ExecuteReply) -> None:
         if self._decided is None:
             self._reply = reply
+            if self._replied is not None and not self._replied.done():
+                self._replied.set_result(None)
         child = self.child
         assert child is not None and self._loop is not None
         # The child exits right after its reply; only a misbehaving one needs the kill.
@@ -606,8 +650,7 @@ class Run:
         assert child is not None
         for fd in list(self._readers):
             self._remove_reader(fd)
-        for name in ("stdout", "stderr"):
-            self.collector.add_raw(name, b"", final=True)
+        self._end_streams()
         if not child.reaped and self.sandbox.level == "process" and self._cgroup is None:
             # No pid namespace and no cgroup: the process group is the only handle on what
             # the program left behind. Wait for it to die while the unreaped leader keeps
@@ -624,11 +667,31 @@ class Run:
             if await self._empty_cgroup(self._cgroup, remove=not keep) and keep:
                 assert pool is not None
                 pool.recycle_cgroup(self._cgroup)  # mkdir and rmdir cost ms each
+        await self._cancel_calls()
+
+    async def _cancel_calls(self) -> None:
+        """End the calls still running: the program is over, nobody awaits them."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _drain_pipes(self) -> None:
+        """Take what fd 1 and 2 hold now (all the program wrote before its reply)."""
+        child = self.child
+        assert child is not None
+        for name, fd in (("stdout", child.stdout_fd), ("stderr", child.stderr_fd)):
+            if fd in self._readers:
+                self._on_pipe(name, drain=True)
+                self._remove_reader(fd)
+        self._end_streams()
+
+    def _end_streams(self) -> None:
+        if not self._streams_ended:
+            self._streams_ended = True
+            for name in ("stdout", "stderr"):
+                self.collector.add_raw(name, b"", final=True)
 
     async def _empty_cgroup(self, cgroup: PidsCgroup, remove: bool = True) -> bool:
         """Kill everything in the run's cgroup; then remove it, or leave it empty for
@@ -664,14 +727,16 @@ class Run:
         child = self.child
         exit_code: int | None = None
         sig: int | None = None
-        if child is not None and child.returncode is not None:
+        if self._reply is not None:
+            exit_code = 0  # it reported and exits; whether it is reaped yet is moot
+        elif child is not None and child.returncode is not None:
             if child.returncode < 0:
                 sig = -child.returncode
             else:
                 exit_code = child.returncode
         value: Any = None
         error: ErrorInfo | None = None
-        outputs = self.collector.outputs
+        outputs = list(self.collector.outputs)  # the teardown may still add to its own
         usage = self._usage()
         cpu = usage.get("cpu_user_s", 0.0) + usage.get("cpu_system_s", 0.0)
         if (
@@ -742,7 +807,7 @@ class Run:
             stderr=self.collector.text("stderr"),
             outputs=outputs,
             error=error,
-            calls=self.calls,
+            calls=list(self.calls),
             duration_s=time.monotonic() - self._t0,
             exit_code=exit_code,
             signal=sig,
@@ -767,7 +832,11 @@ class Run:
             "bytes_out": self._bytes_out,
             "warm": self.pooled,
         }
-        if child is not None and child.rusage is not None:
+        if self._reply is not None and self._reply.usage:
+            # What the child measured at its end: the host may not have reaped it yet.
+            for key, v in self._reply.usage.items():
+                usage[key] = round(v, 6) if key.startswith("cpu") else int(v)
+        elif child is not None and child.rusage is not None:
             ru = child.rusage
             usage["cpu_user_s"] = round(ru.ru_utime, 6)
             usage["cpu_system_s"] = round(ru.ru_stime, 6)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,6 +186,18 @@ class PidsCgroup:
             return True
         except OSError:
             return False  # busy: a process is still on its way out
+        return True
+
+    def settle_blocking(self, timeout: float = 5.0) -> bool:
+        """:meth:`settle` and remove, retried until done or ``timeout``: for code that runs
+        outside an event loop (close, finalizers, a loop shutting down)."""
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while not self.settle():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
         return True
 
     @staticmethod

@@ -11,6 +11,7 @@ from .connection import CHILD, HOST, Connection
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .events import (
     CHILD_RUN_STATUSES,
+    USAGE_KEYS,
     CallReply,
     CallRequest,
     DisplayData,
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "HOST",
     "PROTOCOL_VERSION",
+    "USAGE_KEYS",
     "CallReply",
     "CallRequest",
     "Connection",

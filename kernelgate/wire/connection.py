@@ -25,6 +25,7 @@ from typing import Any
 from .errors import LocalProtocolError, RemoteProtocolError
 from .events import (
     CHILD_RUN_STATUSES,
+    USAGE_KEYS,
     CallReply,
     CallRequest,
     DisplayData,
@@ -55,6 +56,27 @@ HOST = "host"
 CHILD = "child"
 
 _MAX_SHOWN = 80
+
+
+def _reply_metadata(event: ExecuteReply) -> dict[str, Any]:
+    meta: dict[str, Any] = {"status": event.run_status}
+    if event.usage:
+        meta["usage"] = event.usage
+    return meta
+
+
+def _usage(d: dict[str, Any]) -> dict[str, float]:
+    where = "execute_reply metadata['kernelgate']['usage']"
+    for key, v in d.items():
+        if key not in USAGE_KEYS:
+            raise RemoteProtocolError(
+                f"{where} has the unknown key {_show(key)}; it may have {sorted(USAGE_KEYS)}"
+            )
+        if type(v) not in (int, float) or not 0 <= v < 1e15:
+            raise RemoteProtocolError(
+                f"{where}[{key!r}] must be a number from 0 up, got {_show(v)}"
+            )
+    return d
 
 
 def _show(value: Any) -> str:
@@ -271,7 +293,7 @@ class Connection:
                         event.traceback,
                     ),
                     parent,
-                    metadata={"kernelgate": {"status": event.run_status}},
+                    metadata={"kernelgate": _reply_metadata(event)},
                 )
         raise LocalProtocolError(f"the {self.our_role} does not send {type(event).__name__}")
 
@@ -411,12 +433,13 @@ class Connection:
             run_status = kg.text("status")
         else:
             run_status = "ok" if status == "ok" else "exception"
+        usage = _usage(kg.obj("usage", {})) if "usage" in kg.d else None
         if status == "ok":
             if run_status != "ok":
                 raise RemoteProtocolError(
                     f"execute_reply status 'ok' with kernelgate status {_show(run_status)}"
                 )
-            return ExecuteReply("ok", "ok", c.integer("execution_count"))
+            return ExecuteReply("ok", "ok", c.integer("execution_count"), usage=usage)
         if status == "error":
             if run_status not in CHILD_RUN_STATUSES or run_status == "ok":
                 raise RemoteProtocolError(
@@ -430,6 +453,7 @@ class Connection:
                 c.text("ename"),
                 c.text("evalue"),
                 _str_list("execute_reply traceback", c.array("traceback")),
+                usage=usage,
             )
         raise RemoteProtocolError(
             f"execute_reply status must be 'ok' or 'error', got {_show(status)}"

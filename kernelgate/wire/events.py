@@ -29,6 +29,7 @@ __all__ = [
     "HostEvent",
     "ChildEvent",
     "CHILD_RUN_STATUSES",
+    "USAGE_KEYS",
 ]
 
 #: Statuses the child may report in ``execute_reply``. The others (timeout, interrupted,
@@ -199,13 +200,18 @@ class ErrorOutput(_Event):
 class ExecuteReply(_Event):
     """execute_reply: the end of the run. ``run_status`` is in :data:`CHILD_RUN_STATUSES`."""
 
-    __slots__ = ("status", "run_status", "execution_count", "ename", "evalue", "traceback")
+    __slots__ = (
+        "status", "run_status", "execution_count", "ename", "evalue", "traceback", "usage"
+    )
     status: str  # Jupyter's: "ok" or "error"
     run_status: str
     execution_count: int
     ename: str
     evalue: str
     traceback: list[str]
+    #: What the child measured of itself at its end (keys in :data:`USAGE_KEYS`, each
+    #: optional): the host has the reply before it has reaped the child.
+    usage: dict[str, float]
 
     def __init__(
         self,
@@ -215,6 +221,7 @@ class ExecuteReply(_Event):
         ename: str = "",
         evalue: str = "",
         traceback: list[str] | None = None,
+        usage: dict[str, float] | None = None,
     ) -> None:
         _set(self, "status", status)
         _set(self, "run_status", run_status)
@@ -222,7 +229,11 @@ class ExecuteReply(_Event):
         _set(self, "ename", ename)
         _set(self, "evalue", evalue)
         _set(self, "traceback", [] if traceback is None else traceback)
+        _set(self, "usage", {} if usage is None else usage)
 
+
+#: The usage figures an ``execute_reply`` may carry: CPU seconds and peak memory in bytes.
+USAGE_KEYS = frozenset({"cpu_user_s", "cpu_system_s", "peak_memory_bytes"})
 
 HostEvent = OpenBindings | ExecuteRequest | CallReply
 ChildEvent = CallRequest | Stream | DisplayData | ExecuteResult | ErrorOutput | ExecuteReply

@@ -230,8 +230,56 @@ time.sleep(60)
 """
     r = run(program)
     assert r.status == "ok"  # what the child reported; the host then killed it
-    assert r.signal == 9
+    assert r.exit_code == 0 and r.signal is None  # a run that replied ended as it said
     assert r.duration_s < 10
+
+
+def test_a_run_returns_on_its_reply_and_the_gateway_finishes_it(make_gateway, request):
+    """run() returns with the reply; the child (here hanging on after it, with a
+    grandchild) is ended by the gateway, and wait_finished/aclose see it gone."""
+    marker = f"kg-marker-{request.node.name}"
+    program = f"""
+import gc, os, subprocess, sys, time
+from kernelgate.wire.connection import Connection
+from kernelgate.wire.events import ExecuteReply
+p = {sleeper(marker)}
+conn = [o for o in gc.get_objects() if type(o) is Connection][0]
+print('replying', flush=True)
+os.write(3, conn.send(ExecuteReply('ok')))
+time.sleep(60)
+"""
+    gw = make_gateway(bindings=BINDINGS, limits=FAST)
+
+    async def main():
+        r = await gw.run(program)
+        assert r.status == "ok" and r.stdout == "replying\n" and r.exit_code == 0
+        await gw.wait_finished()
+        assert processes_with(marker) == []
+        await gw.aclose()
+        assert os.listdir(gw.tmp_dir) == []
+
+    asyncio.run(main())
+
+
+def test_the_loop_ending_first_still_ends_the_run(make_gateway, request):
+    """asyncio.run() ending right after run() returns: the teardown, cancelled with the
+    loop, ends the child without it."""
+    marker = f"kg-marker-{request.node.name}"
+    program = f"""
+import gc, os, subprocess, sys, time
+from kernelgate.wire.connection import Connection
+from kernelgate.wire.events import ExecuteReply
+p = {sleeper(marker)}
+conn = [o for o in gc.get_objects() if type(o) is Connection][0]
+os.write(3, conn.send(ExecuteReply('ok')))
+time.sleep(60)
+"""
+    gw = make_gateway(bindings=BINDINGS, limits=FAST)
+    r = asyncio.run(gw.run(program))
+    assert r.ok
+    assert processes_with(marker) == []
+    gw.close()
+    assert os.listdir(gw.tmp_dir) == []
 
 
 def test_flood_of_calls_never_awaited(gateway):

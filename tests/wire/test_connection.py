@@ -211,6 +211,34 @@ def test_execute_reply_without_kernelgate_metadata_defaults():
     assert drain(w.host) == [ExecuteReply("error", "exception", 1, "E", "v", [])]
 
 
+def test_execute_reply_carries_the_childs_usage():
+    w = started()
+    usage = {"cpu_user_s": 0.012, "cpu_system_s": 0.004, "peak_memory_bytes": 17 << 20}
+    got = w.child_send(ExecuteReply("ok", usage=usage))
+    assert got == [ExecuteReply("ok", "ok", 1, usage=usage)]
+    assert w.to_host[-1]["metadata"] == {"kernelgate": {"status": "ok", "usage": usage}}
+
+
+@pytest.mark.parametrize(
+    ("usage", "pattern"),
+    [
+        ([1], r"\['usage'\] must be an object"),
+        ({"cpu_user_s": -1}, r"\['cpu_user_s'\] must be a number from 0 up, got -1"),
+        ({"cpu_user_s": "1"}, r"must be a number from 0 up, got '1'"),
+        ({"cpu_user_s": True}, r"must be a number from 0 up, got True"),
+        ({"peak_memory_bytes": 1e300}, r"must be a number from 0 up"),
+        ({"wall_s": 1}, r"unknown key 'wall_s'; it may have \['cpu_system_s'"),
+    ],
+)
+def test_execute_reply_with_bad_usage_is_refused(usage, pattern):
+    w = started()
+    raw = json.loads(w.child.send(ExecuteReply("ok")))
+    raw["metadata"]["kernelgate"]["usage"] = usage
+    with pytest.raises(RemoteProtocolError, match=pattern):
+        w.host.receive_data(frame(raw))
+        drain(w.host)
+
+
 def test_many_calls_in_flight_answered_in_reverse():
     w = started()
     n = 1025

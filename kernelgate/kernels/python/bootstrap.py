@@ -12,6 +12,7 @@ import asyncio
 import builtins
 import linecache
 import os
+import resource
 import select
 import sys
 from typing import Any
@@ -54,6 +55,8 @@ _HOST_FRAME_CEILING = 1 << 30  # the host is trusted; its frames are bounded by 
 _FRAME_OVERHEAD = 4096  # header, parent header and field names around a payload
 
 _os_write = os.write
+_getrusage = resource.getrusage
+_RUSAGE_SELF, _RUSAGE_CHILDREN = resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN
 _os_exit = os._exit
 _select = select.select
 
@@ -361,8 +364,31 @@ class Child:
                     stream.flush()
             except BaseException:
                 pass
-        self.send(reply)
+        self.send(_with_usage(reply))
         _os_exit(0)
+
+
+def _with_usage(reply: ExecuteReply) -> ExecuteReply:
+    """``reply`` with this process's CPU time and peak memory (and its reaped children's):
+    the host answers with the reply before it has reaped us."""
+    try:
+        me, kids = _getrusage(_RUSAGE_SELF), _getrusage(_RUSAGE_CHILDREN)
+    except BaseException:
+        return reply
+    usage = {
+        "cpu_user_s": round(me.ru_utime + kids.ru_utime, 6),
+        "cpu_system_s": round(me.ru_stime + kids.ru_stime, 6),
+        "peak_memory_bytes": max(me.ru_maxrss, kids.ru_maxrss) * 1024,  # Linux: KiB
+    }
+    return ExecuteReply(
+        reply.status,
+        reply.run_status,
+        reply.execution_count,
+        reply.ename,
+        reply.evalue,
+        reply.traceback,
+        usage=usage,
+    )
 
 
 def _rehearse(loop: asyncio.AbstractEventLoop) -> None:
@@ -402,7 +428,7 @@ def _rehearse(loop: asyncio.AbstractEventLoop) -> None:
     outcome = loop.run_until_complete(one_run())
     check_json(outcome[1], "value", 1 << 20)
     carry(peer, host, ExecuteResult({"application/json": 1, "text/plain": plain_repr(1)}))
-    carry(peer, host, ExecuteReply("ok"))
+    carry(peer, host, _with_usage(ExecuteReply("ok")))
     linecache.cache.pop(FILENAME, None)
 
 
