@@ -200,9 +200,7 @@ class ErrorOutput(_Event):
 class ExecuteReply(_Event):
     """execute_reply: the end of the run. ``run_status`` is in :data:`CHILD_RUN_STATUSES`."""
 
-    __slots__ = (
-        "status", "run_status", "execution_count", "ename", "evalue", "traceback", "usage"
-    )
+    __slots__ = ("status", "run_status", "execution_count", "ename", "evalue", "traceback", "usage")
     status: str  # Jupyter's: "ok" or "error"
     run_status: str
     execution_count: int
