@@ -86,7 +86,9 @@ class RunResult:
     #: How the run was isolated: "process", "namespaces" or "namespaces+landlock".
     isolation: str = ""
     #: cpu_user_s, cpu_system_s, peak_memory_bytes, calls, bytes_in, bytes_out, and warm
-    #: (the child came from the warm pool).
+    #: (the child came from the warm pool). For a run that replied, the CPU and memory
+    #: figures are the child's own at its end (the host returns before reaping it); for
+    #: one that did not, the host's (rusage of the reaped child).
     usage: dict[str, Any] = field(default_factory=dict)
 
     @property
