@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import inspect
 import io
 import itertools
@@ -561,11 +562,21 @@ async def kg_run(gw: Gateway, program: str, **kw: Any) -> Any:
     return r
 
 
+async def finished(gw: Gateway) -> None:
+    """Wait for the teardown of runs that returned on their reply (kernelgate >= the early
+    reply): it must not overlap the next measurement, and a cold child is only counted in
+    RUSAGE_CHILDREN once reaped."""
+    wait = getattr(gw, "wait_finished", None)
+    if wait is not None:
+        await wait()
+
+
 async def timed_run(gw: Gateway, program: str) -> tuple[float, float | None]:
     """Seconds for one run, and the child's CPU ms as kernelgate reports it (if it does)."""
     t0 = time.perf_counter()
     r = await kg_run(gw, program)
     dt = time.perf_counter() - t0
+    await finished(gw)
     usage = getattr(r, "usage", None) or {}
     cpu = None
     if "cpu_user_s" in usage:
@@ -675,6 +686,7 @@ async def bench_latency(
             t0 = time.monotonic()
             r = await kg_run(gw, PHASES)
             t1 = time.monotonic()
+            await finished(gw)
             into["start"].append((r.value - t0) * 1e3)
             into["end"].append((t1 - r.value) * 1e3)
             return (t1 - t0) * 1e3
@@ -910,6 +922,7 @@ async def cpu_run(gw: Gateway, program: str, limits: Limits) -> tuple[Any, float
     kernelgate reports it, else the children this process reaped meanwhile)."""
     c0, h0 = _cpu()
     r = await gw.run(program, limits=limits)
+    await finished(gw)
     c1, h1 = _cpu()
     if not r.ok:
         raise RuntimeError(f"run failed: {r.status}: {r.error}")
@@ -956,12 +969,27 @@ async def bench_calls(paths: Paths, seq_runs: int, seq_n: int, b16_runs: int) ->
 # -- section 3: sustained runs/s -------------------------------------------------------------
 
 
+def machine_busy_ms() -> float:
+    """CPU time the whole machine has spent busy (all cores, every process and the kernel),
+    from /proc/stat: what a run really costs, wherever the work lands."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
+    return busy * 1e3 / os.sysconf("SC_CLK_TCK")
+
+
 async def sustained(
-    work: Callable[[], Awaitable[Any]], total: int, conc: int, failures: list[str]
+    work: Callable[[], Awaitable[Any]],
+    total: int,
+    conc: int,
+    failures: list[str],
+    drain: Callable[[], Awaitable[Any]] | None = None,
 ) -> float:
     """Successful runs/s of ``total`` runs with ``conc`` of them in flight at all times.
 
-    A failed run counts as not done; its error is appended to ``failures``.
+    A failed run counts as not done; its error is appended to ``failures``. ``drain``
+    (counted in the time) waits for work the runs left behind, such as their teardown.
     """
     left = total
     ok = 0
@@ -978,6 +1006,8 @@ async def sustained(
 
     t0 = time.perf_counter()
     await asyncio.gather(*[worker() for _ in range(conc)])
+    if drain is not None:
+        await drain()
     return ok / (time.perf_counter() - t0)
 
 
@@ -997,25 +1027,32 @@ async def bench_throughput(
             warm = await stack.enter_async_context(paths.warm())
             await settle(warm, 1.0)
         for c in concs:
-            plan: list[tuple[str, str, Callable[[], Awaitable[Any]]]] = [
-                (f"floor_rps_{c}", "floor_asyncio", lambda: spawn_and_wait(FLOOR_ASYNCIO)),
-                (f"kg_cold_rps_{c}", "kg_cold_hello", lambda: kg_run(cold, HELLO)),
+            plan: list[tuple[str, str, Callable[[], Awaitable[Any]], Any]] = [
+                (f"floor_rps_{c}", "floor_asyncio", lambda: spawn_and_wait(FLOOR_ASYNCIO), None),
+                (f"kg_cold_rps_{c}", "kg_cold_hello", lambda: kg_run(cold, HELLO), cold),
             ]
             if warm is not None:
                 w = warm
-                plan.append((f"kg_warm_rps_{c}", "kg_warm_hello", lambda w=w: kg_run(w, HELLO)))
+                plan.append(
+                    (f"kg_warm_rps_{c}", "kg_warm_hello", lambda w=w: kg_run(w, HELLO), w)
+                )
             sizes = {}
-            for key, lat_key, _ in plan:
+            for key, lat_key, _, _gw in plan:
                 lat_ms = latency.get(lat_key) or 100.0
                 est = min(c, cores) * 1e3 / lat_ms
                 sizes[key] = max(c, 4, min(5000, round(est * seconds)))
             log(f"sustained: concurrency {c}, {batches} batches of {sorted(sizes.values())} runs")
             for _ in range(batches):
-                for key, _lat, work in plan:
+                for key, _lat, work, gw in plan:
                     failed: list[str] = []
-                    h0 = _cpu()[1]
-                    out.setdefault(key, []).append(await sustained(work, sizes[key], c, failed))
+                    h0, m0 = _cpu()[1], machine_busy_ms()
+                    drain = functools.partial(finished, gw) if gw is not None else None
+                    rate = await sustained(work, sizes[key], c, failed, drain)
+                    out.setdefault(key, []).append(rate)
                     out.setdefault(key + "_hostcpu", []).append((_cpu()[1] - h0) / sizes[key])
+                    out.setdefault(key + "_machinecpu", []).append(
+                        (machine_busy_ms() - m0) / sizes[key]
+                    )
                     out.setdefault(key + "_runs", []).append(sizes[key])
                     if failed:
                         log(f"{key}: {len(failed)} of {sizes[key]} runs failed: {failed[0]}")
@@ -1362,7 +1399,10 @@ def build_table(
         ("kg_cold_call", "kernelgate cold one call: child process tree"),
         ("kg_cold_call", "kernelgate cold one call: host (this process, the gateway)"),
         ("kg_cold_plain_hello", "kernelgate cold hello, sandbox='process': child"),
-        ("kg_warm_hello", "kernelgate warm hello: pooled child after its fork (RunResult.usage)"),
+        (
+            "kg_warm_hello",
+            "kernelgate warm hello: the program's process (RunResult.usage, the child's own)",
+        ),
         ("kg_warm_hello", "kernelgate warm hello: host (this process, the gateway)"),
         ("floor_asyncio", "floor `python -I -c 'import asyncio'`: child"),
         ("floor_bare", "floor `python -I -S -c pass`: child"),
@@ -1466,6 +1506,9 @@ def build_table(
             hc = _med(thr.get(key + "_hostcpu"))
             if s and hc is not None:
                 vs += f"; host CPU {hc:.1f} ms/run"
+            mc = _med(thr.get(key + "_machinecpu"))
+            if s and mc is not None:
+                vs += f"; whole machine {mc:.1f} ms CPU/run"
             t.add(Row(sec, f"{name}, concurrency {c}", "runs/s", s, vs, note, key=key))
         t.add(
             Row(

@@ -166,7 +166,7 @@ class Run:
         if self.sandbox_unavailable:
             self._decide("sandbox_unavailable", "SandboxUnavailable", self.sandbox_unavailable)
             return self._result(started_at)
-        pooled = self.pool.take() if self.pool is not None else None
+        pooled = await self.pool.acquire() if self.pool is not None else None
         if pooled is not None:
             run_dir = pooled.run_dir
         else:
