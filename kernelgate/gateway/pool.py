@@ -358,9 +358,7 @@ class WarmPool:
     async def _fill(self) -> None:
         failures = 0
         while (
-            not self.closed
-            and len(self._ready) < self.size + len(self._waiters)
-            and failures < 3
+            not self.closed and len(self._ready) < self.size + len(self._waiters) and failures < 3
         ):
             zygote = self._zygote
             if zygote is None or zygote.dead:

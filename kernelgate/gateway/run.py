@@ -14,7 +14,7 @@ import os
 import secrets
 import signal as signal_module
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from kernelgate.kernels.python.program import safe_str
@@ -127,6 +127,7 @@ class Run:
         #: rest of the teardown (reap, cgroup, run directory). The gateway awaits it.
         self.finishing: asyncio.Task[None] | None = None
         self._streams_ended = False
+        self._corked: list[bytes] | None = None  # frames held back while a chunk is handled
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: list[asyncio.TimerHandle] = []
         self._out: list[bytes] = []
@@ -337,6 +338,10 @@ class Run:
             self._bytes_in += len(data)
             if self._decided is not None and self._decided[0] == "protocol":
                 return
+            # Answers to the calls in this chunk leave together: one write, one wakeup of
+            # the child, however many calls it sent at once.
+            corked: list[bytes] = []
+            self._corked = corked
             try:
                 self._conn.receive_data(data)
                 while True:
@@ -347,6 +352,10 @@ class Run:
             except RemoteProtocolError as exc:
                 self._protocol_violation(str(exc))
                 return
+            finally:
+                self._corked = None
+                if corked and not self._io_closed:
+                    self._write(b"".join(corked))
             if not drain:
                 return  # one chunk per wakeup keeps other runs responsive
 
@@ -460,16 +469,55 @@ class Run:
             start_s=time.monotonic() - self._t0,
         )
         self.calls.append(record)
-        task = asyncio.ensure_future(self._dispatch(record))
+        binding = self.registry.lookup(record.namespace, record.name)
+        coro: Coroutine[Any, Any, None]
+        if (
+            binding is not None
+            and self.policy is None
+            and self.call_handler is None
+            and record.id < self.limits.max_calls
+            and not self._sem.locked()
+            and self._out_bytes <= _REPLY_HIGH_WATER
+        ):
+            # The common case, answered in this callback: a task and a loop turn per call
+            # are most of the host's share of a call's round trip. A coroutine function
+            # (or any callable returning an awaitable) goes on in a task from here.
+            started = time.monotonic()
+            try:
+                value = binding.fn(*record.args, **record.kwargs)
+            except Exception as exc:
+                self._answer(record, binding, started, error=exc)
+                return
+            if not inspect.isawaitable(value):
+                self._answer(record, binding, started, value=value)
+                return
+            coro = self._await_answer(record, binding, started, value)
+        else:
+            coro = self._dispatch(record, binding)
+        task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _dispatch(self, record: CallRecord) -> None:
-        binding = self.registry.lookup(record.namespace, record.name)
+    async def _await_answer(
+        self, record: CallRecord, binding: Binding, started: float, pending: Awaitable[Any]
+    ) -> None:
+        async with self._sem:
+            try:
+                value = await pending
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._answer(record, binding, started, error=exc)
+            else:
+                self._answer(record, binding, started, value=value)
+
+    async def _dispatch(self, record: CallRecord, binding: Binding | None) -> None:
         label = binding_label(record.namespace, record.name)
         async with self._sem:
             started = time.monotonic()
             record.start_s = started - self._t0
+            value: Any = None
+            error: Exception | None = None
             try:
                 if binding is None:
                     raise LookupError(f"there is no binding {label}")
@@ -479,9 +527,6 @@ class Run:
                         f"max_calls={self.limits.max_calls} binding calls per run reached; "
                         "make fewer calls (batch the work) or raise Limits.max_calls",
                     )
-                # No second signature or JSON check here: the child checked the arguments
-                # for good messages, the wire parsed them as strict JSON, and a forged call
-                # with arguments that do not fit fails in the call itself, as a ToolError.
                 if self.policy is not None:
                     await self._check_policy(record)
                 if self.call_handler is not None:
@@ -490,48 +535,62 @@ class Run:
                     value = binding.fn(*record.args, **record.kwargs)
                     if inspect.isawaitable(value):
                         value = await value
-                try:
-                    check_json(
-                        value,
-                        f"{label}() result",
-                        self.limits.max_frame_bytes - _FRAME_OVERHEAD,
-                    )
-                except NotJSONError as exc:
-                    raise TypeError(
-                        f"the binding returned a value that is not JSON: {exc}"
-                    ) from None
-                except ValueTooLargeError:
-                    raise ValueError(
-                        f"the binding's result is over max_frame_bytes="
-                        f"{self.limits.max_frame_bytes} bytes as JSON"
-                    ) from None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                ename = exc.ename if isinstance(exc, _Refused) else type(exc).__name__
-                record.ok = False
-                record.error = ErrorInfo(ename, safe_str(exc, 4096))
-                reply = CallReply(record.id, False, ename=ename, evalue=record.error.evalue)
-            else:
-                record.ok = True
-                record.value = value
-                reply = CallReply(record.id, True, value)
-            record.duration_s = time.monotonic() - started
-            record.output_index = len(self.collector.outputs)
-            self.collector.seal()
-            if self._reply is None and self._decided is None:
-                if self._out_bytes > _REPLY_HIGH_WATER:
-                    await self._drained.wait()
-                try:
-                    self._send(reply)
-                except LocalProtocolError as exc:
-                    # A result that passed the checks yet cannot be encoded must still
-                    # answer the call, or the program would wait for it forever.
-                    record.ok, record.value = False, None
-                    record.error = ErrorInfo("TypeError", f"the result cannot be sent: {exc}")
-                    self._send(
-                        CallReply(record.id, False, ename="TypeError", evalue=record.error.evalue)
-                    )
+                error = exc
+            if self._out_bytes > _REPLY_HIGH_WATER:
+                await self._drained.wait()
+            self._answer(record, binding, started, value=value, error=error)
+
+    def _answer(
+        self,
+        record: CallRecord,
+        binding: Binding | None,
+        started: float,
+        value: Any = None,
+        error: Exception | None = None,
+    ) -> None:
+        """Check a call's result, record it, and send the child its answer."""
+        # No second signature or JSON check of the arguments here: the child checked them
+        # for good messages, the wire parsed them as strict JSON, and a forged call with
+        # arguments that do not fit fails in the call itself, as a ToolError.
+        if error is None:
+            label = binding_label(record.namespace, record.name)
+            try:
+                check_json(
+                    value, f"{label}() result", self.limits.max_frame_bytes - _FRAME_OVERHEAD
+                )
+            except NotJSONError as exc:
+                error = TypeError(f"the binding returned a value that is not JSON: {exc}")
+            except ValueTooLargeError:
+                error = ValueError(
+                    f"the binding's result is over max_frame_bytes="
+                    f"{self.limits.max_frame_bytes} bytes as JSON"
+                )
+        if error is not None:
+            ename = error.ename if isinstance(error, _Refused) else type(error).__name__
+            record.ok = False
+            record.error = ErrorInfo(ename, safe_str(error, 4096))
+            reply = CallReply(record.id, False, ename=ename, evalue=record.error.evalue)
+        else:
+            record.ok = True
+            record.value = value
+            reply = CallReply(record.id, True, value)
+        record.duration_s = time.monotonic() - started
+        record.output_index = len(self.collector.outputs)
+        self.collector.seal()
+        if self._reply is None and self._decided is None:
+            try:
+                self._send(reply)
+            except LocalProtocolError as exc:
+                # A result that passed the checks yet cannot be encoded must still answer
+                # the call, or the program would wait for it forever.
+                record.ok, record.value = False, None
+                record.error = ErrorInfo("TypeError", f"the result cannot be sent: {exc}")
+                self._send(
+                    CallReply(record.id, False, ename="TypeError", evalue=record.error.evalue)
+                )
         if self.on_call is not None:
             self.on_call(record)
 
@@ -557,6 +616,13 @@ class Run:
             return
         data = self._conn.send(event)
         self._bytes_out += len(data)
+        if self._corked is not None:
+            self._corked.append(data)
+            return
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        assert self.child is not None
         if self._out:
             self._out.append(data)
             self._out_bytes += len(data)
