@@ -118,15 +118,21 @@ def _short(text: str, limit: int = 70) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+async def _run_once(gw: Any, program: str, on_output: Any) -> Any:
+    async with gw:  # returns once the run is torn down, not just answered
+        return await gw.run(program, on_output=on_output)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from kernelgate import Gateway, Limits
 
     program = _read_program(args.program)
     namespaces = load_bindings(args.bindings) if args.bindings else {"tools": {}}
     limits = Limits(wall_seconds=args.timeout) if args.timeout else None
-    gw = Gateway(namespaces=namespaces, limits=limits)
+    # One run: a warm pool would only cost a second interpreter.
+    gw = Gateway(namespaces=namespaces, limits=limits, pool_size=0)
     on_output = None if args.json else _print_live
-    result = asyncio.run(gw.run(program, on_output=on_output))
+    result = asyncio.run(_run_once(gw, program, on_output))
     if getattr(args, "record", None):
         result.save(args.record)
     return _report(result, args.json)
@@ -140,8 +146,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print("-- program --")
         print(DEMO_PROGRAM.rstrip())
         print("\n-- output --")
-    gw = Gateway(bindings=BINDINGS)
-    result = asyncio.run(gw.run(DEMO_PROGRAM, on_output=None if args.json else _print_live))
+    gw = Gateway(bindings=BINDINGS, pool_size=0)
+    result = asyncio.run(_run_once(gw, DEMO_PROGRAM, None if args.json else _print_live))
     return _report(result, args.json, show_calls=True)
 
 
