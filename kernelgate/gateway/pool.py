@@ -265,6 +265,7 @@ class WarmPool:
         self._free_cgroups: list[PidsCgroup] = []  # emptied by finished runs, for reuse
         self._waiters: list[asyncio.Future[None]] = []  # runs waiting for the next child
         self._behind = False  # a wait for a child ran out: the zygote is not keeping up
+        self._delivered_at = 0.0  # loop time of the last child made ready
         self._finalizer = weakref.finalize(
             self, _discard_all, self._ready, [None], self._free_cgroups
         )
@@ -275,7 +276,8 @@ class WarmPool:
 
     async def acquire(self, wait: float = 0.5) -> PooledChild | None:
         """A ready child; or, when none is but a running zygote is forking more, the next
-        one within ``wait`` seconds; else None (the caller spawns a cold one).
+        one, for as long as the pool delivers a child at least every ``wait`` seconds;
+        else None (the caller spawns a cold one).
 
         Waiting a few milliseconds for a fork beats a cold start (over 100 ms of CPU here)
         when runs arrive faster than the pool refills; ``wait`` bounds it when the
@@ -292,15 +294,19 @@ class WarmPool:
             and not zygote.dead
         ):
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + wait
-            while child is None and self._filling() and loop.time() < deadline:
+            started = loop.time()
+            while child is None and self._filling():
+                left = max(started, self._delivered_at) + wait - loop.time()
+                if left <= 0:
+                    # Until it delivers again, later runs do not wait for it at all.
+                    self._behind = True
+                    break
                 waiter: asyncio.Future[None] = loop.create_future()
                 self._waiters.append(waiter)
                 try:
-                    await asyncio.wait_for(waiter, deadline - loop.time())
+                    await asyncio.wait_for(waiter, left)
                 except asyncio.TimeoutError:
-                    # Until it delivers again, later runs do not wait for it at all.
-                    self._behind = True
+                    continue  # others got the children meanwhile? then wait on
                 finally:
                     if waiter in self._waiters:
                         self._waiters.remove(waiter)
@@ -404,6 +410,7 @@ class WarmPool:
                 return
             self._ready.append(child)
             self._behind = False
+            self._delivered_at = asyncio.get_running_loop().time()
             self._wake_one()
 
     def recycle_cgroup(self, cgroup: PidsCgroup) -> None:
