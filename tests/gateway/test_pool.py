@@ -6,8 +6,12 @@ import asyncio
 import os
 import random
 import signal
+import sys
 
-from tests.procs import pid_alive
+import pytest
+
+from kernelgate.gateway.sandbox import probe_support
+from tests.procs import descendants, pid_alive
 
 
 async def _filled(gw) -> None:
@@ -144,3 +148,34 @@ def test_pool_size_zero_spawns_cold(make_gateway):
     gw = make_gateway(pool_size=0)
     r = gw.run_sync("return 1")
     assert r.ok and not r.usage["warm"] and gw._pool is None
+
+
+def test_a_warm_child_at_a_namespace_level_is_two_processes(make_gateway):
+    """The zygote forks the child straight into its namespaces, as their init: the init
+    and the program, no third process outside mirroring them; the exit still reports how
+    the program ended."""
+    if probe_support(os.path.realpath(sys.executable)).strongest == "process":
+        pytest.skip("no namespaces on this machine")
+    seen = {}
+
+    def look() -> int:
+        (run,) = gw._runs
+        seen["child"] = run.child.pid
+        seen["zygote's"] = descendants(gw._pool._zygote.pid)
+        seen["tree"] = descendants(run.child.pid)
+        return len(seen["tree"])
+
+    gw = make_gateway(bindings={"look": look}, sandbox="namespaces", pool_size=1)
+
+    async def main():
+        await gw.run("1")
+        await _filled(gw)
+        inside = await gw.run("import os\nreturn [await tools.look(), os.getpid(), os.getppid()]")
+        crashed = await gw.run("import os\nos.kill(os.getpid(), 11)")
+        return inside, crashed
+
+    inside, crashed = asyncio.run(main())
+    assert inside.ok and inside.usage["warm"], inside.message
+    assert inside.value == [1, 2, 1]  # one process below the init: the program, pid 2
+    assert seen["child"] in seen["zygote's"]
+    assert crashed.status == "worker_exit" and crashed.signal == 11

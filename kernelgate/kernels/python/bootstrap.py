@@ -43,7 +43,7 @@ from .program import (
     format_exception,
     safe_str,
 )
-from .sandbox import die_with_parent, lock_down
+from .sandbox import Born, die_with_parent, lock_down
 from .sandbox import enter as enter_sandbox
 from .sandbox import prepare as prepare_sandbox
 from .streams import OutputLedger, OutputStream
@@ -433,12 +433,16 @@ def _rehearse(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def main(
-    level: str | None = None, run_dir: str | None = None, read_paths: list[str] | None = None
+    level: str | None = None,
+    run_dir: str | None = None,
+    read_paths: list[str] | None = None,
+    born_in: Born | None = None,
 ) -> None:
     """Entry point of the child process.
 
     A warm child (forked by the zygote) gets ``level`` and ``run_dir`` and enters its
-    sandbox before its program arrives; a cold child does it all after.
+    sandbox before its program arrives (``born_in``: already forked into its namespaces);
+    a cold child does it all after.
     """
     sys.argv = [FILENAME]
     die_with_parent()
@@ -450,7 +454,7 @@ def main(
         faulthandler.enable(file=sys.__stderr__ or sys.stderr)
         if level is not None and run_dir is not None:
             try:
-                prepare_sandbox(level, run_dir, read_paths)
+                prepare_sandbox(level, run_dir, read_paths, born_in)
                 lock_down(level, run_dir, list(read_paths or []))
                 # The event loop does not depend on the program either: make it while
                 # the child waits, booted, for its program.

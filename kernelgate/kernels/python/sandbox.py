@@ -7,10 +7,11 @@ Applied in the child after it has its program and before the program runs:
     an empty environment and a temporary cwd).
 ``namespaces``
     plus new user, network, pid and mount namespaces: no network interfaces but a down
-    loopback, a private ``/tmp``, ``/proc`` of the new pid namespace. The process the host
-    started stays outside the pid namespace and mirrors the exit of the program; a small
-    init (pid 1) reaps everything and takes the whole tree down when the program ends.
-    The program itself is pid 2, so signals behave as they do outside.
+    loopback, a private ``/tmp``, ``/proc`` of the new pid namespace. A small init (pid 1)
+    reaps everything and takes the whole tree down when the program ends; the program
+    itself is pid 2, so signals behave as they do outside. A cold child unshares, and
+    stays outside the pid namespace mirroring the program's exit; a warm child is forked
+    into its namespaces by the zygote and is their init.
 ``namespaces+landlock``
     plus a landlock ruleset: writes only in the run directory and the private ``/tmp``,
     reads only where the interpreter and the configured paths are, no TCP bind/connect.
@@ -54,6 +55,9 @@ SYS_landlock_restrict_self = 446
 LANDLOCK_CREATE_RULESET_VERSION = 1
 LANDLOCK_RULE_PATH_BENEATH = 1
 
+NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID
+SYS_clone = {"x86_64": 56, "aarch64": 220}
+
 _libc: Any = None
 
 
@@ -69,6 +73,34 @@ def _check(result: int, what: str) -> int:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
     return result
+
+
+def fork_into_namespaces() -> int:
+    """``os.fork()``, with the child born in new user, mount, network and pid namespaces
+    (as pid 1 of its own): one process where ``unshare`` needs two, since unshare moves
+    only the caller's later children into a new pid namespace.
+
+    The interpreter's fork bookkeeping runs as in ``os.fork`` (``PyOS_BeforeFork`` and
+    ``PyOS_AfterFork_*``: locks, at-fork hooks such as ``random``'s reseeding), and the GIL
+    is held across the call. For a single-threaded caller only (the zygote).
+    """
+    number = SYS_clone.get(os.uname().machine)
+    if number is None:
+        raise OSError(38, "clone: no syscall number for this machine")  # ENOSYS
+    api = ctypes.pythonapi
+    libc = ctypes.PyDLL(None, use_errno=True)
+    api.PyOS_BeforeFork()
+    pid = libc.syscall(
+        ctypes.c_long(number), ctypes.c_ulong(NAMESPACES | signal.SIGCHLD), None, None, None, None
+    )
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    err = ctypes.get_errno()
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, f"clone into new namespaces: {os.strerror(err)}")
+    return int(pid)
 
 
 def landlock_abi() -> int:
@@ -234,10 +266,17 @@ def _kept_under_tmp(extra: list[str]) -> list[str]:
     return kept
 
 
-def _enter_namespaces(run_dir: str, keep: list[str]) -> None:
-    """Called in the process the host started; returns in the program's process (pid 2)."""
-    uid, gid = os.geteuid(), os.getegid()
-    _check(_lib().unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
+def _enter_namespaces(run_dir: str, keep: list[str], born_in: Born | None = None) -> None:
+    """Called in the process the host started; returns in the program's process (pid 2).
+
+    ``born_in``: this process was forked into its namespaces already (by the zygote,
+    :func:`fork_into_namespaces`) and is their pid 1: no unshare, and no mirror process.
+    """
+    if born_in is None:
+        uid, gid = os.geteuid(), os.getegid()
+        _check(_lib().unshare(NAMESPACES), "unshare")
+    else:
+        uid, gid = born_in.uid, born_in.gid
     _map_ids(uid, gid)
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
     # /tmp is about to be replaced by a private one. What must stay visible and lives under
@@ -255,11 +294,14 @@ def _enter_namespaces(run_dir: str, keep: list[str]) -> None:
         _move_mount(tree, path)
         os.close(tree)
     os.chdir(run_dir)
-    status_r, status_w = os.pipe()
-    init = os.fork()
-    if init:
-        _mirror(init, status_r, status_w)  # never returns
-    os.close(status_r)
+    if born_in is None:
+        status_r, status_w = os.pipe()
+        init = os.fork()
+        if init:
+            _mirror(init, status_r, status_w)  # never returns
+        os.close(status_r)
+    else:
+        status_w = born_in.status_fd  # the zygote reads how the program ended from here
     # pid 1 of the new namespace: reap everything, end with the program.
     # If the host's child dies (the host's SIGKILL), the namespace goes with it. (Our ppid
     # reads 0 here: the parent is outside this pid namespace.)
@@ -538,7 +580,17 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def prepare(level: str, run_dir: str, read_paths: list[str] | None = None) -> None:
+class Born:
+    """How a child forked into its namespaces came to be: who it is outside (the uid and
+    gid to map to) and the fd its init reports the program's wait status on."""
+
+    def __init__(self, uid: int, gid: int, status_fd: int) -> None:
+        self.uid, self.gid, self.status_fd = uid, gid, status_fd
+
+
+def prepare(
+    level: str, run_dir: str, read_paths: list[str] | None = None, born_in: Born | None = None
+) -> None:
     """What does not depend on the program: namespaces (when the level has them) and cwd.
 
     With namespaces this returns in a new process, the program's (pid 2). A warm child
@@ -547,7 +599,7 @@ def prepare(level: str, run_dir: str, read_paths: list[str] | None = None) -> No
     if level not in LEVELS:
         raise ValueError(f"unknown sandbox level {level!r}")
     if level in ("namespaces", "namespaces+landlock"):
-        _enter_namespaces(run_dir, list(read_paths or []))
+        _enter_namespaces(run_dir, list(read_paths or []), born_in)
         os.environ["TMPDIR"] = "/tmp"  # private to this run
     else:
         os.chdir(run_dir)
