@@ -10,8 +10,11 @@ the host over a SOCK_SEQPACKET socket on fd 3:
   "rusage": [user_s, system_s, maxrss_kib]}`` when it has reaped a child (wait status).
 
 Each child starts a new session, takes its fds, joins its pids cgroup, enters its sandbox
-(namespaces) and then blocks, booted, until the host sends its program. When the host
-closes the socket, the zygote exits; children waiting for a program see fd 3 close and exit.
+(namespaces) and then blocks, booted, until the host sends its program. At a namespace
+level the child is forked straight into its namespaces (their init); the zygote attaches it
+to its cgroup before it goes on, and reports the program's status that init wrote to a pipe.
+When the host closes the socket, the zygote exits; children waiting for a program see fd 3
+close and exit.
 """
 
 from __future__ import annotations
