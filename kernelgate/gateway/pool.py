@@ -27,6 +27,10 @@ from .sandbox import PidsCgroup
 __all__ = ["WarmPool", "PooledChild", "Zygote"]
 
 
+#: How long a refill waits when other children are still ready: about a warm run.
+_REFILL_DELAY = 0.02
+
+
 class Zygote:
     """The template process, and the messages it sends: fork replies and exit statuses."""
 
@@ -284,7 +288,12 @@ class WarmPool:
         zygote cannot keep up at all.
         """
         child = self._take_ready()
-        self.refill()
+        if child is not None and self._ready:
+            # Others are ready: refill a moment later, not while this run starts and
+            # runs (booting a child costs milliseconds of CPU the run would wait for).
+            self.refill(delay=_REFILL_DELAY)
+        else:
+            self.refill()
         zygote = self._zygote
         if (
             child is None
@@ -347,12 +356,12 @@ class WarmPool:
             _discard(candidate)
         return child
 
-    def refill(self) -> None:
+    def refill(self, delay: float = 0.0) -> None:
         if self.closed or self.size <= 0:
             return
         if self._filler is not None and not self._filler.done():
             return
-        self._filler = asyncio.get_running_loop().create_task(self._fill())
+        self._filler = asyncio.get_running_loop().create_task(self._fill(delay))
         self._filler.add_done_callback(lambda _: self._wake_all())
 
     def _wake_all(self) -> None:
@@ -361,7 +370,9 @@ class WarmPool:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def _fill(self) -> None:
+    async def _fill(self, delay: float = 0.0) -> None:
+        if delay:
+            await asyncio.sleep(delay)
         failures = 0
         while (
             not self.closed and len(self._ready) < self.size + len(self._waiters) and failures < 3
@@ -399,7 +410,7 @@ class WarmPool:
                 if cgroup is not None:
                     cgroup.settle_blocking()
                 continue
-            except asyncio.CancelledError:
+            except BaseException:  # cancelled, or its task destroyed with its loop
                 remove_tree(run_dir)
                 if cgroup is not None:
                     cgroup.settle_blocking()
