@@ -23,7 +23,6 @@ from kernelgate.wire.events import (
     CallRequest,
     DisplayData,
     ErrorOutput,
-    Event,
     ExecuteReply,
     ExecuteRequest,
     ExecuteResult,
@@ -391,33 +390,52 @@ def _with_usage(reply: ExecuteReply) -> ExecuteReply:
     )
 
 
+_REHEARSAL_SPEC = {"params": [["x", "POSITIONAL_OR_KEYWORD", False]], "signature": "(x)", "doc": ""}
+_rehearsal_frames: list[bytes] | None = None
+
+
+def rehearsal_frames() -> list[bytes]:
+    """What a host sends in a run with one call (comm_open, execute_request, the call's
+    reply), encoded once: the zygote makes them, its children only read them."""
+    global _rehearsal_frames
+    if _rehearsal_frames is None:
+        host = Connection(HOST, session="rehearsal")
+        child = Connection(CHILD, session="rehearsal")
+        frames = [
+            host.send(OpenBindings("rehearsal", {"tools": {"echo": _REHEARSAL_SPEC}})),
+            host.send(ExecuteRequest("x = 1\nx", {"cwd": "/"})),
+        ]
+        for frame in frames:
+            child.receive_data(frame)
+            child.next_event()
+        host.receive_data(child.send(CallRequest(0, "tools", "echo", [1], {})))
+        host.next_event()
+        frames.append(host.send(CallReply(0, True, [1, "a", {"b": None}])))
+        _rehearsal_frames = frames
+    return _rehearsal_frames
+
+
 def _rehearse(loop: asyncio.AbstractEventLoop) -> None:
-    """Go once through what a run does, on throwaway objects, while no program waits.
+    """Go once through the child's side of a run, on throwaway objects, while no program
+    waits.
 
     A forked child shares the zygote's memory until it writes to it, and merely using an
     object writes its reference count: the first run of every code path pays a page
     copy for each page it touches. This pays them before the program arrives. Nothing
     here outlives the call.
     """
-    host = Connection(HOST, session="rehearsal")
+    opening, executing, replying = rehearsal_frames()
     peer = Connection(CHILD, session="rehearsal")
-
-    def carry(sender: Connection, receiver: Connection, event: Event) -> Event | None:
-        receiver.receive_data(sender.send(event))
-        return receiver.next_event()
-
-    spec = {"params": [["x", "POSITIONAL_OR_KEYWORD", False]], "signature": "(x)", "doc": ""}
-    opened = carry(host, peer, OpenBindings("rehearsal", {"tools": {"echo": spec}}))
-    request = carry(host, peer, ExecuteRequest("x = 1\nx", {"cwd": "/"}))
+    peer.receive_data(opening + executing)
+    opened, request = peer.next_event(), peer.next_event()
     assert type(opened) is OpenBindings and type(request) is ExecuteRequest
-    namespace = Namespace(
-        "tools",
-        {"echo": Binding("tools", "echo", spec, lambda *a: loop.create_future(), 1 << 20)},
-    )
+    echo = Binding("tools", "echo", _REHEARSAL_SPEC, lambda *a: loop.create_future(), 1 << 20)
+    namespace = Namespace("tools", {"echo": echo})
     fn = bind_globals(compile_program(request.code), {"tools": namespace, "__builtins__": builtins})
-    carry(peer, host, Stream("stdout", "rehearsal\n"))
-    carry(peer, host, CallRequest(peer.next_call_id, "tools", "echo", [1], {}))
-    reply = carry(host, peer, CallReply(0, True, [1, "a", {"b": None}]))
+    peer.send(Stream("stdout", "rehearsal\n"))
+    peer.send(CallRequest(peer.next_call_id, "tools", "echo", [1], {}))
+    peer.receive_data(replying)
+    reply = peer.next_event()
 
     async def one_run() -> Any:
         fut = namespace.echo(1)
@@ -427,8 +445,8 @@ def _rehearse(loop: asyncio.AbstractEventLoop) -> None:
 
     outcome = loop.run_until_complete(one_run())
     check_json(outcome[1], "value", 1 << 20)
-    carry(peer, host, ExecuteResult({"application/json": 1, "text/plain": plain_repr(1)}))
-    carry(peer, host, _with_usage(ExecuteReply("ok")))
+    peer.send(ExecuteResult({"application/json": 1, "text/plain": plain_repr(1)}))
+    peer.send(_with_usage(ExecuteReply("ok")))
     linecache.cache.pop(FILENAME, None)
 
 
