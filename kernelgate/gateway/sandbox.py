@@ -144,9 +144,9 @@ class PidsCgroup:
     def __init__(self, root: str, run_id: str, max_pids: int) -> None:
         self.path = os.path.join(root, f"kernelgate-{run_id}")
         os.mkdir(self.path)
+        self.max_pids = -1
         try:
-            with open(os.path.join(self.path, "pids.max"), "w") as f:
-                f.write(str(max_pids))
+            self.set_max(max_pids)
         except OSError:
             os.rmdir(self.path)
             raise
@@ -156,8 +156,11 @@ class PidsCgroup:
             f.write(str(pid))
 
     def set_max(self, max_pids: int) -> None:
+        if max_pids == self.max_pids:
+            return  # a reused cgroup usually has it already
         with open(os.path.join(self.path, "pids.max"), "w") as f:
             f.write(str(max_pids))
+        self.max_pids = max_pids
 
     def pids(self) -> list[int]:
         try:

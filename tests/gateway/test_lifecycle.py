@@ -77,6 +77,27 @@ def test_worker_exit_by_signal(run):
     assert "SIGSEGV" in r.error.evalue
 
 
+@pytest.mark.parametrize("pool_size", [0, 1], ids=["cold", "warm"])
+def test_a_crash_in_c_shows_the_programs_line_on_stderr(make_gateway, pool_size):
+    """faulthandler is on in every child (a warm one has it from the zygote, writing to
+    its own fd 2): a segfault leaves the Python traceback in stderr."""
+    gw = make_gateway(pool_size=pool_size)
+    program = "import ctypes\nprint('before', flush=True)\nctypes.string_at(0)\n"
+
+    async def main():
+        if pool_size:
+            await gw.run("1")
+            await gw._pool._filler
+        return await gw.run(program)
+
+    r = asyncio.run(main())
+    assert r.status == "worker_exit" and r.signal == 11
+    assert r.usage["warm"] is bool(pool_size)
+    assert r.stdout == "before\n"
+    assert "Fatal Python error: Segmentation fault" in r.stderr
+    assert 'File "<program>", line 3' in r.stderr
+
+
 def test_os_exit_in_the_middle_of_a_call(run_dir_base, make_gateway):
     async def slow() -> int:
         await asyncio.sleep(30)

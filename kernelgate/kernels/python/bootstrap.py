@@ -60,7 +60,12 @@ _os_exit = os._exit
 _select = select.select
 
 
+_fallback: bytes | None = None  # made once in the zygote, for the children it forks
+
+
 def _fallback_frame() -> bytes:
+    if _fallback is not None:
+        return _fallback
     conn = Connection(CHILD, session=f"child-{os.getpid()}")
     return conn.send(
         ExecuteReply(
@@ -390,6 +395,22 @@ def _with_usage(reply: ExecuteReply) -> ExecuteReply:
     )
 
 
+def warm_up() -> None:
+    """In the zygote: make once what every child it forks would otherwise make itself.
+
+    faulthandler writes to fd 2 by number, which is each child's own stderr by then.
+    """
+    global _fallback
+    import faulthandler
+
+    try:
+        faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+    except (RuntimeError, ValueError, OSError):
+        pass  # no stderr to write to: each child tries again with its own
+    _fallback = _fallback_frame()
+    rehearsal_frames()
+
+
 _REHEARSAL_SPEC = {"params": [["x", "POSITIONAL_OR_KEYWORD", False]], "signature": "(x)", "doc": ""}
 _rehearsal_frames: list[bytes] | None = None
 
@@ -469,7 +490,11 @@ def main(
     try:
         import faulthandler
 
-        faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+        if not faulthandler.is_enabled():  # a zygote's children have it from the zygote
+            try:
+                faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+            except (RuntimeError, ValueError, OSError):
+                pass  # no usable stderr: crash tracebacks cannot be shown, the run goes on
         if level is not None and run_dir is not None:
             try:
                 prepare_sandbox(level, run_dir, read_paths, born_in)

@@ -154,7 +154,7 @@ def main() -> None:
 
     asyncio.new_event_loop().close()
     compile("async def f():\n    await g()\n", "<warm>", "exec", dont_inherit=True)
-    bootstrap.rehearsal_frames()
+    bootstrap.warm_up()
     # Children share these objects with us until they write to them; a garbage collection
     # in a child would walk (and so copy) all of them. Frozen, they are never walked.
     gc.collect()
