@@ -42,7 +42,7 @@ from .program import (
     format_exception,
     safe_str,
 )
-from .sandbox import Born, die_with_parent, lock_down
+from .sandbox import Born, die_with_parent, lock_down, warm_sandbox
 from .sandbox import enter as enter_sandbox
 from .sandbox import prepare as prepare_sandbox
 from .streams import OutputLedger, OutputStream
@@ -409,6 +409,7 @@ def warm_up() -> None:
         pass  # no stderr to write to: each child tries again with its own
     _fallback = _fallback_frame()
     rehearsal_frames()
+    warm_sandbox()
 
 
 _REHEARSAL_SPEC = {"params": [["x", "POSITIONAL_OR_KEYWORD", False]], "signature": "(x)", "doc": ""}

@@ -487,14 +487,14 @@ _AF_UNIX = 1
 _EACCES = 13
 
 
-def _deny_unix_sockets() -> None:
-    """seccomp: socket(AF_UNIX, ...) and io_uring fail with EACCES.
+_seccomp: Any = None
 
-    The mount namespace still shows the host's tree, and landlock has no right for
-    connect() on a pathname unix socket: without this a program could reach any host
-    socket its uid may open (a container runtime's, say). socketpair() stays allowed (the
-    event loop needs one); it reaches nothing outside.
-    """
+
+def _seccomp_program() -> Any:
+    """The filter of :func:`_deny_unix_sockets`, built once (in a zygote, for its children)."""
+    global _seccomp
+    if _seccomp is not None:
+        return _seccomp
     machine = os.uname().machine
     if machine not in _AUDIT_ARCH:
         raise OSError(f"no seccomp filter for {machine}")
@@ -524,15 +524,42 @@ def _deny_unix_sockets() -> None:
         (ret, 0, 0, allow),  # 8
     ]
     filters = (Filter * len(code))(*[Filter(*c) for c in code])
-    program = Program(len(code), filters)
+    _seccomp = Program(len(code), filters)
+    _seccomp.keep = filters  # the pointer does not keep the array alive by itself
+    return _seccomp
+
+
+def _deny_unix_sockets() -> None:
+    """seccomp: socket(AF_UNIX, ...) and io_uring fail with EACCES.
+
+    The mount namespace still shows the host's tree, and landlock has no right for
+    connect() on a pathname unix socket: without this a program could reach any host
+    socket its uid may open (a container runtime's, say). socketpair() stays allowed (the
+    event loop needs one); it reaches nothing outside.
+    """
+    program = _seccomp_program()
     libc = _lib()
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     pr_set_seccomp, seccomp_mode_filter = 22, 2
     _check(libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(program), 0, 0), "seccomp")
 
 
+_interpreter_paths: list[str] | None = None
+
+
 def interpreter_paths() -> list[str]:
-    """Where this interpreter reads from: its prefixes, its sys.path, system libraries."""
+    """Where this interpreter reads from: its prefixes, its sys.path, system libraries.
+
+    Found once per process (a zygote's children inherit it): it walks sys.modules and
+    resolves paths.
+    """
+    global _interpreter_paths
+    if _interpreter_paths is None:
+        _interpreter_paths = _find_interpreter_paths()
+    return list(_interpreter_paths)
+
+
+def _find_interpreter_paths() -> list[str]:
     paths = {
         sys.prefix,
         sys.base_prefix,
@@ -567,6 +594,15 @@ def interpreter_paths() -> list[str]:
         ]
     )
     return sorted(paths)
+
+
+def warm_sandbox() -> None:
+    """Build what every lock-down needs (paths, the seccomp filter) ahead of the children."""
+    interpreter_paths()
+    try:
+        _seccomp_program()
+    except OSError:
+        pass  # this machine has none; lock_down says so when a level needs it
 
 
 def die_with_parent() -> None:
