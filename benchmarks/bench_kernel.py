@@ -148,7 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         if (label, "ipykernel") in by:
             ratio = by[(label, "kernelgate")] / by[(label, "ipykernel")]
             extra = by[(label, "kernelgate")] - by[(label, "ipykernel")]
-            print(f"\n{label}: kernelgate is {extra:.1f} ms ({ratio:.0f}x) slower per cell", end="")
+            way = "slower" if extra > 0 else "faster"
+            print(
+                f"\n{label}: kernelgate is {abs(extra):.1f} ms {way} per cell "
+                f"({ratio:.2f}x ipykernel's time)",
+                end="",
+            )
     print()
     return 0
 
