@@ -229,7 +229,8 @@ class Gateway:
         return len(runs)
 
     async def aclose(self) -> None:
-        """Close: no new runs; every live run is stopped and its child is gone on return."""
+        """Close: no new runs; every live run is stopped, and on return every run's child
+        (live or already answered) is gone, its cgroup and run directory removed."""
         self._closed = True
         runs = list(self._runs)
         for run in runs:
