@@ -1229,3 +1229,23 @@ def test_protocol_error_hierarchy():
     assert issubclass(LocalProtocolError, ProtocolError)
     assert issubclass(RemoteProtocolError, ProtocolError)
     assert not issubclass(LocalProtocolError, RemoteProtocolError)
+
+
+def test_the_fast_path_for_calls_agrees_with_the_general_one(monkeypatch):
+    """Calls and their replies skip the field-by-field reader; both readers must give the
+    same events and leave the same state (ids, calls waiting)."""
+
+    def conversation_events(w):
+        got = []
+        got += w.child_send(CallRequest(0, "tools", "add", [1, {"a": [2]}], {"b": None}))
+        got += w.child_send(CallRequest(1, "tools-x", "search", [], {}))
+        got += w.host_send(CallReply(1, False, ename="E", evalue="bad"))
+        got += w.host_send(CallReply(0, True, {"v": [1.5, "é"]}))
+        got += w.child_send(CallRequest(2, "db", "q", ["x"], {}))
+        return got, (w.host.next_call_id, w.host.outstanding_calls, w.child.outstanding_calls)
+
+    fast = conversation_events(started())
+    monkeypatch.setattr(Connection, "_call_fast", lambda self, raw: None)
+    general = conversation_events(started())
+    assert fast == general
+    assert fast[1] == (3, 1, 1)
