@@ -142,9 +142,9 @@ class Gateway:
             result = await run.execute()
         finally:
             self._runs.discard(run)
-        if run.finishing is not None:
-            self._finishing.add(run.finishing)
-            run.finishing.add_done_callback(self._finishing.discard)
+            if run.finishing is not None:
+                self._finishing.add(run.finishing)
+                run.finishing.add_done_callback(self._finishing.discard)
         if self.record_to is not None:
             os.makedirs(self.record_to, exist_ok=True)
             result.save(os.path.join(self.record_to, f"{result.run_id}.ipynb"))

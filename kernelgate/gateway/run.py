@@ -248,10 +248,9 @@ class Run:
                 # (and a namespace's) takes several process exits in a row; the caller
                 # does not wait for them, the gateway does (aclose, run_sync).
                 self._drain_pipes()
-                await self._cancel_calls()
-                result = self._result(started_at)
                 self.finishing = loop.create_task(self._finish(run_dir))
-                return result
+                await self._cancel_calls()  # their records are final in the result
+                return self._result(started_at)
             await self._settle()
             return self._result(started_at)
         finally:
