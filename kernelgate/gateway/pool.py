@@ -3,7 +3,8 @@
 Every run still gets a fresh process: a pooled child has imported the bootstrap and asyncio
 (inherited from the zygote, which never runs user code), entered its sandbox and waits for
 its one program; it serves one run and exits. The pool refills in the background; when it
-is empty a run spawns a cold child instead of waiting.
+is empty a run waits for the next fork as long as the zygote keeps delivering, and spawns a
+cold child when it does not (or before the zygote is up).
 """
 
 from __future__ import annotations
@@ -334,14 +335,6 @@ class WarmPool:
             if not waiter.done():
                 waiter.set_result(None)
                 return
-
-    def take(self) -> PooledChild | None:
-        """A ready child, or None (the caller spawns a cold one); starts a refill."""
-        child = self._take_ready()
-        if child is None:
-            self.cold_fallbacks += 1
-        self.refill()
-        return child
 
     def _take_ready(self) -> PooledChild | None:
         child = None
