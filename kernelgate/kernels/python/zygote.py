@@ -59,7 +59,8 @@ def _child(
         if go >= 0:
             # Wait until the zygote has put us in the run's pids cgroup: we cannot (our
             # uid has no mapping yet), and everything we fork must be counted.
-            os.read(go, 1)
+            if os.read(go, 1) != b"x":
+                os._exit(72)  # the zygote could not count us (or is gone): never run
             os.close(go)
         for fd in _statuses.values():
             os.close(fd)  # the other children's
