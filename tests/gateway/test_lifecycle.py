@@ -240,16 +240,24 @@ def test_oversized_frame_is_refused(gateway):
     assert "max_frame_bytes=200000" in r.error.evalue
 
 
+def replies_then_hangs(marker: str = "") -> str:
+    """A program that forges its own ok reply on fd 3 (after starting a tagged grandchild,
+    with ``marker``) and then hangs on."""
+    grandchild = f"import subprocess\np = {sleeper(marker)}\n" if marker else ""
+    return (
+        "import gc, os, sys, time\n"
+        + grandchild
+        + "from kernelgate.wire.connection import Connection\n"
+        "from kernelgate.wire.events import ExecuteReply\n"
+        "conn = [o for o in gc.get_objects() if type(o) is Connection][0]\n"
+        "print('replying', flush=True)\n"
+        "os.write(3, conn.send(ExecuteReply('ok')))\n"
+        "time.sleep(60)\n"
+    )
+
+
 def test_forged_reply_then_hang_is_killed(run):
-    program = """
-import gc, os, time
-from kernelgate.wire.connection import Connection
-from kernelgate.wire.events import ExecuteReply
-conn = [o for o in gc.get_objects() if type(o) is Connection][0]
-os.write(3, conn.send(ExecuteReply('ok')))
-time.sleep(60)
-"""
-    r = run(program)
+    r = run(replies_then_hangs())
     assert r.status == "ok"  # what the child reported; the host then killed it
     assert r.exit_code == 0 and r.signal is None  # a run that replied ended as it said
     assert r.duration_s < 10
@@ -259,20 +267,10 @@ def test_a_run_returns_on_its_reply_and_the_gateway_finishes_it(make_gateway, re
     """run() returns with the reply; the child (here hanging on after it, with a
     grandchild) is ended by the gateway, and wait_finished/aclose see it gone."""
     marker = f"kg-marker-{request.node.name}"
-    program = f"""
-import gc, os, subprocess, sys, time
-from kernelgate.wire.connection import Connection
-from kernelgate.wire.events import ExecuteReply
-p = {sleeper(marker)}
-conn = [o for o in gc.get_objects() if type(o) is Connection][0]
-print('replying', flush=True)
-os.write(3, conn.send(ExecuteReply('ok')))
-time.sleep(60)
-"""
     gw = make_gateway(bindings=BINDINGS, limits=FAST)
 
     async def main():
-        r = await gw.run(program)
+        r = await gw.run(replies_then_hangs(marker))
         assert r.status == "ok" and r.stdout == "replying\n" and r.exit_code == 0
         await gw.wait_finished()
         assert processes_with(marker) == []
@@ -286,17 +284,8 @@ def test_the_loop_ending_first_still_ends_the_run(make_gateway, request):
     """asyncio.run() ending right after run() returns: the teardown, cancelled with the
     loop, ends the child without it."""
     marker = f"kg-marker-{request.node.name}"
-    program = f"""
-import gc, os, subprocess, sys, time
-from kernelgate.wire.connection import Connection
-from kernelgate.wire.events import ExecuteReply
-p = {sleeper(marker)}
-conn = [o for o in gc.get_objects() if type(o) is Connection][0]
-os.write(3, conn.send(ExecuteReply('ok')))
-time.sleep(60)
-"""
     gw = make_gateway(bindings=BINDINGS, limits=FAST)
-    r = asyncio.run(gw.run(program))
+    r = asyncio.run(gw.run(replies_then_hangs(marker)))
     assert r.ok
     assert processes_with(marker) == []
     gw.close()
