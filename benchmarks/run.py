@@ -727,6 +727,7 @@ async def bench_latency(
                 ]
                 if extras:
                     cheap.append(Item("kg_warm_phases", lambda: phases(warm, warm_phases)))
+                    cheap.append(Item("kg_warm_call_idle", lambda: _ms(idle_then_run(warm))))
                 if extras and paths.sandbox_param and paths.isolation not in ("", "process"):
                     wplain = await stack.enter_async_context(paths.warm(sandbox="process"))
                     await settle(wplain, 1.0)
@@ -749,6 +750,16 @@ async def bench_latency(
 
 def _none() -> float:
     return 0.0
+
+
+#: Untimed pause before a run in the "after idle time" row: long enough for the pool to
+#: boot the child that replaces the last one taken, as an agent's think time would allow.
+IDLE_BEFORE_RUN = 0.06
+
+
+async def idle_then_run(gw: Gateway) -> tuple[float, float | None]:
+    await asyncio.sleep(IDLE_BEFORE_RUN)
+    return await timed_run(gw, ONE_CALL)
 
 
 async def _ms(aw: Awaitable[Any]) -> Any:
@@ -1369,6 +1380,13 @@ def build_table(
     for prog, label in (("hello", f"hello world `{HELLO}`"), ("call", f"one call `{ONE_CALL}`")):
         sec = f"Run latency: {label}"
         add_lat(sec, f"kg_warm_{prog}", warm_name)
+        if prog == "call" and "kg_warm_call_idle" in lat:
+            add_lat(
+                sec,
+                "kg_warm_call_idle",
+                f"kernelgate warm pool, {IDLE_BEFORE_RUN * 1e3:.0f} ms idle before each run "
+                "(the refill done, as with an agent's think time)",
+            )
         if prog == "hello" and "kg_warm_plain_hello" in lat:
             add_lat(sec, "kg_warm_plain_hello", "kernelgate warm pool, sandbox='process'")
         add_lat(sec, f"kg_cold_{prog}", f"kernelgate cold spawn ({cold_label})")
@@ -1605,10 +1623,18 @@ def goals(t: Table, paths: Paths, concs: list[int]) -> list[tuple[str, str, str]
         )
     else:
         p99 = warm.pct(0.99)
+        idle = t.get("kg_warm_call_idle")
+        also = ""
+        if idle is not None and idle.samples:
+            also = (
+                f"; with {IDLE_BEFORE_RUN * 1e3:.0f} ms idle before each run: median "
+                f"{idle.median:.2f} ms, p99 {idle.pct(0.99):.2f} ms"
+            )
         out.append(
             (
                 "Warm-pool run with one call ~1 ms (<= 2 ms median), p99 < 5 ms",
-                f"median {warm.median:.2f} ms, p99 {p99:.2f} ms (n={len(warm.samples)})",
+                f"back to back: median {warm.median:.2f} ms, p99 {p99:.2f} ms "
+                f"(n={len(warm.samples)}){also}",
                 verdict(warm.median <= 2.0 and p99 < 5.0),
             )
         )
