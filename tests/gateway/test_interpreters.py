@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import os
 import shutil
@@ -51,6 +52,25 @@ def test_child_interpreter_version(minor, make_gateway):
     assert r.status == "exception" and r.error.ename == "ZeroDivisionError"
     assert 'File "<program>", line 2, in f' in "\n".join(r.error.traceback)
     assert "kernelgate" not in "\n".join(r.error.traceback)
+
+
+@pytest.mark.parametrize("minor", [10, 11, 12, 13])
+def test_warm_children_of_any_interpreter(minor, make_gateway):
+    """The zygote runs under the child interpreter: forking into namespaces through its C
+    API (PyOS_BeforeFork and friends) works on each version."""
+    python = _real_interpreter(minor)
+    if python is None:
+        pytest.skip(f"python3.{minor} is not installed here")
+    gw: Gateway = make_gateway(python=python, pool_size=1)
+
+    async def main():
+        await gw.run("1")
+        await gw._pool._filler
+        return await gw.run("import os, random, sys\nreturn [sys.version_info[1], random.random()]")
+
+    r = asyncio.run(main())
+    assert r.ok and r.usage["warm"], r.message
+    assert r.value[0] == minor
 
 
 def test_host_interpreter_is_the_default(make_gateway):
