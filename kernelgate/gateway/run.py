@@ -255,8 +255,7 @@ class Run:
             return self._result(started_at)
         finally:
             if self.finishing is None:
-                self._close_io()
-                remove_tree(run_dir)
+                self._release(run_dir)
 
     async def _finish(self, run_dir: str) -> None:
         """The teardown of a run that returned on its reply."""
@@ -269,8 +268,12 @@ class Run:
             self._abandon()
             raise
         finally:
-            self._close_io()
-            remove_tree(run_dir)
+            self._release(run_dir)
+
+    def _release(self, run_dir: str) -> None:
+        """The last step of either ending: our fds, timers and the run directory."""
+        self._close_io()
+        remove_tree(run_dir)
 
     def _abandon(self) -> None:
         """Without the event loop: kill the child, wait (bounded) until it is gone."""
@@ -485,12 +488,12 @@ class Run:
             try:
                 value = binding.fn(*record.args, **record.kwargs)
             except Exception as exc:
-                self._answer(record, binding, started, error=exc)
+                self._answer(record, started, error=exc)
                 return
             if not inspect.isawaitable(value):
-                self._answer(record, binding, started, value=value)
+                self._answer(record, started, value=value)
                 return
-            coro = self._await_answer(record, binding, started, value)
+            coro = self._await_answer(record, started, value)
         else:
             coro = self._dispatch(record, binding)
         task = asyncio.ensure_future(coro)
@@ -498,7 +501,7 @@ class Run:
         task.add_done_callback(self._tasks.discard)
 
     async def _await_answer(
-        self, record: CallRecord, binding: Binding, started: float, pending: Awaitable[Any]
+        self, record: CallRecord, started: float, pending: Awaitable[Any]
     ) -> None:
         async with self._sem:
             try:
@@ -506,9 +509,9 @@ class Run:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._answer(record, binding, started, error=exc)
+                self._answer(record, started, error=exc)
             else:
-                self._answer(record, binding, started, value=value)
+                self._answer(record, started, value=value)
 
     async def _dispatch(self, record: CallRecord, binding: Binding | None) -> None:
         label = binding_label(record.namespace, record.name)
@@ -540,12 +543,11 @@ class Run:
                 error = exc
             if self._out_bytes > _REPLY_HIGH_WATER:
                 await self._drained.wait()
-            self._answer(record, binding, started, value=value, error=error)
+            self._answer(record, started, value=value, error=error)
 
     def _answer(
         self,
         record: CallRecord,
-        binding: Binding | None,
         started: float,
         value: Any = None,
         error: Exception | None = None,

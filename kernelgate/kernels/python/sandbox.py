@@ -127,22 +127,14 @@ def probe() -> dict[str, Any]:
         code = 0
         uid, gid = os.geteuid(), os.getegid()  # before unshare: inside, they read as unmapped
         try:
-            _check(
-                _lib().unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID),
-                "unshare",
-            )
+            _check(_lib().unshare(NAMESPACES), "unshare")
             _map_ids(uid, gid)
         except OSError as exc:
             os.write(w, str(exc).encode()[:500])
             code = 1
         os._exit(code)
     os.close(w)
-    why = b""
-    while True:
-        chunk = os.read(r, 4096)
-        if not chunk:
-            break
-        why += chunk
+    why = read_all(r)
     os.close(r)
     _, status = os.waitpid(pid, 0)
     found["namespaces"] = os.waitstatus_to_exitcode(status) == 0
@@ -336,13 +328,28 @@ def _mirror(init: int, status_r: int, status_w: int) -> None:
             break
         except InterruptedError:
             continue
+    status = read_status(status_r)
+    _exit_like(1 << 8 if status is None else status)
+
+
+def read_all(fd: int) -> bytes:
+    """What ``fd`` holds until EOF (or, non-blocking, until it is empty for now)."""
     data = b""
     while True:
-        chunk = os.read(status_r, 64)
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return data
         if not chunk:
-            break
+            return data
         data += chunk
-    _exit_like(int(data) if data.strip().lstrip(b"-").isdigit() else 1 << 8)
+
+
+def read_status(fd: int) -> int | None:
+    """The program's wait status as its init wrote it to ``fd``; None if it did not (it
+    was killed first)."""
+    text = read_all(fd).strip()
+    return int(text) if text.lstrip(b"-").isdigit() else None
 
 
 def _exit_like(status: int) -> None:

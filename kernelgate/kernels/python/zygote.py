@@ -238,10 +238,9 @@ def _program_status(pid: int, status: int) -> int:
     if fd < 0:
         return status
     try:
-        data = os.read(fd, 64)
+        reported = sandbox.read_status(fd)
     except OSError:
-        data = b""
+        reported = None
     finally:
         os.close(fd)
-    text = data.strip()
-    return int(text) if text.lstrip(b"-").isdigit() else status
+    return status if reported is None else reported
