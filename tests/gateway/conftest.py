@@ -79,6 +79,20 @@ def run(gateway) -> Callable[..., RunResult]:
     return _run
 
 
+async def filled(gw: Gateway) -> None:
+    """Wait until the gateway's pool has finished its background refill."""
+    pool = gw._pool
+    if pool is not None and pool._filler is not None:
+        await pool._filler
+
+
+async def warmed_up(gw: Gateway) -> None:
+    """A first run (which starts the zygote), then the pool filled: later runs are warm."""
+    first = await gw.run("1")
+    assert first.ok, first.message
+    await filled(gw)
+
+
 def sleeper(marker: str, ignore_sigterm: bool = False) -> str:
     """Source for a program line starting a long-lived grandchild tagged with ``marker``."""
     code = "import signal, time; "

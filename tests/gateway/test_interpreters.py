@@ -13,6 +13,8 @@ import pytest
 
 from kernelgate import Gateway
 
+from .conftest import warmed_up
+
 
 def _real_interpreter(minor: int) -> str | None:
     # On PATH, or installed beside this one (pyenv and similar keep versions side by side).
@@ -64,8 +66,7 @@ def test_warm_children_of_any_interpreter(minor, make_gateway):
     gw: Gateway = make_gateway(python=python, pool_size=1)
 
     async def main():
-        await gw.run("1")
-        await gw._pool._filler
+        await warmed_up(gw)
         return await gw.run("import os, random, sys\nreturn [sys.version_info[1], random.random()]")
 
     r = asyncio.run(main())

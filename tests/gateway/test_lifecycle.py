@@ -11,7 +11,7 @@ import pytest
 from kernelgate import Gateway, Limits
 from tests.procs import processes_with
 
-from .conftest import BINDINGS, FAST, sleeper
+from .conftest import BINDINGS, FAST, sleeper, warmed_up
 
 
 @pytest.fixture(params=[None, "process"], ids=["strongest", "process"])
@@ -86,8 +86,7 @@ def test_a_crash_in_c_shows_the_programs_line_on_stderr(make_gateway, pool_size)
 
     async def main():
         if pool_size:
-            await gw.run("1")
-            await gw._pool._filler
+            await warmed_up(gw)
         return await gw.run(program)
 
     r = asyncio.run(main())

@@ -13,26 +13,20 @@ import pytest
 from kernelgate.gateway.sandbox import probe_support
 from tests.procs import descendants, pid_alive
 
-
-async def _filled(gw) -> None:
-    """Wait until the pool's background refill has finished."""
-    pool = gw._pool
-    if pool is not None and pool._filler is not None:
-        await pool._filler
+from .conftest import filled, warmed_up
 
 
 def test_pooled_runs_are_warm_and_share_no_state(make_gateway):
     gw = make_gateway(pool_size=2)
 
     async def main():
-        await gw.run("1")  # starts the pool
-        await _filled(gw)
+        await warmed_up(gw)
         first = await gw.run(
             "import json, os, random, colorsys\njson.kg_marker = 1\nrandom.seed(1)\n"
             "os.environ['KG_SET'] = '1'\nopen('left.txt', 'w').write('x')\n"
             "open('/tmp/left.txt', 'w').write('x')\nkept = 'global'"
         )
-        await _filled(gw)
+        await filled(gw)
         second = await gw.run(
             "import json, os, random, sys\nreturn [hasattr(json, 'kg_marker'), "
             "os.path.exists('left.txt'), os.path.exists('/tmp/left.txt'), "
@@ -52,8 +46,7 @@ def test_children_of_one_zygote_do_not_share_random_streams(make_gateway):
     gw = make_gateway(pool_size=6)
 
     async def main():
-        await gw.run("1")
-        await _filled(gw)
+        await warmed_up(gw)
         return await asyncio.gather(
             *[gw.run("import random, os\nreturn [random.getrandbits(64), os.urandom(8).hex()]") for _ in range(6)]
         )
@@ -71,8 +64,7 @@ def test_runs_beyond_the_pool_wait_for_forks_rather_than_start_cold(make_gateway
     gw = make_gateway(pool_size=1)
 
     async def main():
-        await gw.run("1")  # the zygote is up
-        await _filled(gw)
+        await warmed_up(gw)
         return await asyncio.gather(*[gw.run("import os\nreturn os.getpid()") for _ in range(6)])
 
     results = asyncio.run(main())
@@ -87,8 +79,7 @@ def test_a_pool_that_cannot_keep_up_falls_back_to_cold_spawn(make_gateway):
     gw = make_gateway(pool_size=1)
 
     async def main():
-        await gw.run("1")
-        await _filled(gw)
+        await warmed_up(gw)
         zygote = gw._pool._zygote.pid
         os.kill(zygote, signal.SIGSTOP)
         try:
@@ -109,8 +100,7 @@ def test_a_dead_zygote_is_restarted(make_gateway):
     gw = make_gateway(pool_size=1)
 
     async def main():
-        await gw.run("1")
-        await _filled(gw)
+        await warmed_up(gw)
         pool = gw._pool
         old = pool._zygote
         os.kill(old.pid, signal.SIGKILL)
@@ -118,7 +108,7 @@ def test_a_dead_zygote_is_restarted(make_gateway):
         # Its ready child died with it: this run falls back to a cold child, and the refill
         # needs a new zygote.
         r1 = await gw.run("return 1")
-        await _filled(gw)
+        await filled(gw)
         r2 = await gw.run("return 2")
         return old, pool, r1, r2
 
@@ -132,8 +122,7 @@ def test_close_stops_zygote_and_idle_children(make_gateway):
     gw = make_gateway(pool_size=3)
 
     async def main():
-        await gw.run("1")
-        await _filled(gw)
+        await warmed_up(gw)
         pool = gw._pool
         pids = [pool._zygote.pid] + [c.pid for c in pool._ready]
         await gw.aclose()
@@ -168,8 +157,7 @@ def test_a_warm_child_at_a_namespace_level_is_two_processes(make_gateway):
     gw = make_gateway(bindings={"look": look}, sandbox="namespaces", pool_size=1)
 
     async def main():
-        await gw.run("1")
-        await _filled(gw)
+        await warmed_up(gw)
         inside = await gw.run("import os\nreturn [await tools.look(), os.getpid(), os.getppid()]")
         crashed = await gw.run("import os\nos.kill(os.getpid(), 11)")
         return inside, crashed
