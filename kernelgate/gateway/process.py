@@ -14,6 +14,7 @@ import stat
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kernelgate.kernels.python import LOADER, package_root
@@ -160,6 +161,16 @@ def _live_members(pgid: int) -> bool:
         if len(rest) > 2 and int(rest[2]) == pgid and rest[0] not in (b"Z", b"X"):
             return True
     return False
+
+
+def backoff(timeout: float = 5.0) -> Iterator[float]:
+    """Sleeps for polling what takes a moment (a killed process leaving): 0.5 ms doubling
+    up to 50 ms, for ``timeout`` seconds in all."""
+    deadline = time.monotonic() + timeout
+    delay = 0.0005
+    while time.monotonic() < deadline:
+        yield delay
+        delay = min(delay * 2, 0.05)
 
 
 def spawn_child(

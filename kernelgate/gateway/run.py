@@ -39,7 +39,7 @@ from .bindings import Binding, BindingRegistry
 from .limits import Limits
 from .output import OutputCollector
 from .pool import PooledChild, WarmPool
-from .process import ChildProcess, make_run_dir, remove_tree, spawn_child
+from .process import ChildProcess, backoff, make_run_dir, remove_tree, spawn_child
 from .result import CallRecord, ErrorInfo, RunResult
 from .sandbox import PidsCgroup, SandboxPlan
 
@@ -722,11 +722,11 @@ class Run:
             # No pid namespace and no cgroup: the process group is the only handle on what
             # the program left behind. Wait for it to die while the unreaped leader keeps
             # the group id ours. (With namespaces, the namespace is already empty.)
-            delay, deadline = 0.0005, time.monotonic() + 5.0
-            while child.group_alive() and time.monotonic() < deadline:
+            for delay in backoff():
+                if not child.group_alive():
+                    break
                 child.signal_group(signal_module.SIGKILL)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.05)
         child.try_reap()
         if self._cgroup is not None:
             pool = self.pool if self.pooled else None
@@ -763,13 +763,11 @@ class Run:
     async def _empty_cgroup(self, cgroup: PidsCgroup, remove: bool = True) -> bool:
         """Kill everything in the run's cgroup; then remove it, or leave it empty for
         reuse. True on success; False after the backstop (never hang the caller)."""
-        delay, deadline = 0.0005, time.monotonic() + 5.0
-        while not cgroup.settle(remove):
-            if time.monotonic() > deadline:
-                return False  # reported by the leak checks
+        for delay in backoff():
+            if cgroup.settle(remove):
+                return True
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
-        return True
+        return cgroup.settle(remove)  # False is reported by the leak checks
 
     def _remove_reader(self, fd: int) -> None:
         if fd in self._readers:

@@ -15,6 +15,7 @@ from typing import Any
 from kernelgate.kernels.python import package_root
 
 from .limits import Limits
+from .process import backoff
 
 __all__ = [
     "LEVELS",
@@ -194,14 +195,11 @@ class PidsCgroup:
     def settle_blocking(self, timeout: float = 5.0) -> bool:
         """:meth:`settle` and remove, retried until done or ``timeout``: for code that runs
         outside an event loop (close, finalizers, a loop shutting down)."""
-        deadline = time.monotonic() + timeout
-        delay = 0.0005
-        while not self.settle():
-            if time.monotonic() > deadline:
-                return False
+        for delay in backoff(timeout):
+            if self.settle():
+                return True
             time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-        return True
+        return self.settle()
 
     @staticmethod
     def find_root() -> str | None:
