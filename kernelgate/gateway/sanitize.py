@@ -204,11 +204,10 @@ def _clean_data(data: Any) -> tuple[dict[str, Any], list[str]]:
             else:
                 removed.append(f"{mime} (not JSON)")
         else:
+            # A non-text value is shown as its text (nbformat wants text here); the
+            # cleaning below then applies to that text as to any.
             text = _text(value)
-            if text is None:
-                removed.append(f"{mime} (not text)")
-            else:
-                out[mime] = text
+            out[mime] = str(value) if text is None else text
     # Rich text: HTML cleaned; markdown and SVG become cleaned HTML. Where a bundle has
     # HTML, front ends show it before markdown and SVG, so those are dropped unshown.
     if "text/html" in out:

@@ -10,6 +10,12 @@ Each binding call becomes a ``display_data`` output with three forms:
 
 Outputs kernelgate adds (calls, the timeline) carry ``{"kernelgate": {"role": ...}}`` in
 their output metadata, so a reader can tell them from what the program itself printed.
+
+A program's own outputs are untrusted: a cell holds them only as
+:func:`kernelgate.gateway.sanitize.sanitize_output` leaves them (no script, handler or
+``javascript:`` link; no ``kernelgate`` metadata nor call MIME type, so a program cannot
+pass its displays off as kernelgate's calls). Everything kernelgate writes itself is built
+from escaped text: the call HTML here, the header cell's markdown, the timeline's SVG.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import asdict, fields, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernelgate.gateway.result import CallRecord, RunResult
+from kernelgate.gateway.sanitize import sanitize_outputs
 from kernelgate.wire.messages import CALL_MIME, binding_label
 
 from ._values import (
@@ -123,7 +130,7 @@ def call_line(record: CallRecord) -> str:
     "tools.search('x') -> [1, 2, 3]  1.2 ms"
     """
     label = call_label(record.namespace, record.name, record.args, record.kwargs)
-    return f"{label} -> {_outcome(record)}  {fmt_duration(record.duration_s)}"
+    return f"{label} -> {_outcome(record)}  {_duration(record.duration_s)}"
 
 
 def _pre(value: Any, limit: int) -> str:
@@ -138,15 +145,36 @@ def _pre(value: Any, limit: int) -> str:
     return out
 
 
+def _esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _duration(seconds: Any) -> str:
+    """:func:`fmt_duration` of a number, else the value as text (a crafted recording's)."""
+    ok = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+    return fmt_duration(seconds) if ok else str(seconds)
+
+
 def call_html(record: CallRecord) -> str:
-    """The call as HTML: its one-line form, unfolding to arguments and answer."""
+    """The call as HTML: its one-line form, unfolding to arguments and answer.
+
+    Built only from escaped text: every value in it, the program's (namespace, name,
+    arguments, answer, error) and the host's (id, times), goes through ``html.escape``.
+
+    >>> r = CallRecord(0, "tools", "</pre><script>x()</script>", ['"onmouseover="x()'], {},
+    ...                ok=True, value="<img src=x onerror=y()>")
+    >>> "<script>" in call_html(r) or "<img" in call_html(r) or '"onmouseover' in call_html(r)
+    False
+    """
     label = call_label(record.namespace, record.name, record.args, record.kwargs)
     color = "" if record.ok else ' style="color:#b00020"'
     rows = [
         (
             "call",
-            f"#{record.id}, started at +{fmt_duration(record.start_s)}, "
-            f"took {fmt_duration(record.duration_s)}",
+            _esc(
+                f"#{record.id}, started at +{_duration(record.start_s)}, "
+                f"took {_duration(record.duration_s)}"
+            ),
         ),
     ]
     if record.args:
@@ -168,7 +196,7 @@ def call_html(record: CallRecord) -> str:
     summary = (
         f"<code>{html.escape(label)}</code> &rarr; "
         f"<code{color}>{html.escape(_outcome(record))}</code> "
-        f"<small>{fmt_duration(record.duration_s)}</small>"
+        f"<small>{_esc(_duration(record.duration_s))}</small>"
     )
     return (
         f'<details class="kernelgate-call"><summary>{summary}</summary>'
@@ -333,8 +361,13 @@ def cell_id(prefix: str, run_id: str) -> str:
 def run_code_cell(
     result: RunResult, run_number: int | None = None, *, timeline: bool = True
 ) -> dict[str, Any]:
-    """The run's code cell: program, outputs with calls in place, and the timeline."""
-    outputs = [_clean_output(o) for o in result.outputs]
+    """The run's code cell: program, outputs with calls in place, and the timeline.
+
+    The program's outputs are sanitised again here (``RunResult.outputs`` from a run
+    already are): a ``RunResult`` can come from elsewhere, and a recording is opened, and
+    trusted, long after the run.
+    """
+    outputs = [_clean_output(o) for o in sanitize_outputs(list(result.outputs))]
     calls = sorted(
         result.calls,
         key=lambda c: (min(max(c.output_index, 0), len(outputs)), c.start_s + c.duration_s, c.id),
@@ -369,13 +402,36 @@ def _when(started_at: str) -> str:
     return f"{m.group(1)} {m.group(2)} UTC" if m else started_at
 
 
+# What can start HTML, an entity, a link, an image, a code span, emphasis or a table in
+# markdown; plain values (numbers, ids, times) have none, so they read as they are.
+_MD_ACTIVE = re.compile(r"([\\`*_\[\]<>&!|~])")
+
+
+def _md(value: Any) -> str:
+    r"""``value`` as literal markdown text on one line.
+
+    >>> print(_md("ok 1.2 ms"), _md("<img src=x onerror=y()> `[a](javascript:b)"))
+    ok 1.2 ms \<img src=x onerror=y()\> \`\[a\](javascript:b)
+    """
+    return _MD_ACTIVE.sub(r"\\\1", " ".join(str(value).split()))
+
+
+def _code(value: Any) -> str:
+    """``value`` for a one-backtick code span: shown as it is, backticks and lines aside."""
+    return " ".join(str(value).replace("`", "'").split()) or " "
+
+
 def run_header_cell(result: RunResult, run_number: int) -> dict[str, Any]:
-    """A session log's markdown cell above a run: number, status, duration, error."""
+    """A session log's markdown cell above a run: number, status, duration, error.
+
+    Every value is markdown-escaped (the error message sits in a fence longer than any run
+    of backticks in it): a run re-rendered from a crafted recording writes no HTML.
+    """
     n = len(result.calls)
     lines = [
-        f"### Run {run_number} · {result.status} · {fmt_duration(result.duration_s)}",
+        f"### Run {_md(run_number)} · {_md(result.status)} · {_md(_duration(result.duration_s))}",
         "",
-        f"run `{result.run_id}` · started {_when(result.started_at)} · "
+        f"run `{_code(result.run_id)}` · started {_md(_when(str(result.started_at)))} · "
         f"{n} binding call{'' if n == 1 else 's'}",
     ]
     if result.error is not None:
