@@ -42,6 +42,7 @@ from .pool import PooledChild, WarmPool
 from .process import ChildProcess, backoff, make_run_dir, remove_tree, spawn_child
 from .result import CallRecord, ErrorInfo, RunResult
 from .sandbox import PidsCgroup, SandboxPlan
+from .sanitize import sanitize_output
 
 __all__ = ["Run", "new_run_id", "OutputListener"]
 
@@ -142,6 +143,9 @@ class Run:
         self._bytes_out = 0
         self._display_used = 0
         self._display_cut = False
+        self._events_seen = 0  # frames from the child before its reply
+        self._control_paused = False  # fd 3 not read while calls wait for a slot
+        self._host_usage: dict[str, Any] | None = None
 
     # -- public ------------------------------------------------------------------------------
 
@@ -351,6 +355,8 @@ class Run:
                     if event is None:
                         break
                     self._handle(event)
+                    if self._decided is not None and self._decided[0] == "protocol":
+                        break  # nothing more of this child's is read or recorded
             except RemoteProtocolError as exc:
                 self._protocol_violation(str(exc))
                 return
@@ -362,13 +368,19 @@ class Run:
                 return  # one chunk per wakeup keeps other runs responsive
 
     def _handle(self, event: Event) -> None:
+        if type(event) is not ExecuteReply:
+            self._events_seen += 1
         if type(event) is Stream:
             self._add_stream(event.name, event.text)
         elif type(event) is CallRequest:
             self._start_call(event)
         elif type(event) is DisplayData:
+            # What a program displays is untrusted: it ends up in a live notebook, where
+            # the front end trusts a kernel's output. Only inert output leaves the host.
             self._add_output(
-                {"output_type": "display_data", "data": event.data, "metadata": event.metadata}
+                sanitize_output(
+                    {"output_type": "display_data", "data": event.data, "metadata": event.metadata}
+                )
             )
         elif type(event) is ExecuteResult:
             self._on_execute_result(event)
@@ -433,12 +445,14 @@ class Run:
                 self._decide("invalid_output", "InvalidOutput", f"the program's value: {exc}")
                 return
             self._value = data["application/json"]
-        output = {
-            "output_type": "execute_result",
-            "execution_count": 1,
-            "data": data,
-            "metadata": event.metadata,
-        }
+        output = sanitize_output(
+            {
+                "output_type": "execute_result",
+                "execution_count": 1,
+                "data": data,
+                "metadata": event.metadata,
+            }
+        )
         if self._result_output is not None:  # a second result replaces the first
             outputs = self.collector.outputs
             outputs[:] = [o for o in outputs if o is not self._result_output]
@@ -446,7 +460,17 @@ class Run:
         self._add_output(output)
 
     def _on_reply(self, reply: ExecuteReply) -> None:
+        if reply.run_status == "sandbox_unavailable" and (self.pooled or self._events_seen):
+            # A warm child entered its sandbox before its program arrived, and a cold one
+            # reports a failure to enter it before anything else: this claim comes from a
+            # program that ran inside the sandbox.
+            self._protocol_violation(
+                "an execute_reply claiming sandbox_unavailable from a child that had "
+                "entered its sandbox" + (" (a warm child)" if self.pooled else "")
+            )
+            return
         if self._decided is None:
+            self._host_usage = self._measure_usage()
             self._reply = reply
             if self._replied is not None and not self._replied.done():
                 self._replied.set_result(None)
@@ -462,6 +486,14 @@ class Run:
     # -- binding calls -----------------------------------------------------------------------
 
     def _start_call(self, request: CallRequest) -> None:
+        if request.call_id >= self.limits.max_calls:
+            # The child refuses calls past max_calls itself (and numbers calls from 0), so
+            # this frame was written by the program: stop reading and recording its flood.
+            self._protocol_violation(
+                f"binding call number {request.call_id + 1} is past max_calls="
+                f"{self.limits.max_calls}, which the child refuses itself"
+            )
+            return
         record = CallRecord(
             id=request.call_id,
             namespace=request.namespace,
@@ -472,6 +504,15 @@ class Run:
         )
         self.calls.append(record)
         binding = self.registry.lookup(record.namespace, record.name)
+        if binding is not None:
+            # The host is the authority: a frame written straight to fd 3 skips the
+            # child's check, and neither the policy nor the binding may see arguments that
+            # do not fit (Signature.bind: about 2 us per call, docs/benchmarks.md).
+            try:
+                binding.check_arguments(record.args, record.kwargs)
+            except TypeError as exc:
+                self._answer(record, time.monotonic(), error=exc)
+                return
         coro: Coroutine[Any, Any, None]
         if (
             binding is not None
@@ -498,7 +539,38 @@ class Run:
             coro = self._dispatch(record, binding)
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._call_done)
+        if len(self._tasks) > self.limits.max_calls_in_flight:
+            self._pause_control()
+
+    def _call_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._control_paused and len(self._tasks) <= self.limits.max_calls_in_flight:
+            self._resume_control()
+
+    def _pause_control(self) -> None:
+        """Back-pressure: with every call slot taken and more calls waiting, stop reading
+        fd 3 until one finishes, so a flood of call frames waits in the child (blocked in
+        its write), not in the host's memory."""
+        child = self.child
+        if child is None or self._control_paused:
+            return
+        fd = child.control.fileno()
+        if fd in self._readers:
+            self._remove_reader(fd)
+            self._control_paused = True
+
+    def _resume_control(self) -> None:
+        self._control_paused = False
+        child = self.child
+        if child is None or self._io_closed or self._loop is None:
+            return
+        if self._decided is not None and self._decided[0] == "protocol":
+            return
+        fd = child.control.fileno()
+        if fd not in self._readers:
+            self._loop.add_reader(fd, self._on_control)
+            self._readers.append(fd)
 
     async def _await_answer(
         self, record: CallRecord, started: float, pending: Awaitable[Any]
@@ -705,7 +777,8 @@ class Run:
             child.signal_group(signal_module.SIGKILL)
         self._remove_reader(child.pidfd)
         # Everything the child wrote before it died is in the buffers now: take it all.
-        if child.control.fileno() in self._readers:
+        if child.control.fileno() in self._readers or self._control_paused:
+            self._control_paused = False
             self._on_control(drain=True)
         for name, fd in (("stdout", child.stdout_fd), ("stderr", child.stderr_fd)):
             if fd in self._readers:
@@ -882,9 +955,43 @@ class Run:
             interpreter=self.python,
             limits=self.limits.to_dict(),
             bindings=self.registry.signatures(),
-            isolation=self.sandbox.level if child is not None else "",
+            # The host's plan, never the child's word; none when the sandbox was not entered.
+            isolation=(
+                self.sandbox.level
+                if child is not None and status != "sandbox_unavailable"
+                else ""
+            ),
             usage=usage,
         )
+
+    def _measure_usage(self) -> dict[str, Any] | None:
+        """CPU time and peak memory of the run's processes as the host reads them from
+        /proc when the reply arrives (the child may not be reaped for a while): the child's
+        own figures are its word, not a measurement."""
+        child = self.child
+        if child is None:
+            return None
+        pids = self._cgroup.pids() if self._cgroup is not None else []
+        if not pids:
+            pids = _descendants(child.pid)
+        user = system = 0.0
+        peak = 0
+        seen = False
+        for pid in pids:
+            found = _proc_usage(pid)
+            if found is None:
+                continue
+            seen = True
+            user += found[0]
+            system += found[1]
+            peak = max(peak, found[2])
+        if not seen:
+            return None
+        return {
+            "cpu_user_s": round(user, 6),
+            "cpu_system_s": round(system, 6),
+            "peak_memory_bytes": peak,
+        }
 
     def _usage(self) -> dict[str, Any]:
         child = self.child
@@ -897,16 +1004,82 @@ class Run:
             "bytes_out": self._bytes_out,
             "warm": self.pooled,
         }
+        reported: dict[str, Any] = {}
         if self._reply is not None and self._reply.usage:
-            # What the child measured at its end: the host may not have reaped it yet.
             for key, v in self._reply.usage.items():
-                usage[key] = round(v, 6) if key.startswith("cpu") else int(v)
-        elif child is not None and child.rusage is not None:
+                reported[key] = round(v, 6) if key.startswith("cpu") else int(v)
+        if child is not None and child.rusage is not None:
             ru = child.rusage
             usage["cpu_user_s"] = round(ru.ru_utime, 6)
             usage["cpu_system_s"] = round(ru.ru_stime, 6)
             usage["peak_memory_bytes"] = ru.ru_maxrss * 1024  # Linux reports KiB
+            usage["measured_by"] = "host"
+        elif self._host_usage is not None:
+            # Read while the processes may already be exiting: a lower bound. The child's
+            # own figures can only raise it (a program may overstate its usage, never hide
+            # it).
+            for key, v in self._host_usage.items():
+                usage[key] = max(v, reported.get(key, 0))
+            usage["measured_by"] = "host"
+        elif reported:
+            # Nothing the host could read (the processes were gone): the child's word,
+            # labelled as such.
+            usage.update(reported)
+            usage["measured_by"] = "child"
+        else:
+            usage["measured_by"] = "none"
+        if reported:
+            usage["child_reported"] = reported
         return usage
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_usage(pid: int) -> tuple[float, float, int] | None:
+    """(user s, system s, peak RSS bytes) of ``pid`` and its reaped children, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        user = (int(fields[11]) + int(fields[13])) / _CLK_TCK
+        system = (int(fields[12]) + int(fields[14])) / _CLK_TCK
+    except (IndexError, ValueError):
+        return None
+    peak = 0
+    for line in status.splitlines():
+        if line.startswith(b"VmHWM:"):
+            try:
+                peak = int(line.split()[1]) * 1024
+            except (IndexError, ValueError):
+                pass
+            break
+    return user, system, peak
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, from /proc/<pid>/task/*/children."""
+    found: list[int] = []
+    todo = [pid]
+    while todo and len(found) < 4096:
+        current = todo.pop()
+        found.append(current)
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{current}/task/{tid}/children", "rb") as f:
+                    todo.extend(int(p) for p in f.read().split())
+            except (OSError, ValueError):
+                continue
+    return found
 
 
 class _Refused(Exception):
