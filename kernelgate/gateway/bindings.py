@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import keyword
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernelgate.wire.messages import binding_label
@@ -29,6 +29,13 @@ class Binding:
     name: str
     fn: Callable[..., Any]
     signature: inspect.Signature | None
+    _simple: tuple[tuple[str, ...], int] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.signature is not None:
+            object.__setattr__(self, "_simple", _simple_parameters(self.signature))
 
     @property
     def label(self) -> str:
@@ -58,12 +65,48 @@ class Binding:
     def check_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> None:
         """Raise ``TypeError`` if ``fn(*args, **kwargs)`` does not fit the signature."""
         if self.signature is not None:
+            simple = self._simple
+            if simple is not None and _fits(simple, args, kwargs):
+                return  # the usual case, without Signature.bind (6 us -> under 1 us)
             try:
                 self.signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise TypeError(
                     f"{self.label}() {exc}; its signature is {self.name}{self.signature_text}"
                 ) from None
+
+
+def _simple_parameters(sig: inspect.Signature) -> tuple[tuple[str, ...], int] | None:
+    """(names, how many are required) for a signature of plain positional-or-keyword
+    parameters whose defaults all follow the required ones; None for anything else."""
+    names: list[str] = []
+    required = 0
+    for p in sig.parameters.values():
+        if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            return None
+        if p.default is inspect.Parameter.empty:
+            if required != len(names):
+                return None
+            required += 1
+        names.append(p.name)
+    return tuple(names), required
+
+
+def _fits(simple: tuple[tuple[str, ...], int], args: list[Any], kwargs: dict[str, Any]) -> bool:
+    names, required = simple
+    n = len(args)
+    if n > len(names):
+        return False
+    for key in kwargs:
+        try:
+            if names.index(key) < n:
+                return False  # given twice
+        except ValueError:
+            return False  # no such parameter
+    for i in range(n, required):
+        if names[i] not in kwargs:
+            return False
+    return True
 
 
 class _Annotation:
