@@ -389,6 +389,21 @@ def _fprog(level: str) -> _SockFprog:
     return entry[1]
 
 
+_prctl_fn: Any = None
+
+
+def _prctl() -> Any:
+    """libc's prctl, looked up once (in a zygote, for its children: loading it in each child
+    costs more than installing the filter)."""
+    global _prctl_fn
+    if _prctl_fn is None:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
+        prctl.restype = ctypes.c_int
+        _prctl_fn = prctl
+    return _prctl_fn
+
+
 def apply(level: str) -> None:
     """Set ``no_new_privs``, then install the filter for ``level`` on this process.
 
@@ -400,13 +415,11 @@ def apply(level: str) -> None:
     removed. Raises OSError, saying what failed, when the kernel refuses.
     """
     prog = _fprog(level)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                           ctypes.c_ulong]  # fmt: skip
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+    prctl = _prctl()
+    if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"seccomp: prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(err)}")
-    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0) != 0:
+    if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(
             err,
@@ -420,6 +433,7 @@ def warm() -> None:
     """Build the filter of every level for this machine, ahead of the children (a zygote
     calls this before it forks them). A machine without a table is left for apply() to
     report."""
+    _prctl()
     if os.uname().machine not in AUDIT_ARCH:
         return
     for level in LEVELS:
