@@ -110,7 +110,11 @@ print(json.dumps({
 
 
 def attempt(
-    attack: str, level: str | None, parent: str = "pass", python: str = sys.executable
+    attack: str,
+    level: str | None,
+    parent: str = "pass",
+    python: str = sys.executable,
+    timeout: float = 30,
 ) -> dict[str, Any]:
     """Run ``attack`` (source defining ``attack()``) in a fork under ``level``'s filter
     (none for None); ``parent`` runs in the fork's parent before the fork goes on."""
@@ -121,7 +125,7 @@ def attempt(
         [python, "-I", "-c", script, SECCOMP_PY, level or ""],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stderr
     report: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
@@ -546,6 +550,7 @@ import stat, tempfile
 def mode(path):
     return stat.S_IMODE(os.stat(path).st_mode)
 def attack():
+    os.umask(0o022)  # the modes below are what the kernel keeps under it
     d = tempfile.mkdtemp()
     out = {}
     def made(name, got, path):
@@ -593,7 +598,6 @@ def attack():
 
 @KNOWN_MACHINE
 def test_setuid_and_setgid_modes_are_refused():
-    os.umask(0o022)  # inherited: the modes below are what the kernel keeps under it
     got = {level: value(r) for level, r in each_config(_SETUID).items()}
     control = got[None]
     setuid = {
@@ -683,7 +687,7 @@ def attack():
 
 
 @KNOWN_MACHINE
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("python", PYTHONS, ids=PYTHONS)
 def test_cpython_and_its_stdlib_work_under_every_level(python):
     """Startup, asyncio (socketpair, epoll, eventfd, subprocesses), threads, subprocess
@@ -704,7 +708,10 @@ def test_cpython_and_its_stdlib_work_under_every_level(python):
         "shell": "hi\n",
     }
     for level in CONFIGS:
-        assert value(attempt(_WORKLOAD, level, python=python)) == expected, (python, level)
+        assert value(attempt(_WORKLOAD, level, python=python, timeout=60)) == expected, (
+            python,
+            level,
+        )
 
 
 # -- cost --------------------------------------------------------------------------------------
