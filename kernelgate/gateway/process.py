@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kernelgate.kernels.python import LOADER, package_root
+from kernelgate.kernels.python.mounts import RUN_GID, RUN_UID
 
 __all__ = ["ChildProcess", "spawn_child", "resolve_interpreter", "make_run_dir", "remove_tree"]
 
@@ -113,7 +114,9 @@ class ChildProcess:
             # Someone else reaped it (a host-wide SIGCHLD handler): the status is lost.
             self.reaped = True
             return True
-        if pid == 0:
+        if pid == 0 or not (os.WIFEXITED(status) or os.WIFSIGNALED(status)):
+            # Not yet, or a stop of a child that made us its tracer (PTRACE_TRACEME): only
+            # an ending is its status.
             return False
         self.reaped = True
         self.returncode = os.waitstatus_to_exitcode(status)
@@ -224,7 +227,20 @@ def spawn_child(
 
 
 def make_run_dir(base: str | None, run_id: str) -> str:
-    return tempfile.mkdtemp(prefix=f"kernelgate-{run_id}-", dir=base)
+    """A fresh run directory under ``base`` (default: the host's temporary directory).
+
+    On a root host it belongs to the run's unprivileged uid (RUN_UID: uid 0 inside the
+    run's user namespace, or the uid a ``process`` level child drops to), which must be
+    able to write it; the host still removes it as root.
+    """
+    path = tempfile.mkdtemp(prefix=f"kernelgate-{run_id}-", dir=base)
+    if os.geteuid() == 0:
+        try:
+            os.chown(path, RUN_UID, RUN_GID)
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+    return path
 
 
 def remove_tree(path: str) -> None:

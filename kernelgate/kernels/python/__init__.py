@@ -8,10 +8,13 @@ __all__ = ["LOADER", "ZYGOTE_LOADER", "package_root"]
 
 
 def _loader(module: str) -> str:
-    # Put kernelgate's parent directory first on sys.path just long enough to import the
-    # entry module (never the caller's cwd: empty entries go), then run its main().
+    # Close every fd but 0-3 first: the host's inheritable ones (a listening socket, a
+    # supervisor's pipe) must never reach a program (issue 9, finding 10); close_range
+    # makes it one syscall. Then put kernelgate's parent directory first on sys.path just
+    # long enough to import the entry module (never the caller's cwd: empty entries go),
+    # then run its main().
     return (
-        "import sys;"
+        "import os;os.closerange(4,2147483647);import sys;"
         "sys.path[:] = [sys.argv[1]] + [p for p in sys.path if p];"
         f"from kernelgate.kernels.python.{module} import main;"
         "del sys.path[0];"

@@ -42,7 +42,7 @@ from .program import (
     format_exception,
     safe_str,
 )
-from .sandbox import Born, die_with_parent, lock_down, warm_sandbox
+from .sandbox import Born, die_with_parent, lock_down, not_dumpable, warm_sandbox
 from .sandbox import enter as enter_sandbox
 from .sandbox import prepare as prepare_sandbox
 from .streams import OutputLedger, OutputStream
@@ -486,6 +486,7 @@ def main(
     """
     sys.argv = [FILENAME]
     die_with_parent()
+    not_dumpable()  # a same-uid program elsewhere must not reach our fd 3 or memory
     child = Child(prepared=level is not None)
     fallback = child.fallback
     try:

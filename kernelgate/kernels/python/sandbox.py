@@ -26,6 +26,9 @@ import signal
 import sys
 from typing import Any
 
+from . import mounts, seccomp
+from .mounts import MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY, RUN_GID, RUN_UID
+
 __all__ = [
     "LEVELS",
     "probe",
@@ -35,17 +38,21 @@ __all__ = [
     "lock_down",
     "restrict",
     "enter",
+    "not_dumpable",
+    "RUN_UID",
+    "RUN_GID",
 ]
 
 LEVELS = ("process", "namespaces", "namespaces+landlock")
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_KEEPCAPS = 8
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 SYS_capset = {"x86_64": 126, "aarch64": 91}
@@ -55,7 +62,11 @@ SYS_landlock_restrict_self = 446
 LANDLOCK_CREATE_RULESET_VERSION = 1
 LANDLOCK_RULE_PATH_BENEATH = 1
 
-NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID
+#: CLONE_NEWIPC: SysV shared memory, semaphores, message queues and POSIX message queues
+#: are per IPC namespace; in a fresh one a run sees none of the host's or other runs', and
+#: the kernel frees what it made when the namespace goes (issue 9, finding 3).
+NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC
+CAP_DAC_READ_SEARCH = 2
 SYS_clone = {"x86_64": 56, "aarch64": 220}
 
 _libc: Any = None
@@ -129,6 +140,9 @@ def probe() -> dict[str, Any]:
         try:
             _check(_lib().unshare(NAMESPACES), "unshare")
             _map_ids(uid, gid)
+            # The view needs the new mount API (Linux 5.12+: mount_setattr).
+            mounts.mount("none", "/", None, mounts.MS_REC | mounts.MS_PRIVATE)
+            mounts.set_attr("/", mounts.MOUNT_ATTR_RDONLY | mounts.MOUNT_ATTR_NOSUID)
         except OSError as exc:
             os.write(w, str(exc).encode()[:500])
             code = 1
@@ -171,146 +185,130 @@ def _write(path: str, text: str) -> None:
 
 def _map_ids(uid: int, gid: int) -> None:
     # Root inside maps to whoever we are outside: the namespace grants nothing new on the
-    # host, and capabilities are dropped before the program runs.
+    # host, and capabilities are dropped before the program runs. A process that is not
+    # dumpable (the zygote's children) cannot open its own maps (/proc/self is owned by
+    # root then): dumpable only while it writes them, before any program exists.
+    libc = _lib()
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
     try:
-        _write("/proc/self/setgroups", "deny")
-    except FileNotFoundError:
-        pass
-    _write("/proc/self/uid_map", f"0 {uid} 1")
-    _write("/proc/self/gid_map", f"0 {gid} 1")
+        try:
+            _write("/proc/self/setgroups", "deny")
+        except FileNotFoundError:
+            pass
+        _write("/proc/self/uid_map", f"0 {uid} 1")
+        _write("/proc/self/gid_map", f"0 {gid} 1")
+    finally:
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-def _mount(
-    source: str, target: str, fstype: str | None, flags: int, data: str | None = None
-) -> None:
-    _check(
-        _lib().mount(
-            source.encode(),
-            target.encode(),
-            fstype.encode() if fstype else None,
-            ctypes.c_ulong(flags),
-            data.encode() if data else None,
-        ),
-        f"mount {target}",
-    )
+def not_dumpable() -> None:
+    """Make this process (and what it forks) non-dumpable: its /proc/<pid>/fd, mem and
+    environ need CAP_SYS_PTRACE then, so a program of the same uid at ``process`` level
+    cannot reach an idle pool child or another run's child through them (issue 9,
+    finding 8). Execve resets it: what a program execs is its own business."""
+    _lib().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-SYS_open_tree, SYS_move_mount = 428, 429
-_AT_FDCWD = -100
+def _kept_paths() -> list[str]:
+    """What the interpreter reads: comes back read-only where the view hides it."""
+    return [os.path.dirname(sys.executable), *interpreter_paths()]
 
 
-SYS_mount_setattr = 442
+def _unprivileged_init(run_dir: str, read_paths: list[str]) -> Born:
+    """On a root host: arrange the view as real root in a mount namespace of our own, then
+    clone the namespace's init into new user, mount, network, pid and IPC namespaces, map
+    its uid 0 to :data:`RUN_UID` from out here, and mirror it. Returns in the init only.
+
+    The clone copies our mount namespace into one owned by the new user namespace: every
+    mount in it is locked there (the program cannot unmount what hides the host, nor make
+    the tree writable). Our supplementary groups go first: the init would inherit them.
+    """
+    _check(_lib().unshare(CLONE_NEWNS), "unshare mount namespace")
+    proc = mounts.writable_proc()
+    mounts.private_view(run_dir, _kept_paths(), read_paths, root_host=True)
+    os.setgroups([])
+    status_r, status_w = os.pipe()
+    go_r, go_w = os.pipe()
+    init = fork_into_namespaces()
+    if init == 0:
+        os.close(proc)
+        os.close(status_r)
+        os.close(go_w)
+        ok = os.read(go_r, 1) == b"x"
+        os.close(go_r)
+        if not ok:
+            os._exit(72)  # not mapped (the parent failed, or is gone): never run
+        # Our credentials are still the host's root until we set them inside: uid 0 here
+        # is RUN_UID outside now.
+        os.setresgid(0, 0, 0)
+        os.setresuid(0, 0, 0)
+        return Born(RUN_UID, RUN_GID, status_w, mapped=True)
+    os.close(status_w)
+    os.close(go_r)
+    try:
+        mounts.write_maps(init, RUN_UID, RUN_GID, proc)
+        os.write(go_w, b"x")
+    except OSError:
+        os.kill(init, signal.SIGKILL)
+    finally:
+        os.close(go_w)
+        os.close(proc)
+    _mirror(init, status_r)  # never returns
+    raise AssertionError("unreachable")
 
 
-def _open_tree(path: str, read_only: bool = False) -> int:
-    open_tree_clone, at_recursive, at_empty_path = 1, 0x8000, 0x1000
-    tree = _check(
-        _lib().syscall(SYS_open_tree, _AT_FDCWD, path.encode(), open_tree_clone | at_recursive),
-        f"open_tree {path}",
-    )
-    if read_only:
-
-        class MountAttr(ctypes.Structure):
-            _fields_ = [
-                ("attr_set", ctypes.c_uint64),
-                ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64),
-                ("userns_fd", ctypes.c_uint64),
-            ]
-
-        attr = MountAttr(1, 0, 0, 0)  # MOUNT_ATTR_RDONLY
-        _check(
-            _lib().syscall(
-                SYS_mount_setattr,
-                tree,
-                b"",
-                at_empty_path | at_recursive,
-                ctypes.byref(attr),
-                ctypes.sizeof(attr),
-            ),
-            f"mount_setattr read-only {path}",
-        )
-    return tree
-
-
-def _move_mount(tree: int, target: str) -> None:
-    move_mount_f_empty_path = 4
-    _check(
-        _lib().syscall(
-            SYS_move_mount, tree, b"", _AT_FDCWD, target.encode(), move_mount_f_empty_path
-        ),
-        f"move_mount {target}",
-    )
-
-
-def _kept_under_tmp(extra: list[str]) -> list[str]:
-    """The fewest directories under /tmp that cover the interpreter's paths and the
-    configured read paths."""
-    wanted = {os.path.dirname(sys.executable), *extra}
-    wanted.update(p for p in interpreter_paths() if os.path.isdir(p))
-    under = sorted(
-        os.path.normpath(p) for p in wanted if p.startswith("/tmp/") and os.path.exists(p)
-    )
-    kept: list[str] = []
-    for path in under:
-        if not any(path == k or path.startswith(k + "/") for k in kept):
-            kept.append(path)
-    return kept
-
-
-def _enter_namespaces(run_dir: str, keep: list[str], born_in: Born | None = None) -> None:
+def _enter_namespaces(run_dir: str, read_paths: list[str], born_in: Born | None = None) -> None:
     """Called in the process the host started; returns in the program's process (pid 2).
 
     ``born_in``: this process was forked into its namespaces already (by the zygote,
-    :func:`fork_into_namespaces`) and is their pid 1: no unshare, and no mirror process.
+    :func:`fork_into_namespaces`, or by :func:`_unprivileged_init`) and is their pid 1: no
+    unshare, and no mirror process here.
     """
-    if born_in is None:
-        uid, gid = os.geteuid(), os.getegid()
-        _check(_lib().unshare(NAMESPACES), "unshare")
-    else:
-        uid, gid = born_in.uid, born_in.gid
-    _map_ids(uid, gid)
-    _mount("none", "/", None, MS_REC | MS_PRIVATE)
-    # /tmp is about to be replaced by a private one. What must stay visible and lives under
-    # it (the run directory; a virtualenv or the package itself, as in a CI checkout) is
-    # taken as detached copies of its mount trees first and attached again inside.
-    # They come back read-only: landlock's write grant for /tmp would cover them too, and a
-    # program must not be able to change the interpreter or kernelgate for later runs. The
-    # run directory comes back last, writable, even when it lies inside one of them.
-    trees = [(path, _open_tree(path, read_only=True)) for path in _kept_under_tmp(keep)]
-    if run_dir == "/tmp" or run_dir.startswith("/tmp/"):
-        trees.append((run_dir, _open_tree(run_dir)))
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
-    for path, tree in trees:
-        os.makedirs(path, exist_ok=True)
-        _move_mount(tree, path)
-        os.close(tree)
+    mirror = born_in is None
+    if born_in is None and os.geteuid() == 0:
+        born_in = _unprivileged_init(run_dir, read_paths)
+        mirror = False
+    if born_in is None or not born_in.mapped:
+        if born_in is None:
+            uid, gid = os.geteuid(), os.getegid()
+            _check(_lib().unshare(NAMESPACES), "unshare")
+        else:
+            uid, gid = born_in.uid, born_in.gid
+        _map_ids(uid, gid)
+        mounts.private_view(run_dir, _kept_paths(), read_paths, root_host=False)
     os.chdir(run_dir)
-    if born_in is None:
+    if mirror:
         status_r, status_w = os.pipe()
         init = os.fork()
         if init:
-            _mirror(init, status_r, status_w)  # never returns
+            os.close(status_w)
+            _mirror(init, status_r)  # never returns
         os.close(status_r)
     else:
-        status_w = born_in.status_fd  # the zygote reads how the program ended from here
+        assert born_in is not None
+        status_w = born_in.status_fd  # the zygote (or the mirror) reads the program's end here
     # pid 1 of the new namespace: reap everything, end with the program.
     # If the host's child dies (the host's SIGKILL), the namespace goes with it. (Our ppid
     # reads 0 here: the parent is outside this pid namespace.)
     _lib().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     try:
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        # Read-only: /proc/sys above all (a root host's core_pattern runs code as root).
+        mounts.mount("proc", "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError:
-        pass  # /proc keeps the outer view; not a reason to refuse the run
+        pass  # /proc keeps the outer view (read-only too); not a reason to refuse the run
     program = os.fork()
     if program:
         _init(program, status_w)  # never returns
     os.close(status_w)
 
 
-def _mirror(init: int, status_r: int, status_w: int) -> None:
+def _ended(status: int) -> bool:
+    """A wait status that ends a process (not a stop, a ptrace stop or a continue)."""
+    return os.WIFEXITED(status) or os.WIFSIGNALED(status)
+
+
+def _mirror(init: int, status_r: int) -> None:
     """The host's child: wait for the namespace's init and exit the way the program did."""
-    os.close(status_w)
     for fd in (0, 1, 2, 3):
         try:
             os.close(fd)
@@ -322,14 +320,15 @@ def _mirror(init: int, status_r: int, status_w: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         try:
-            os.waitpid(init, 0)
-            break
+            _, status = os.waitpid(init, 0)
         except ChildProcessError:
             break
         except InterruptedError:
             continue
-    status = read_status(status_r)
-    _exit_like(1 << 8 if status is None else status)
+        if _ended(status):
+            break
+    reported = read_status(status_r)
+    _exit_like(1 << 8 if reported is None else reported)
 
 
 def read_all(fd: int) -> bytes:
@@ -347,13 +346,16 @@ def read_all(fd: int) -> bytes:
 
 def read_status(fd: int) -> int | None:
     """The program's wait status as its init wrote it to ``fd``; None if it did not (it
-    was killed first)."""
+    was killed first, or wrote something that is not an ending)."""
     text = read_all(fd).strip()
-    return int(text) if text.lstrip(b"-").isdigit() else None
+    if not text.lstrip(b"-").isdigit():
+        return None
+    status = int(text)
+    return status if status >= 0 and _ended(status) else None
 
 
 def _exit_like(status: int) -> None:
-    code = os.waitstatus_to_exitcode(status) if status >= 0 else 1
+    code = os.waitstatus_to_exitcode(status) if status >= 0 and _ended(status) else 1
     if code < 0:
         sig = -code
         if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be caught or reset
@@ -378,7 +380,10 @@ def _init(program: int, status_w: int) -> None:
             break
         except InterruptedError:
             continue
-        if pid == program:
+        # A program that made us its tracer (PTRACE_TRACEME) reports its stops to us:
+        # only an ending is its status; a stopped program stays stopped until the host
+        # kills the run (wall_seconds).
+        if pid == program and _ended(status):
             program_status = status
             break
     os.write(status_w, str(program_status).encode())
@@ -393,9 +398,15 @@ def _drop_capabilities() -> None:
     for cap in range(64):
         if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0:
             break  # past the last capability this kernel knows
+    _capset(0)
+
+
+def _capset(keep: int) -> None:
+    """Effective and permitted capabilities: exactly ``keep`` (bits 0-31); none inheritable."""
     nr = SYS_capset.get(os.uname().machine)
     if nr is None:
         return
+    libc = _lib()
 
     class Header(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
@@ -409,6 +420,7 @@ def _drop_capabilities() -> None:
 
     header = Header(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
     data = (Data * 2)()
+    data[0].effective = data[0].permitted = keep
     _check(libc.syscall(nr, ctypes.byref(header), ctypes.byref(data)), "capset")
 
 
@@ -487,70 +499,6 @@ def _landlock(read_paths: list[str], write_paths: list[str]) -> None:
         os.close(ruleset)
 
 
-_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-_SYS_SOCKET = {"x86_64": 41, "aarch64": 198}
-_SYS_IO_URING_SETUP = 425
-_AF_UNIX = 1
-_EACCES = 13
-
-
-_seccomp: Any = None
-
-
-def _seccomp_program() -> Any:
-    """The filter of :func:`_deny_unix_sockets`, built once (in a zygote, for its children)."""
-    global _seccomp
-    if _seccomp is not None:
-        return _seccomp
-    machine = os.uname().machine
-    if machine not in _AUDIT_ARCH:
-        raise OSError(f"no seccomp filter for {machine}")
-
-    class Filter(ctypes.Structure):
-        _fields_ = [
-            ("code", ctypes.c_uint16),
-            ("jt", ctypes.c_uint8),
-            ("jf", ctypes.c_uint8),
-            ("k", ctypes.c_uint32),
-        ]
-
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
-
-    ld_abs, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET
-    deny, allow = 0x00050000 | _EACCES, 0x7FFF0000  # SECCOMP_RET_ERRNO, SECCOMP_RET_ALLOW
-    code = [
-        (ld_abs, 0, 0, 4),  # 0: arch
-        (jeq, 0, 6, _AUDIT_ARCH[machine]),  # 1: other arch -> allow (8)
-        (ld_abs, 0, 0, 0),  # 2: syscall number
-        (jeq, 0, 2, _SYS_SOCKET[machine]),  # 3: not socket -> 6
-        (ld_abs, 0, 0, 16),  # 4: args[0], the domain
-        (jeq, 1, 2, _AF_UNIX),  # 5: AF_UNIX -> deny (7), else allow (8)
-        (jeq, 0, 1, _SYS_IO_URING_SETUP),  # 6: io_uring could make sockets -> deny
-        (ret, 0, 0, deny),  # 7
-        (ret, 0, 0, allow),  # 8
-    ]
-    filters = (Filter * len(code))(*[Filter(*c) for c in code])
-    _seccomp = Program(len(code), filters)
-    _seccomp.keep = filters  # the pointer does not keep the array alive by itself
-    return _seccomp
-
-
-def _deny_unix_sockets() -> None:
-    """seccomp: socket(AF_UNIX, ...) and io_uring fail with EACCES.
-
-    The mount namespace still shows the host's tree, and landlock has no right for
-    connect() on a pathname unix socket: without this a program could reach any host
-    socket its uid may open (a container runtime's, say). socketpair() stays allowed (the
-    event loop needs one); it reaches nothing outside.
-    """
-    program = _seccomp_program()
-    libc = _lib()
-    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    pr_set_seccomp, seccomp_mode_filter = 22, 2
-    _check(libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(program), 0, 0), "seccomp")
-
-
 _interpreter_paths: list[str] | None = None
 
 
@@ -606,10 +554,7 @@ def _find_interpreter_paths() -> list[str]:
 def warm_sandbox() -> None:
     """Build what every lock-down needs (paths, the seccomp filter) ahead of the children."""
     interpreter_paths()
-    try:
-        _seccomp_program()
-    except OSError:
-        pass  # this machine has none; lock_down says so when a level needs it
+    seccomp.warm()  # a machine without a filter table is left for lock_down to report
 
 
 def die_with_parent() -> None:
@@ -625,10 +570,13 @@ def die_with_parent() -> None:
 
 class Born:
     """How a child forked into its namespaces came to be: who it is outside (the uid and
-    gid to map to) and the fd its init reports the program's wait status on."""
+    gid to map to) and the fd its init reports the program's wait status on.
 
-    def __init__(self, uid: int, gid: int, status_fd: int) -> None:
-        self.uid, self.gid, self.status_fd = uid, gid, status_fd
+    ``mapped``: its parent wrote its id maps and arranged its view already (a root host).
+    """
+
+    def __init__(self, uid: int, gid: int, status_fd: int, mapped: bool = False) -> None:
+        self.uid, self.gid, self.status_fd, self.mapped = uid, gid, status_fd, mapped
 
 
 def prepare(
@@ -652,19 +600,47 @@ def prepare(
 def lock_down(
     level: str, run_dir: str, read_paths: list[str], write_paths: list[str] | None = None
 ) -> None:
-    """What depends on the level only: seccomp, landlock, dropping capabilities.
+    """What depends on the level only: the run's uid (``process`` on a root host), landlock,
+    seccomp, dropping capabilities.
 
-    A warm child does this before its program arrives, too.
+    A warm child does this before its program arrives, too. The seccomp filter comes after
+    everything that needs a syscall it denies (landlock's own, capset, setresuid).
     """
-    if level != "process":
-        _deny_unix_sockets()
+    not_dumpable()
+    if level == "process" and os.geteuid() == 0:
+        _become_run_user()
     if level == "namespaces+landlock":
         _landlock(
             [*interpreter_paths(), *read_paths],
-            [run_dir, "/tmp", "/dev/null", *(write_paths or [])],
+            [run_dir, "/tmp", "/dev/shm", "/dev/null", *(write_paths or [])],
         )
-    if os.geteuid() == 0 or level != "process":
+    if level != "process":
         _drop_capabilities()
+    seccomp.apply(level)
+
+
+def _become_run_user() -> None:
+    """``process`` level on a root host: drop to :data:`RUN_UID`/:data:`RUN_GID` (no
+    supplementary groups), keeping only CAP_DAC_READ_SEARCH (effective and permitted; the
+    bounding set otherwise empty).
+
+    The trade-off, on purpose: the interpreter often lives where only root may look (a
+    pyenv under /root, mode 0700), and this level has no mount namespace to show it
+    elsewhere, so the program keeps root's right to read and search any file, as it had
+    before; it loses everything else root had: writing root's files, /proc/sys, cgroupfs,
+    signalling root's processes, setuid-root files. The one known escape through this
+    capability, open_by_handle_at, is denied by the seccomp filter.
+    """
+    libc = _lib()
+    for cap in range(64):
+        if cap != CAP_DAC_READ_SEARCH and libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0:
+            break  # past the last capability this kernel knows
+    _check(libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "keepcaps")
+    os.setgroups([])
+    os.setresgid(RUN_GID, RUN_GID, RUN_GID)
+    os.setresuid(RUN_UID, RUN_UID, RUN_UID)
+    _check(libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0), "keepcaps")
+    _capset(1 << CAP_DAC_READ_SEARCH)
 
 
 def restrict(options: dict[str, Any], locked: bool = False) -> None:

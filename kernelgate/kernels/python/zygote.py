@@ -74,8 +74,9 @@ def _child(
         null = os.open(os.devnull, os.O_RDONLY)
         for src, dst in ((null, 0), (out, 1), (err, 2), (control, 3)):
             os.dup2(src, dst)  # dup2 clears close-on-exec on the target
-        for fd in {null, control, out, err} - {0, 1, 2, 3}:
-            os.close(fd)
+        # Exactly fds 0-3 (and our init's status pipe) from here on: nothing of the zygote's
+        # or of the host's reaches the program (issue 9, finding 10).
+        close_fds_except({0, 1, 2, 3} | ({born_in.status_fd} if born_in else set()))
         cgroup = request.get("cgroup")
         if cgroup and born_in is None:
             _attach(cgroup, 0)  # before anything forks: all of this run is counted
@@ -88,6 +89,19 @@ def _child(
         born_in=born_in,
     )
     os._exit(0)
+
+
+def close_fds_except(keep: set[int]) -> None:
+    """Close every fd not in ``keep`` (close_range, in the gaps between the kept ones)."""
+    low = 0
+    for fd in sorted(keep):
+        if fd > low:
+            os.closerange(low, fd)
+        low = max(low, fd + 1)
+    os.closerange(low, _MAX_FD)
+
+
+_MAX_FD = 2**31 - 1
 
 
 def _attach(cgroup: str, pid: int) -> None:
@@ -105,7 +119,10 @@ def _fork(
     the program's exit, is saved (a fork and an exit, some milliseconds of CPU per run).
     """
     global _can_clone
-    if _can_clone and request.get("level") in _NAMESPACE_LEVELS:
+    # On a root host the child is forked normally: it arranges its view as real root and
+    # clones the namespaces' init itself, mapping its uid 0 to an unprivileged id from
+    # outside (sandbox._unprivileged_init), which a clone from here could not do.
+    if _can_clone and request.get("level") in _NAMESPACE_LEVELS and os.geteuid() != 0:
         status_r, status_w = os.pipe()
         go_r, go_w = os.pipe()
         born_in = sandbox.Born(os.geteuid(), os.getegid(), status_w)
@@ -142,6 +159,10 @@ def _fork(
 def main() -> None:
     """Serve fork requests until the host closes fd 3."""
     sys.argv = ["kernelgate-zygote"]
+    # Not dumpable, nor the children we fork: a running program of the same uid (at
+    # ``process`` level) cannot open our /proc/<pid>/fd, mem or environ, nor an idle
+    # child's (issue 9, finding 8). The loader closed every inherited fd but 0-3.
+    sandbox.not_dumpable()
     sock = socket.socket(fileno=_ZYGOTE_FD)
     sock.setblocking(True)
     wake_r, wake_w = os.pipe()
@@ -214,6 +235,15 @@ def _reap(sock: socket.socket) -> None:
         if info is None:
             return
         pid = info.si_pid
+        if info.si_code not in (os.CLD_EXITED, os.CLD_KILLED, os.CLD_DUMPED):
+            # A stop or a continue: a child at ``process`` level that made us its tracer
+            # (PTRACE_TRACEME) reports them even unasked. Take it off the queue and go on:
+            # only an ending is a status; the host kills a stopped run at wall_seconds.
+            try:
+                os.waitpid(pid, os.WNOHANG | os.WUNTRACED | os.WCONTINUED)
+            except ChildProcessError:
+                pass
+            continue
         # Still a zombie, the child holds its process group id: kill what it left behind
         # in its group before reaping frees the number.
         try:
