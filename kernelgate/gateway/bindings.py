@@ -33,9 +33,18 @@ class Binding:
         default=None, init=False, repr=False, compare=False
     )
 
+    #: A coroutine function (called in the event loop); anything else is called in a
+    #: worker thread, since it may block.
+    is_async: bool = field(default=False, init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         if self.signature is not None:
             object.__setattr__(self, "_simple", _simple_parameters(self.signature))
+        fn = self.fn
+        is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - an object with async __call__
+        )
+        object.__setattr__(self, "is_async", is_async)
 
     @property
     def label(self) -> str:

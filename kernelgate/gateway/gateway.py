@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .bindings import BindingRegistry
@@ -19,6 +20,9 @@ __all__ = ["Gateway"]
 
 #: What the interpreter needs in an otherwise empty environment. The host's own variables
 #: never reach the child; ``Gateway(env=...)`` adds to (or overrides) these.
+#: Synchronous bindings of one gateway running at once (more wait for a thread); as many
+#: as anyio gives ``to_thread.run_sync`` by default, give or take.
+_BINDING_THREADS = 32
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
@@ -98,6 +102,7 @@ class Gateway:
         # Runs that returned on their reply while their child was still exiting.
         self._finishing: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._executor: ThreadPoolExecutor | None = None
 
     @property
     def registry(self) -> BindingRegistry:
@@ -164,8 +169,24 @@ class Gateway:
             python=self.python,
             env=self.env,
             base_dir=self.tmp_dir,
+            executor=self._binding_threads(),
             **kwargs,
         )
+
+    def _binding_threads(self) -> ThreadPoolExecutor:
+        """The threads synchronous bindings run in, made on first use: a blocking binding
+        holds one thread, never the event loop that every run on this gateway shares."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=_BINDING_THREADS, thread_name_prefix="kernelgate-binding"
+            )
+        return self._executor
+
+    def _close_threads(self) -> None:
+        if self._executor is not None:
+            # Calls still running belong to runs that are over; nobody waits for them.
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
     def _plan(self, run: Run, support: SandboxSupport) -> None:
         level = self.sandbox or support.strongest
@@ -243,6 +264,7 @@ class Gateway:
         self._close_pool()
 
     def _close_pool(self) -> None:
+        self._close_threads()
         if self._pool is not None:
             self._pool.close()
             self._pool = None

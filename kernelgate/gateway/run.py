@@ -9,12 +9,15 @@ a pipe open cannot keep the run from settling.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import os
 import secrets
 import signal as signal_module
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import Executor
 from typing import Any
 
 from kernelgate.kernels.python.program import safe_str
@@ -95,12 +98,15 @@ class Run:
         sandbox_unavailable: str = "",
         policy: Policy | None = None,
         pool: WarmPool | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.program = program
         self.sandbox = sandbox or SandboxPlan("process", {})
         self.sandbox_unavailable = sandbox_unavailable
         self.policy = policy
         self.pool = pool
+        #: Where synchronous bindings run (None: the loop's default executor).
+        self.executor = executor
         self.pooled = False
         self._cgroup: PidsCgroup | None = None
         self.registry = registry
@@ -522,19 +528,18 @@ class Run:
             and not self._sem.locked()
             and self._out_bytes <= _REPLY_HIGH_WATER
         ):
-            # The common case, answered in this callback: a task and a loop turn per call
-            # are most of the host's share of a call's round trip. A coroutine function
-            # (or any callable returning an awaitable) goes on in a task from here.
+            # The common case, started in this callback: no policy, no handler, a free
+            # slot. A coroutine function's coroutine is made here; a synchronous binding
+            # goes to a worker thread (it may block: the event loop serves every run).
             started = time.monotonic()
             try:
-                value = binding.fn(*record.args, **record.kwargs)
-            except Exception as exc:
+                pending = self._invoke(binding, record.args, record.kwargs)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # SystemExit from a binding must not end the host
                 self._answer(record, started, error=exc)
                 return
-            if not inspect.isawaitable(value):
-                self._answer(record, started, value=value)
-                return
-            coro = self._await_answer(record, started, value)
+            coro = self._await_answer(record, started, pending)
         else:
             coro = self._dispatch(record, binding)
         task = asyncio.ensure_future(coro)
@@ -572,6 +577,31 @@ class Run:
             self._loop.add_reader(fd, self._on_control)
             self._readers.append(fd)
 
+    def _invoke(
+        self, binding: Binding, args: list[Any], kwargs: dict[str, Any]
+    ) -> Awaitable[Any]:
+        """Start a binding call: a coroutine function in the loop, anything else in a
+        worker thread (a synchronous binding doing I/O would stall every run on this loop,
+        and a run's wall clock with it)."""
+        if binding.is_async:
+            value = binding.fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                return value
+            return _ready(value)
+        return self._in_thread(binding.fn, args, kwargs)
+
+    async def _in_thread(
+        self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        assert self._loop is not None
+        context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context
+        value = await self._loop.run_in_executor(
+            self.executor, functools.partial(context.run, fn, *args, **kwargs)
+        )
+        if inspect.isawaitable(value):  # a plain function that returned a coroutine
+            value = await value
+        return value
+
     async def _await_answer(
         self, record: CallRecord, started: float, pending: Awaitable[Any]
     ) -> None:
@@ -580,7 +610,7 @@ class Run:
                 value = await pending
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit from a binding must not end the host
                 self._answer(record, started, error=exc)
             else:
                 self._answer(record, started, value=value)
@@ -591,7 +621,7 @@ class Run:
             started = time.monotonic()
             record.start_s = started - self._t0
             value: Any = None
-            error: Exception | None = None
+            error: BaseException | None = None
             try:
                 if binding is None:
                     raise LookupError(f"there is no binding {label}")
@@ -606,12 +636,10 @@ class Run:
                 if self.call_handler is not None:
                     value = await self.call_handler(binding, record.args, record.kwargs)
                 else:
-                    value = binding.fn(*record.args, **record.kwargs)
-                    if inspect.isawaitable(value):
-                        value = await value
+                    value = await self._invoke(binding, record.args, record.kwargs)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit from a binding must not end the host
                 error = exc
             if self._out_bytes > _REPLY_HIGH_WATER:
                 await self._drained.wait()
@@ -622,7 +650,7 @@ class Run:
         record: CallRecord,
         started: float,
         value: Any = None,
-        error: Exception | None = None,
+        error: BaseException | None = None,
     ) -> None:
         """Check a call's result, record it, and send the child its answer."""
         # No second signature or JSON check of the arguments here: the child checked them
@@ -1031,6 +1059,10 @@ class Run:
         if reported:
             usage["child_reported"] = reported
         return usage
+
+
+async def _ready(value: Any) -> Any:
+    return value
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
