@@ -942,6 +942,10 @@ class Run:
                     int(signal_module.SIGKILL): f" (killed from outside{memory})",
                     int(signal_module.SIGABRT): f" (an abort, usually in C code{memory})",
                     int(signal_module.SIGBUS): f" (a bus error{memory})",
+                    int(signal_module.SIGSYS): (
+                        " (a system call the sandbox forbids: another architecture's system "
+                        "call ABI, or one seccomp kills)"
+                    ),
                 }.get(sig, "")
                 message = (
                     f"the program's process was killed by {_signal_name(sig)} ({sig}){hint} "
