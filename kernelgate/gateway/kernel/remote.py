@@ -27,6 +27,7 @@ from kernelgate.gateway.bindings import BindingRegistry
 from kernelgate.gateway.limits import Limits
 from kernelgate.gateway.result import CallRecord, ErrorInfo, RunResult
 from kernelgate.gateway.run import CallListener, OutputListener
+from kernelgate.gateway.sanitize import sanitize_output
 from kernelgate.wire.messages import BINDINGS_TARGET, CALL_MIME, execute_request_content, iso_now
 from kernelgate.wire.values import NotJSONError, check_json
 
@@ -72,6 +73,9 @@ class _RemoteRun:
             else:
                 self.outputs.append(dict(output))
         else:
+            # Another kernel's outputs are as untrusted as a program's (that kernel, or the
+            # program in it, made them): only inert output goes on.
+            output = sanitize_output(output)
             self.outputs.append(output)
         if self.on_output is not None:
             self.on_output(output)
@@ -93,7 +97,9 @@ class _RemoteRun:
             self._add({"output_type": "stream", "name": name, "text": text})
         elif kind == "display_data":
             data = content.get("data") or {}
-            if CALL_MIME in data:
+            meta = content.get("metadata") or {}
+            role = meta.get("kernelgate") if isinstance(meta, dict) else None
+            if CALL_MIME in data and isinstance(role, dict) and role.get("role") == "call":
                 record = call_record_from_data(data[CALL_MIME], len(self.outputs))
                 if record is not None:
                     self.calls.append(record)
