@@ -1,20 +1,34 @@
-"""The child's sandbox: resource limits, namespaces, landlock. Stdlib only (ctypes).
+"""The child's sandbox: resource limits, namespaces, landlock, seccomp. Stdlib only (ctypes).
 
-Applied in the child after it has its program and before the program runs:
+Applied in the child after it has its program and before the program runs (a warm child:
+before its program arrives):
 
 ``process``
-    rlimits, no core files, capabilities dropped (the host already gave it a process group,
-    an empty environment and a temporary cwd).
+    rlimits, no core files, not dumpable, the seccomp filter (:mod:`.seccomp`), no
+    capabilities (the host already gave it a process group, an empty environment, a
+    temporary cwd and only fds 0-3). On a root host the child drops to :data:`RUN_UID`,
+    keeping only CAP_DAC_READ_SEARCH (see :func:`_become_run_user`).
 ``namespaces``
-    plus new user, network, pid and mount namespaces: no network interfaces but a down
-    loopback, a private ``/tmp``, ``/proc`` of the new pid namespace. A small init (pid 1)
-    reaps everything and takes the whole tree down when the program ends; the program
-    itself is pid 2, so signals behave as they do outside. A cold child unshares, and
-    stays outside the pid namespace mirroring the program's exit; a warm child is forked
-    into its namespaces by the zygote and is their init.
+    plus new user, network, pid, mount and IPC namespaces: no network interfaces but a down
+    loopback, no SysV/POSIX IPC object of anyone else, the view of :mod:`.mounts` (the host
+    tree read-only and nosuid; private ``/tmp``, ``/dev/shm`` and run directory parent; the
+    run directory the one writable host path), a read-only ``/proc`` of the new pid
+    namespace. A small init (pid 1) reaps everything and takes the whole tree down when the
+    program ends; the program itself is pid 2, so signals behave as they do outside.
+    Who makes the namespaces:
+
+    - a non-root host: a cold child unshares and maps uid 0 inside to its own uid, staying
+      outside the pid namespace to mirror the program's exit; a warm child is cloned into
+      its namespaces by the zygote and is their init;
+    - a root host (:func:`_unprivileged_init`): uid 0 inside must not be root outside, so
+      the child (cold, or forked by the zygote) arranges the view as real root in a mount
+      namespace of its own, clones the init into the other namespaces, maps its uid 0 to
+      :data:`RUN_UID` from outside (which needs CAP_SETUID in the parent namespace) and
+      mirrors it.
 ``namespaces+landlock``
-    plus a landlock ruleset: writes only in the run directory and the private ``/tmp``,
-    reads only where the interpreter and the configured paths are, no TCP bind/connect.
+    plus a landlock ruleset: writes only in the run directory, the private ``/tmp`` and
+    ``/dev/shm``, reads only where the interpreter and the configured paths are, no TCP
+    bind/connect.
 """
 
 from __future__ import annotations
