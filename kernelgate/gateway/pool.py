@@ -208,6 +208,28 @@ class Zygote:
             pass
 
 
+def exit_code_of(status: int) -> int | None:
+    """How a process ended, ``os.waitpid`` style (-N for signal N), from a wait status
+    that may be any the zygote relays; never raises.
+
+    ``os.waitstatus_to_exitcode`` raises ValueError on a stop status, and a program can
+    make one reach us: traced by its namespace's init (``PTRACE_TRACEME``), it stops
+    itself, and init reports that stop as how it ended. By the time the zygote sends the
+    status, init is gone and the kernel has killed the stopped program with its
+    namespace: it ended by the stop signal, and is reported so. Anything else (a
+    continue, a value no wait returns) is unknown: None.
+    """
+    if not isinstance(status, int) or not 0 <= status <= 0xFFFF:
+        return None  # not a wait status (they fit in 16 bits): "we do not know"
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    if os.WIFSTOPPED(status):
+        return -os.WSTOPSIG(status)
+    return None
+
+
 class PooledChild(ChildProcess):
     """A child forked by the zygote: the zygote reaps it and reports its status."""
 
@@ -228,7 +250,7 @@ class PooledChild(ChildProcess):
             return True
         status, ru = found
         self.reaped = True
-        self.returncode = os.waitstatus_to_exitcode(status)
+        self.returncode = exit_code_of(status)
         self.rusage = ru
         return True
 
