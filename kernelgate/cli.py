@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["main", "load_bindings", "UsageError"]
+__all__ = ["main", "load_bindings", "resolve_bindings", "UsageError"]
 
 #: Modules that add subcommands with ``register(subparsers)``.
 _COMMAND_MODULES = ("kernelgate.notebooks.cli", "kernelgate.gateway.kernel.cli")
@@ -23,28 +23,182 @@ class UsageError(Exception):
     """The command line was wrong: exit status 2 with this message."""
 
 
-def load_bindings(spec: str) -> dict[str, dict[str, Callable[..., Any]]]:
-    """Load ``module:attr`` (or ``module``) as namespaces of bindings.
+def _is_cwd(entry: str) -> bool:
+    """True for a ``sys.path`` entry that means the working directory."""
+    if entry in ("", "."):
+        return True
+    try:
+        return os.path.realpath(entry) == os.path.realpath(os.getcwd())
+    except OSError:
+        return False
 
+
+def _looks_like_path(module: str) -> bool:
+    return module.endswith(".py") or os.sep in module or module.startswith(".")
+
+
+def _module_file(directory: str, name: str) -> str | None:
+    """``directory/name.py``, or the package ``directory/name/__init__.py``, if there."""
+    for candidate in (
+        os.path.join(directory, name + ".py"),
+        os.path.join(directory, name, "__init__.py"),
+    ):
+        if os.path.isfile(candidate):
+            return os.path.abspath(candidate)
+    return None
+
+
+def resolve_bindings(
+    spec: str, search: Sequence[str] = (), fallback: Sequence[str] = ()
+) -> tuple[str, str]:
+    """Where ``--bindings spec`` comes from, found without importing anything else:
+    ``(source, attr)``, where ``source`` is an absolute ``.py`` path or an installed
+    module's name.
+
+    ``spec`` is ``MODULE:ATTR`` (or ``MODULE``). ``MODULE`` may be a path to a file
+    (``./tools.py``, ``/abs/dir/tools.py``; a package's ``__init__.py`` or directory too),
+    or a module name. A name is looked up in ``search`` (directories the user named, in
+    order: the file ``NAME.py`` or the package ``NAME/``), then among the standard library
+    and the installed modules (``sys.path`` without the working directory), and last in
+    ``fallback`` (e.g. the working directory, for ``kernelgate run``): a file there never
+    shadows a module that is importable anyway, and nothing else found there is imported.
+    """
+    module, sep, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
+    if not sep:
+        module, attr = spec, ""
+    if not module or (attr and not all(part.isidentifier() for part in attr.split("."))):
+        raise UsageError(
+            f"--bindings {spec!r}: expected MODULE:ATTR, e.g. mytools:BINDINGS or "
+            "./mytools.py:BINDINGS"
+        )
+    if _looks_like_path(module):
+        path = os.path.abspath(module)
+        if os.path.isdir(path):
+            path = os.path.join(path, "__init__.py")
+        if not os.path.isfile(path) or not path.endswith(".py"):
+            raise UsageError(
+                f"--bindings {spec!r}: cannot import {module!r}: no Python file {path!r}"
+            )
+        return path, attr
+    if not all(part.isidentifier() for part in module.split(".")):
+        raise UsageError(
+            f"--bindings {spec!r}: cannot import {module!r}: not a module name or a path "
+            "to a .py file"
+        )
+    top = module.split(".")[0]
+    single = "." not in module
+    for directory in search if single else ():
+        found = _module_file(directory, module)
+        if found is not None:
+            return found, attr
+    if _find_installed(top):
+        return module, attr
+    for directory in fallback if single else ():
+        found = _module_file(directory, module)
+        if found is not None:
+            return found, attr
+    where = " or ".join(
+        [*(repr(d) for d in search), "the installed modules", *(repr(d) for d in fallback)]
+    )
+    raise UsageError(
+        f"--bindings {spec!r}: cannot import {module!r}: no such module in {where}. Give "
+        f"a path to its file (e.g. ./{top}.py:{attr or 'BINDINGS'}), or install it"
+    )
+
+
+def _installed_path() -> list[str]:
+    return [entry for entry in sys.path if not _is_cwd(entry)]
+
+
+def _find_installed(name: str) -> bool:
+    """Whether a top-level module ``name`` is importable without the working directory."""
+    import importlib.machinery
+
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        if finder is importlib.machinery.PathFinder:
+            found = importlib.machinery.PathFinder.find_spec(name, _installed_path())
+        else:
+            try:
+                found = find_spec(name, None)
+            except (ImportError, ValueError):
+                found = None
+        if found is not None:
+            return True
+    return False
+
+
+def _import_installed(name: str) -> ModuleType:
+    """Import ``name`` with the working directory off ``sys.path`` while it imports."""
+    saved = sys.path[:]
+    sys.path[:] = _installed_path()
+    try:
+        return importlib.import_module(name)
+    finally:
+        kept = [entry for entry in sys.path if entry not in saved]
+        sys.path[:] = saved + kept
+
+
+def _import_file(path: str) -> ModuleType:
+    """Load the module at ``path`` by itself: its directory is not put on ``sys.path``,
+    and the name it is registered under shadows no other module."""
+    import importlib.util
+
+    directory, filename = os.path.split(path)
+    is_package = filename == "__init__.py"
+    stem = os.path.basename(directory) if is_package else filename[: -len(".py")]
+    name = stem
+    if (
+        not stem.isidentifier()
+        or stem in sys.modules
+        or stem in sys.stdlib_module_names
+        or _find_installed(stem)
+    ):
+        base = f"_kernelgate_bindings_{stem if stem.isidentifier() else 'module'}"
+        name, n = base, 1
+        while name in sys.modules:
+            n += 1
+            name = f"{base}_{n}"
+    spec = importlib.util.spec_from_file_location(
+        name, path, submodule_search_locations=[directory] if is_package else None
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError(f"not a loadable Python file: {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # decorators (dataclasses) look their module up here
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def load_bindings(
+    spec: str, search: Sequence[str] = (), fallback: Sequence[str] = ()
+) -> dict[str, dict[str, Callable[..., Any]]]:
+    """Load ``MODULE:ATTR`` (or ``MODULE``) as namespaces of bindings.
+
+    ``MODULE`` is resolved by :func:`resolve_bindings` (a path, a name in one of the
+    ``search`` directories, an installed module, or one in the ``fallback`` directories):
+    only that module is loaded from
+    where it was found; no directory is put on ``sys.path``, so a ``queue.py`` or
+    ``asyncio.py`` lying next to it (or in the working directory) is never imported.
     ``attr`` may be a dict of callables (namespace ``tools``), a dict of such dicts
     (several namespaces), or a module; a module gives its public functions.
     """
-    module_name, _, attr = spec.partition(":")
-    if not module_name:
-        raise UsageError(f"--bindings {spec!r}: expected module:attr, e.g. mytools:BINDINGS")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # so a module next to the program is found
+    source, attr = resolve_bindings(spec, search, fallback)
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = _import_file(source) if os.path.isabs(source) else _import_installed(source)
     except ImportError as exc:
-        raise UsageError(f"--bindings {spec!r}: cannot import {module_name!r}: {exc}") from None
+        raise UsageError(f"--bindings {spec!r}: cannot import {source!r}: {exc}") from None
     for part in attr.split(".") if attr else []:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise UsageError(
-                f"--bindings {spec!r}: {module_name} has no attribute {attr!r}"
-            ) from None
+            raise UsageError(f"--bindings {spec!r}: {source} has no attribute {attr!r}") from None
     if isinstance(obj, ModuleType):
         funcs: dict[str, Callable[..., Any]] = {
             name: fn
@@ -59,6 +213,26 @@ def load_bindings(spec: str) -> dict[str, dict[str, Callable[..., Any]]]:
     raise UsageError(
         f"--bindings {spec!r}: expected a dict of callables or a module, got {type(obj).__name__}"
     )
+
+
+def add_bindings_path_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bindings-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory to find the --bindings module in (repeatable); the module named "
+        "is loaded from there, nothing else (the directory is not put on sys.path)",
+    )
+
+
+def bindings_search(args: argparse.Namespace) -> list[str]:
+    """The directories a ``--bindings`` name is looked up in first: ``--bindings-path``."""
+    dirs = [os.path.abspath(d) for d in getattr(args, "bindings_path", None) or []]
+    for directory in dirs:
+        if not os.path.isdir(directory):
+            raise UsageError(f"--bindings-path {directory!r} is not a directory")
+    return dirs
 
 
 def _read_program(path: str) -> str:
@@ -127,7 +301,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from kernelgate import Gateway, Limits
 
     program = _read_program(args.program)
-    namespaces = load_bindings(args.bindings) if args.bindings else {"tools": {}}
+    namespaces = (
+        load_bindings(args.bindings, bindings_search(args), fallback=[os.getcwd()])
+        if args.bindings
+        else {"tools": {}}
+    )
     limits = Limits(wall_seconds=args.timeout) if args.timeout else None
     # One run: a warm pool would only cost a second interpreter.
     gw = Gateway(namespaces=namespaces, limits=limits, pool_size=0)
@@ -164,8 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--bindings",
         metavar="MODULE:ATTR",
-        help="a dict of callables, or a module (its public functions)",
+        help="a dict of callables, or a module (its public functions): MODULE:ATTR, where "
+        "MODULE is a file (./tools.py), a module in --bindings-path or the working directory "
+        "(tools.py there), or an installed module",
     )
+    add_bindings_path_argument(run)
     run.add_argument(
         "--timeout", type=_positive_float, metavar="S", help="wall-clock budget in seconds"
     )

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
+
+from kernelgate.cli import add_bindings_path_argument
 
 __all__ = ["register", "add_run_arguments", "run_from_args"]
 
@@ -30,20 +33,27 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bindings",
         metavar="MODULE:ATTR",
-        help="the kernel's bindings: a dict of callables, or a module (its public functions)",
+        help="the kernel's bindings: a dict of callables, or a module (its public functions); "
+        "MODULE is a path to its file, a module in --bindings-path, or an installed module "
+        "(never one in the working directory: a notebook's directory is not trusted)",
     )
+    add_bindings_path_argument(parser)
     parser.add_argument(
         "--timeout", type=_positive_float, metavar="S", help="wall-clock budget of each cell"
     )
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    from kernelgate.cli import UsageError, load_bindings
+    from kernelgate.cli import UsageError, bindings_search, load_bindings
     from kernelgate.gateway.limits import Limits
 
     from .server import run_kernel
 
-    namespaces = load_bindings(args.bindings) if args.bindings else {"tools": {}}
+    # Jupyter starts the kernel in the notebook's directory: only the kernelspec's
+    # --bindings-path is searched, never the working directory.
+    namespaces = (
+        load_bindings(args.bindings, bindings_search(args)) if args.bindings else {"tools": {}}
+    )
     limits = Limits(wall_seconds=args.timeout) if args.timeout else None
     try:
         return run_kernel(args.connection_file, namespaces, limits=limits)
@@ -54,20 +64,28 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
-    from kernelgate.cli import UsageError, load_bindings
+    from kernelgate.cli import UsageError, bindings_search, load_bindings, resolve_bindings
 
     from .spec import install_kernel_spec
 
     if sum([bool(args.user), bool(args.sys_prefix), args.prefix is not None]) > 1:
         raise UsageError("choose at most one of --user, --sys-prefix and --prefix")
-    if args.bindings:
-        load_bindings(args.bindings)  # fail now, not when a notebook starts the kernel
+    bindings = args.bindings
+    if bindings:
+        search, cwd = bindings_search(args), [os.getcwd()]
+        # The kernel starts in a notebook's directory, which it never searches: a module
+        # found here (a path, --bindings-path, the working directory) is recorded by its
+        # absolute path.
+        source, attr = resolve_bindings(bindings, search, cwd)
+        load_bindings(bindings, search, cwd)  # fail now, not when a notebook starts the kernel
+        if os.path.isabs(source):
+            bindings = f"{source}:{attr}" if attr else source
     prefix = sys.prefix if args.sys_prefix else args.prefix
     try:
         path = install_kernel_spec(
             args.name,
             display_name=args.display_name,
-            bindings=args.bindings,
+            bindings=bindings,
             timeout=args.timeout,
             interrupt_mode=args.interrupt_mode,
             user=bool(args.user),
@@ -121,8 +139,11 @@ def register(subparsers: Any) -> None:
     install.add_argument(
         "--bindings",
         metavar="MODULE:ATTR",
-        help="the kernel's bindings: a dict of callables, or a module (its public functions)",
+        help="the kernel's bindings: a dict of callables, or a module (its public functions); "
+        "MODULE is a path to its file, a module in --bindings-path or the working directory "
+        "(recorded by its absolute path), or an installed module",
     )
+    add_bindings_path_argument(install)
     install.add_argument(
         "--timeout", type=_positive_float, metavar="S", help="wall-clock budget of each cell"
     )

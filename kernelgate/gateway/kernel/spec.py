@@ -27,7 +27,19 @@ def kernel_json(
     """The ``kernel.json`` of a kernelgate kernel with ``bindings`` (``module:attr``)."""
     if interrupt_mode not in ("signal", "message"):
         raise ValueError(f"interrupt_mode must be 'signal' or 'message', got {interrupt_mode!r}")
-    argv = [python or sys.executable, "-m", "kernelgate.gateway.kernel", "-f", "{connection_file}"]
+    # -I: Jupyter starts the kernel in the notebook's directory, and without it that
+    # directory (and PYTHONPATH, and the user's site-packages) would come first on
+    # sys.path: an asyncio.py next to a notebook would run as the user before any cell.
+    # Isolated mode leaves it out (with -m too: CPython 3.10 computes no sys.path[0] in
+    # isolated mode; 3.11+ also sets safe_path).
+    argv = [
+        python or sys.executable,
+        "-I",
+        "-m",
+        "kernelgate.gateway.kernel",
+        "-f",
+        "{connection_file}",
+    ]
     if bindings:
         argv += ["--bindings", bindings]
     if timeout is not None:
@@ -40,6 +52,31 @@ def kernel_json(
         "env": {},
         "metadata": {"debugger": False, "kernelgate": {"bindings": bindings}},
     }
+
+
+def _check_isolated_import(python: str) -> None:
+    """The kernel runs as ``python -I``: kernelgate must be importable without the working
+    directory, PYTHONPATH or the user's site-packages. Say so now, not when a notebook
+    starts the kernel."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [python, "-I", "-c", "import kernelgate.gateway.kernel.cli"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ValueError(f"cannot run the kernel's interpreter {python!r}: {exc}") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        raise ValueError(
+            f"{python} -I cannot import kernelgate ({last}): the kernel runs isolated from "
+            "the working directory, PYTHONPATH and the user's site-packages; install "
+            "kernelgate into that interpreter's environment (pip install kernelgate)"
+        )
 
 
 def install_kernel_spec(
@@ -65,6 +102,7 @@ def install_kernel_spec(
         raise ValueError(
             f"kernel name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'"
         )
+    _check_isolated_import(python or sys.executable)
     spec = kernel_json(
         bindings=bindings,
         display_name=display_name or DEFAULT_DISPLAY_NAME,
