@@ -21,6 +21,8 @@ from typing import Any
 
 from kernelgate.kernels.python import package_root
 
+#: The number of an inheritable pipe every host script holds from its start.
+HOST_FD = 900
 #: An id nothing else uses here (65534 is the run's own uid on a root host).
 USER_UID = USER_GID = 65533
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -51,7 +53,12 @@ _PRELUDE = '''
 import asyncio, json, os, sys
 from kernelgate import Gateway, Limits
 
+HOST_FD = 900
+
 ARGS = json.loads(sys.argv[1])
+# An inheritable host fd, as a supervisor's log pipe would be: no child may get it.
+_held = os.pipe()
+os.dup2(_held[1], HOST_FD, inheritable=True)
 FAST = Limits(wall_seconds=10, kill_grace_seconds=0.3, cpu_seconds=5)
 
 
@@ -146,12 +153,50 @@ class AsUser:
             )
         return json.loads(lines[-1])
 
-    def run(self, program: str, level: str, warm: bool, **gateway_kwargs: Any) -> dict[str, Any]:
+    def venv(self) -> str:
+        """A virtual environment of the system interpreter that the user owns (made once):
+        its site-packages is on the child's sys.path, and the user may write it."""
+        path = os.path.join(self.home, "venv")
+        if not os.path.isdir(path):
+            subprocess.run(
+                [
+                    "setpriv",
+                    f"--reuid={USER_UID}",
+                    f"--regid={USER_GID}",
+                    "--clear-groups",
+                    SYSTEM_PYTHON,
+                    "-m",
+                    "venv",
+                    "--without-pip",
+                    path,
+                ],
+                cwd=self.home,
+                env={"PATH": "/usr/bin:/bin", "HOME": self.home},
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
+        return os.path.join(path, "bin", "python3")
+
+    def run(
+        self,
+        program: str,
+        level: str,
+        warm: bool,
+        python: str = SYSTEM_PYTHON,
+        **gateway_kwargs: Any,
+    ) -> dict[str, Any]:
         """One program on a fresh gateway as the user: the result's main fields."""
         body = """
         print(json.dumps(run_one(ARGS["program"], ARGS["level"], ARGS["warm"], **ARGS["kw"])))
         """
-        args = {"program": program, "level": level, "warm": warm, "kw": gateway_kwargs}
+        args = {
+            "program": program,
+            "level": level,
+            "warm": warm,
+            "kw": gateway_kwargs,
+            "python": python,
+        }
         result: dict[str, Any] = self.run_script(body, args)
         return result
 

@@ -26,7 +26,7 @@ from kernelgate import Gateway, Limits
 from kernelgate.gateway.sandbox import LEVELS, PidsCgroup, probe_support
 from kernelgate.kernels.python import sandbox as child_sandbox
 
-from .asuser import AsUser, make_as_user, unavailable
+from .asuser import HOST_FD, AsUser, make_as_user, unavailable
 
 STRONGEST = probe_support(os.path.realpath(sys.executable)).strongest
 
@@ -617,7 +617,9 @@ _UNPRIVILEGED_ATTACK = program(
             out[name] = exc.errno
     attempt('core_pattern', lambda: open('/proc/sys/kernel/core_pattern', 'w').write('|x'))
     attempt('root_cgroup', lambda: open('/sys/fs/cgroup/pids/cgroup.procs', 'w').write('1'))
-    attempt('pth', lambda: open(os.path.join(site.getsitepackages()[0], 'kg.pth'), 'w'))
+    out['site'] = site.getsitepackages()[0]
+    attempt('pth', lambda: open(os.path.join(out['site'], 'kg.pth'), 'w').write('import os\\n'))
+    attempt('host_fd', lambda: os.write(HOST_FD, b'x'))
     attempt('var_tmp', lambda: open('/var/tmp/kg-cross-run', 'w'))
     r = libc.shmget(0x6B69, 4096, 0o1000 | 0o666)
     out['shm'] = 'made' if r >= 0 else ctypes.get_errno()
@@ -634,8 +636,10 @@ _UNPRIVILEGED_ATTACK = program(
 @ALL_LEVELS
 @BOTH
 def test_the_attacks_from_an_unprivileged_host(as_user, level, warm):
+    python = as_user.venv()  # its site-packages belongs to the host's user
+    attack = _UNPRIVILEGED_ATTACK.replace("HOST_FD", str(HOST_FD))
     try:
-        r = as_user.run(_UNPRIVILEGED_ATTACK, level, warm)
+        r = as_user.run(attack, level, warm, python=python)
         planted = os.path.exists("/var/tmp/kg-cross-run")
     finally:
         if os.path.exists("/var/tmp/kg-cross-run"):
@@ -643,9 +647,19 @@ def test_the_attacks_from_an_unprivileged_host(as_user, level, warm):
     assert r["status"] == "ok", r["message"]
     assert r["isolation"] == level and r["warm"] is warm
     v = r["value"]
-    for name in ("core_pattern", "root_cgroup", "pth"):
+    assert v["site"].startswith(os.path.dirname(os.path.dirname(python)))  # the venv's
+    pth = os.path.join(v["site"], "kg.pth")
+    pth_planted = os.path.exists(pth)
+    if pth_planted:
+        os.unlink(pth)
+    for name in ("core_pattern", "root_cgroup"):
         assert v[name] in (errno.EROFS, errno.EACCES, errno.EPERM), (name, v)
-    if level != "process":  # at process level the host's file system is the user's own
+    assert v["host_fd"] == errno.EBADF and HOST_FD not in v["fds"]
+    if level == "process":
+        # No mount namespace: the host user's own files are the program's (documented).
+        assert v["pth"] == "done" and pth_planted
+    else:
+        assert v["pth"] in (errno.EROFS, errno.EACCES) and not pth_planted
         assert v["var_tmp"] in (errno.EROFS, errno.EACCES) and not planted
     assert max(v["fds"]) < 20
     if level == "process":
