@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernelgate.cli import _positive_float, add_bindings_path_argument
+
 __all__ = ["register"]
 
 
@@ -34,10 +36,24 @@ def register(subparsers: Any) -> None:
         "--live",
         action="store_true",
         help="call real bindings (--bindings) and report where their answers differ from "
-        "the recorded ones",
+        "the recorded ones; only calls the recording holds (same binding and arguments) "
+        "reach them, any other raises ToolError NotRecorded in the program",
+    )
+    rp.add_argument(
+        "--live-any",
+        action="store_true",
+        help="with --live: let the program call any real binding with any arguments, "
+        "including calls the recording never made",
     )
     rp.add_argument(
         "--bindings", metavar="MODULE:ATTR", help="the real bindings for --live (as for run)"
+    )
+    add_bindings_path_argument(rp)
+    rp.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="S",
+        help="wall-clock budget of the replay (the recording's limits are never used)",
     )
     rp.add_argument("--python", metavar="PATH", help="interpreter for the child")
     rp.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -76,10 +92,13 @@ def _load(path: str, cell: int | None) -> Any:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from kernelgate.cli import UsageError, load_bindings
+    from kernelgate import Limits
+    from kernelgate.cli import UsageError, bindings_search, load_bindings
 
     from .replay import replay
 
+    if args.live_any and not args.live:
+        raise UsageError("--live-any goes with --live (and --bindings)")
     if args.live and not args.bindings:
         raise UsageError("--live needs --bindings MODULE:ATTR: the real bindings to call")
     if args.bindings and not args.live:
@@ -96,8 +115,23 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot read program {args.program!r}: {exc.strerror}") from None
         except UnicodeDecodeError:
             raise UsageError(f"program {args.program!r} is not UTF-8 text") from None
-    live = load_bindings(args.bindings) if args.live else None
-    report = replay(recorded, program=program, live=live, python=args.python)
+    live = (
+        load_bindings(args.bindings, bindings_search(args), fallback=[os.getcwd()])
+        if args.live
+        else None
+    )
+    limits = Limits(wall_seconds=args.timeout) if args.timeout else Limits()
+    try:
+        report = replay(
+            recorded,
+            program=program,
+            live=live,
+            python=args.python,
+            limits=limits,
+            live_any=args.live_any,
+        )
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:

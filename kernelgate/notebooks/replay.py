@@ -8,6 +8,10 @@ recording lacks raises ``ToolError`` (``ename`` ``NotRecorded``) in the program.
 
 Divergence is data: :class:`ReplayReport` lists matched calls, calls the recording lacks,
 recorded calls never made, and differences in status, error, stdout, stderr and value.
+
+A recording is data, never authority: the replay runs with the caller's limits (default
+``Limits()``), not the ones the recording shows, and ``live`` bindings are called only
+for calls the recording holds, with the arguments it holds (``live_any=True`` lifts that).
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ import asyncio
 import difflib
 import inspect
 import os
-from collections import defaultdict, deque
+import threading
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernelgate.gateway.result import CallRecord, RunResult
@@ -402,7 +407,8 @@ class ReplayReport:
     answer differed: only possible in live mode). ``unrecorded``: calls the recording does
     not have (in recorded mode they raised ``ToolError`` NotRecorded in the program).
     ``unused``: recorded calls the replay never made. ``differences``: status, error,
-    stdout, stderr or value.
+    stdout, stderr or value. In live mode, an ``unrecorded`` call reached its real binding
+    only with ``live_any``; otherwise it raised ``ToolError`` NotRecorded in the program.
     """
 
     source: str
@@ -413,6 +419,8 @@ class ReplayReport:
     recorded: RunResult
     result: RunResult
     matched: list[CallMatch] = field(default_factory=list)
+    #: Live bindings were allowed calls the recording does not hold.
+    live_any: bool = False
     unrecorded: list[CallRecord] = field(default_factory=list)
     unused: list[CallRecord] = field(default_factory=list)
     differences: list[Difference] = field(default_factory=list)
@@ -436,7 +444,7 @@ class ReplayReport:
             "source": self.source,
             "run_number": self.run_number,
             "run_id": self.run_id,
-            "mode": "live" if self.live else "recorded",
+            "mode": ("live-any" if self.live_any else "live") if self.live else "recorded",
             "program_edited": self.program_edited,
             "diverged": self.diverged,
             "counts": {
@@ -482,7 +490,11 @@ class ReplayReport:
                 lines.append(f"    recorded: {call_line(m.recorded)}")
                 lines.append(f"    live:     {call_line(m.replayed)}")
         if self.unrecorded:
-            how = "" if self.live else " (the program got ToolError NotRecorded)"
+            how = (
+                " (called live: --live-any)"
+                if self.live_any
+                else " (not called; the program got ToolError NotRecorded)"
+            )
             lines.append(f"  {len(self.unrecorded)} call(s) not in the recording{how}:")
             for c in self.unrecorded:
                 lines.append(f"    + {call_label(c.namespace, c.name, c.args, c.kwargs)}")
@@ -512,16 +524,63 @@ class ReplayReport:
 # -- replaying ----------------------------------------------------------------------------
 
 
-def _limits(run: RunResult, override: Any) -> Any:
+def _limits(override: Any) -> Any:
+    """The caller's limits, or the defaults: never the recording's (a recording is a
+    file anyone may have written; its limits are shown, not applied)."""
     from kernelgate import Limits
 
-    if override is not None:
-        return override
-    known = {f.name for f in fields(Limits)}
-    try:
-        return Limits(**{k: v for k, v in run.limits.items() if k in known})
-    except (TypeError, ValueError):
+    if override is None:
         return Limits()
+    if not isinstance(override, Limits):
+        raise TypeError(f"limits must be a kernelgate.Limits, got {type(override).__name__}")
+    return override
+
+
+class _LiveGate:
+    """Lets a live binding run only for a call the recording holds, as often as it holds
+    it (matched as replayed calls are: binding, bound arguments)."""
+
+    def __init__(self, recorded: RunResult, key: Callable[..., CallKey]) -> None:
+        self.key = key
+        self.left: Counter[CallKey] = Counter(
+            key(c.namespace, c.name, c.args, c.kwargs) for c in recorded.calls
+        )
+        self.answers = _Answers(recorded, key)  # for the refusal's message
+        self.lock = threading.Lock()  # sync bindings run in worker threads
+
+    def admit(self, namespace: str, name: str, args: list[Any], kwargs: dict[str, Any]) -> None:
+        k = self.key(namespace, name, args, kwargs)
+        with self.lock:
+            if self.left[k] > 0:
+                self.left[k] -= 1
+                return
+        raise _error_type(NOT_RECORDED)(
+            self.answers.missing(namespace, name, args, kwargs)
+            + "; replay --live calls real bindings only as the recording did (live_any=True, "
+            "or --live-any, calls any)"
+        )
+
+    def wrap(self, namespace: str, name: str, binding: Any) -> Callable[..., Any]:
+        fn = binding.fn
+        if binding.is_async:
+
+            async def gated(*args: Any, **kwargs: Any) -> Any:
+                self.admit(namespace, name, list(args), kwargs)
+                return await fn(*args, **kwargs)
+
+            wrapped: Callable[..., Any] = gated
+        else:
+
+            def gated_sync(*args: Any, **kwargs: Any) -> Any:
+                self.admit(namespace, name, list(args), kwargs)
+                return fn(*args, **kwargs)
+
+            wrapped = gated_sync
+        wrapped.__name__ = wrapped.__qualname__ = name
+        wrapped.__doc__ = inspect.getdoc(fn)
+        if binding.signature is not None:
+            wrapped.__signature__ = binding.signature  # type: ignore[attr-defined]
+        return wrapped
 
 
 def _namespaces(live: Mapping[str, Any]) -> dict[str, dict[str, Callable[..., Any]]]:
@@ -543,9 +602,11 @@ async def replay_async(
     live: Mapping[str, Any] | None = None,
     python: str | os.PathLike[str] | None = None,
     limits: Any = None,
+    live_any: bool = False,
 ) -> ReplayReport:
     """:func:`replay` for async callers."""
     from kernelgate import Gateway
+    from kernelgate.gateway.bindings import BindingRegistry
 
     if isinstance(source, RunResult):
         recorded = source
@@ -557,16 +618,28 @@ async def replay_async(
     if program is not None and not isinstance(program, str):
         raise TypeError(f"program must be Python source (str), got {type(program).__name__}")
     code = recorded.program if program is None else program
-    run_limits = _limits(recorded, limits)
+    run_limits = _limits(limits)
+    if live_any and live is None:
+        raise ValueError("live_any=True needs live= bindings to call")
     if live is not None:
-        namespaces = _namespaces(live)
-        gw = Gateway(namespaces=namespaces, limits=run_limits, python=python)
+        registry = BindingRegistry.from_arguments(None, "tools", _namespaces(live))
         signatures = {
             (ns, name): b.signature
-            for ns, t in gw.registry.namespaces.items()
+            for ns, t in registry.namespaces.items()
             for name, b in t.items()
         }
         key = _key_fn(signatures)
+        if live_any:
+            namespaces = {
+                ns: {name: b.fn for name, b in t.items()} for ns, t in registry.namespaces.items()
+            }
+        else:
+            gate = _LiveGate(recorded, key)
+            namespaces = {
+                ns: {name: gate.wrap(ns, name, b) for name, b in t.items()}
+                for ns, t in registry.namespaces.items()
+            }
+        gw = Gateway(namespaces=namespaces, limits=run_limits, python=python)
     else:
         namespaces, key = recorded_bindings(recorded)
         gw = Gateway(namespaces=namespaces, limits=run_limits, python=python)
@@ -578,6 +651,7 @@ async def replay_async(
         run_number=number,
         run_id=recorded.run_id,
         live=live is not None,
+        live_any=live_any,
         program_edited=code != recorded.program,
         recorded=recorded,
         result=result,
@@ -596,14 +670,22 @@ def replay(
     live: Mapping[str, Any] | None = None,
     python: str | os.PathLike[str] | None = None,
     limits: Any = None,
+    live_any: bool = False,
 ) -> ReplayReport:
     """Re-run a recorded program in a fresh child and compare with the recording.
 
     ``source`` is a saved run (``.ipynb``), a session log with ``cell=N``, or a
     :class:`~kernelgate.RunResult`. Calls are answered from the recording, unless ``live``
     gives real bindings (namespace -> name -> callable); then the report also lists the
-    calls whose live answer differs from the recorded one. ``program`` replays an edited
-    program against the recording. Limits default to the recorded ones.
+    calls whose live answer differs from the recorded one. A live binding is called only
+    for a call the recording holds (same binding, same arguments, at most as often): any
+    other call raises ``ToolError`` (``ename`` ``NotRecorded``) in the program without
+    reaching the binding, and the report lists it; ``live_any=True`` calls whatever the
+    program calls. ``program`` replays an edited program against the recording.
+
+    ``limits`` are the replay's (default ``Limits()``): never the recording's, which a
+    crafted file could set to anything. A damaged or crafted recording raises
+    :class:`~kernelgate.notebooks.store.RecordingError` (a ``ValueError``) naming the field.
 
     >>> import tempfile
     >>> from kernelgate import Gateway
@@ -622,5 +704,13 @@ def replay(
     else:
         raise RuntimeError("replay() was called from a running event loop; use replay_async()")
     return asyncio.run(
-        replay_async(source, cell=cell, program=program, live=live, python=python, limits=limits)
+        replay_async(
+            source,
+            cell=cell,
+            program=program,
+            live=live,
+            python=python,
+            limits=limits,
+            live_any=live_any,
+        )
     )

@@ -9,6 +9,7 @@ either the old file or the new one, never a mix.
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 from dataclasses import dataclass, fields
@@ -16,13 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from kernelgate.gateway.result import CallRecord, ErrorInfo, RunResult
+from kernelgate.gateway.sanitize import sanitize_outputs
 from kernelgate.wire.messages import CALL_MIME
+from kernelgate.wire.values import MAX_DEPTH
 
 from ._values import restore_key_orders
 from .render import FORMAT, run_notebook_dict
 
 __all__ = [
     "NotARunError",
+    "RecordingError",
+    "MAX_RECORDING_BYTES",
     "RecordedRun",
     "save_run",
     "load_run",
@@ -38,6 +43,19 @@ _CHUNK = 1 << 16
 
 class NotARunError(ValueError):
     """A file is not a kernelgate recording, or does not hold the run that was asked for."""
+
+
+class RecordingError(NotARunError):
+    """A recording is damaged or crafted: a field has the wrong type or an impossible value,
+    or the file is too large or too deeply nested. The message names the run and field."""
+
+
+#: Recordings larger than this are refused before they are read: a run's outputs are
+#: capped far below it (Limits.max_output_bytes, max_value_bytes per call).
+MAX_RECORDING_BYTES = 512 * 1024 * 1024
+#: Nesting a recording may have: a value crossing the boundary nests at most MAX_DEPTH
+#: levels, and the notebook around it adds a handful.
+_MAX_NESTING = MAX_DEPTH + 16
 
 
 @dataclass(repr=False)
@@ -188,18 +206,62 @@ _HOW_TO_RECORD = (
 )
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (numbers must be finite)")
+
+
+def _nesting(value: Any) -> int:
+    """How deep ``value`` nests (iteratively: no recursion on crafted input)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > _MAX_NESTING:
+                return deepest
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (dict, list)))
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
+    return deepest
+
+
 def read_notebook(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a v4 notebook as plain JSON (dict key order kept); :class:`NotARunError` if
-    the file is not one. ``OSError`` if it cannot be read."""
+    the file is not one, :class:`RecordingError` if it is too large or too deeply nested
+    to be a recording, or holds NaN or Infinity. ``OSError`` if it cannot be read."""
     name = os.fspath(path)
     with open(name, "rb") as f:
-        raw = f.read()
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_RECORDING_BYTES:
+            raise RecordingError(
+                f"{name} is {size} bytes; recordings over {MAX_RECORDING_BYTES} bytes are "
+                "refused (no run records that much)"
+            )
+        raw = f.read(MAX_RECORDING_BYTES + 1)
+    if len(raw) > MAX_RECORDING_BYTES:
+        raise RecordingError(
+            f"{name} is over {MAX_RECORDING_BYTES} bytes; recordings that large are refused"
+        )
     try:
-        nb = json.loads(raw)
+        nb = json.loads(raw, parse_constant=_no_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise NotARunError(
             f"{name} is not a notebook: it is not JSON ({exc}); {_HOW_TO_RECORD}"
         ) from None
+    except ValueError as exc:  # NaN, Infinity, -Infinity
+        raise RecordingError(f"{name} holds {exc}: the recording was edited or crafted") from None
+    except RecursionError:
+        raise RecordingError(
+            f"{name} nests JSON deeper than this interpreter parses; recordings nest at most "
+            f"{_MAX_NESTING} levels: the recording was edited or crafted"
+        ) from None
+    if _nesting(nb) > _MAX_NESTING:
+        raise RecordingError(
+            f"{name} nests JSON deeper than {_MAX_NESTING} levels (a recording's values nest "
+            f"at most {MAX_DEPTH}): the recording was edited or crafted"
+        )
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise NotARunError(
             f"{name} is not a Jupyter notebook: it is JSON but has no 'cells' list; "
@@ -211,11 +273,6 @@ def read_notebook(path: str | os.PathLike[str]) -> dict[str, Any]:
             "(convert it with 'jupyter nbconvert --to notebook', or re-record the run)"
         )
     return nb
-
-
-def _source(cell: dict[str, Any]) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else str(source)
 
 
 def _kg(obj: Any) -> dict[str, Any] | None:
@@ -261,19 +318,83 @@ def _run_number(cell: dict[str, Any], default: int) -> int:
     return number if type(number) is int else default
 
 
-def _error(data: Any) -> ErrorInfo | None:
-    if not isinstance(data, dict):
-        return None
-    tb = data.get("traceback")
-    return ErrorInfo(
-        str(data.get("ename", "")),
-        str(data.get("evalue", "")),
-        [str(x) for x in tb] if isinstance(tb, list) else [],
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _bad(where: str, field: str, value: Any, expected: str) -> RecordingError:
+    shown = repr(value) if isinstance(value, (int, float, str)) else _type_name(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return RecordingError(
+        f"{where}: {field} is {shown}; expected {expected} (the recording was edited by hand, "
+        "crafted or damaged)"
     )
 
 
+def _want_str(where: str, field: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _bad(where, field, value, "a string")
+    return value
+
+
+def _want_int(where: str, field: str, value: Any, *, minimum: int | None = None) -> int:
+    if type(value) is not int or (minimum is not None and value < minimum):
+        raise _bad(
+            where, field, value, "an integer" + (f" >= {minimum}" if minimum is not None else "")
+        )
+    return value
+
+
+def _want_seconds(where: str, field: str, value: Any) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        raise _bad(where, field, value, "a finite number of seconds >= 0")
+    return float(value)
+
+
+def _want_text(where: str, field: str, value: Any) -> str:
+    """A notebook multiline string: a string, or a list of strings."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(x, str) for x in value):
+        return "".join(value)
+    raise _bad(where, field, value, "a string or a list of strings")
+
+
+def _error(data: Any, where: str = "", field: str = "error") -> ErrorInfo | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise _bad(where, field, data, "an object with ename, evalue and traceback")
+    tb = data.get("traceback", [])
+    if not isinstance(tb, list) or not all(isinstance(x, str) for x in tb):
+        raise _bad(where, f"{field}.traceback", tb, "a list of strings")
+    return ErrorInfo(
+        _want_str(where, f"{field}.ename", data.get("ename", "")),
+        _want_str(where, f"{field}.evalue", data.get("evalue", "")),
+        list(tb),
+    )
+
+
+def _key_order(where: str, field: str, value: Any) -> Any:
+    if value is None:
+        return None
+    keys = value.get("keys") if isinstance(value, dict) else None
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("at"), str)
+        or not isinstance(keys, list)
+        or not all(isinstance(k, list) and all(isinstance(x, str) for x in k) for k in keys)
+    ):
+        raise _bad(
+            where, field, value, "an object with 'at' (a string) and 'keys' (lists of strings)"
+        )
+    return value
+
+
 def call_record_from_json(data: Any, where: str, position: int) -> CallRecord:
-    """Rebuild a :class:`CallRecord` from a call output's JSON (``NotARunError`` if it is not).
+    """Rebuild a :class:`CallRecord` from a call output's JSON (``NotARunError`` if it is not;
+    :class:`RecordingError` naming the field if a field has the wrong type or value).
 
     ``position`` is the call's place among the outputs when the JSON does not say.
     """
@@ -285,27 +406,37 @@ def call_record_from_json(data: Any, where: str, position: int) -> CallRecord:
             f"{where}: a call output lacks {', '.join(missing)} in its {CALL_MIME} data; "
             "the recording was edited by hand or is damaged"
         )
+    call_id = _want_int(where, "a call's id", data["id"], minimum=0)
+    call = f"call #{call_id}"
+    namespace = _want_str(where, f"{call}: namespace", data["namespace"])
+    name = _want_str(where, f"{call}: name", data["name"])
     args, kwargs = data["args"], data["kwargs"]
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise NotARunError(
-            f"{where}: call #{data['id']} has args {type(args).__name__} and kwargs "
+            f"{where}: call #{call_id} has args {type(args).__name__} and kwargs "
             f"{type(kwargs).__name__}; expected a list and an object"
         )
-    ok = bool(data["ok"])
-    value = restore_key_orders(data.get("value"), data.get("key_order")) if ok else None
+    ok = data["ok"]
+    if not isinstance(ok, bool):
+        raise _bad(where, f"{call}: ok", ok, "true or false")
+    order = _key_order(where, f"{call}: key_order", data.get("key_order"))
+    value = restore_key_orders(data.get("value"), order) if ok else None
     index = data.get("output_index")
+    if index is not None:
+        _want_int(where, f"{call}: output_index", index, minimum=0)
+    error = None if ok else _error(data.get("error"), where, f"{call}: error")
     return CallRecord(
-        id=int(data["id"]),
-        namespace=str(data["namespace"]),
-        name=str(data["name"]),
+        id=call_id,
+        namespace=namespace,
+        name=name,
         args=args,
         kwargs=kwargs,
         ok=ok,
         value=value,
-        error=None if ok else _error(data.get("error")) or ErrorInfo("", ""),
-        start_s=float(data.get("start_s", 0.0)),
-        duration_s=float(data.get("duration_s", 0.0)),
-        output_index=index if type(index) is int else position,
+        error=error or (None if ok else ErrorInfo("", "")),
+        start_s=_want_seconds(where, f"{call}: start_s", data.get("start_s", 0.0)),
+        duration_s=_want_seconds(where, f"{call}: duration_s", data.get("duration_s", 0.0)),
+        output_index=index if index is not None else position,
     )
 
 
@@ -332,22 +463,51 @@ _READ_HERE = frozenset(
 )
 
 
+#: Types of the RunResult fields taken from the metadata as they are.
+_EXTRA_TYPES: dict[str, tuple[type, ...]] = {"isolation": (str,), "usage": (dict,)}
+
+
+def _output(where: str, n: int, output: Any) -> dict[str, Any]:
+    if not isinstance(output, dict):
+        raise _bad(where, f"output {n}", output, "an object")
+    kind = output.get("output_type")
+    if kind not in ("stream", "display_data", "execute_result", "error", "update_display_data"):
+        raise _bad(where, f"output {n}: output_type", kind, "an nbformat v4 output type")
+    if kind == "stream":
+        _want_text(where, f"output {n}: text", output.get("text", ""))
+    elif kind == "error":
+        _error(output, where, f"output {n}")
+    elif not isinstance(output.get("data", {}), dict):
+        raise _bad(where, f"output {n}: data", output.get("data"), "an object")
+    meta = output.get("metadata", {})
+    if not isinstance(meta, dict):
+        raise _bad(where, f"output {n}: metadata", meta, "an object")
+    return output
+
+
 def cell_to_run(cell: dict[str, Any], *, source: str = "", run_number: int = 1) -> RecordedRun:
-    """One run cell back into a :class:`RecordedRun`."""
-    meta = _kg(cell) or {}
+    """One run cell back into a :class:`RecordedRun`: every field it reads is checked
+    (:class:`RecordingError` names the run and the field), and the program's outputs are
+    passed through :func:`~kernelgate.gateway.sanitize.sanitize_outputs`, so a crafted or
+    edited recording can neither crash the reader nor carry active content."""
     where = f"{source} run {run_number}" if source else f"run {run_number}"
+    if not isinstance(cell, dict):
+        raise _bad(where, "the cell", cell, "an object")
+    meta = _kg(cell) or {}
     fmt = meta.get("format", FORMAT)
     if type(fmt) is int and fmt > FORMAT:
         raise NotARunError(
             f"{where} was recorded in kernelgate format {fmt} by kernelgate "
             f"{meta.get('version', '?')}; this kernelgate reads format {FORMAT}: upgrade it"
         )
+    _want_int(where, "metadata.kernelgate.format", fmt)
     outputs: list[dict[str, Any]] = []
     calls: list[CallRecord] = []
-    raw_outputs = cell.get("outputs")
-    for output in raw_outputs if isinstance(raw_outputs, list) else []:
-        if not isinstance(output, dict):
-            continue
+    raw_outputs = cell.get("outputs", [])
+    if not isinstance(raw_outputs, list):
+        raise _bad(where, "outputs", raw_outputs, "a list")
+    for n, output in enumerate(raw_outputs):
+        output = _output(where, n, output)
         role = (_kg(output) or {}).get("role")
         data = output.get("data")
         if role == "call" and isinstance(data, dict) and CALL_MIME in data:
@@ -356,15 +516,23 @@ def cell_to_run(cell: dict[str, Any], *, source: str = "", run_number: int = 1) 
             continue
         else:
             outputs.append(output)
+    # What the program displayed is untrusted whoever saved the file: shown, replayed or
+    # re-rendered, it is only ever what sanitize_outputs leaves.
+    outputs = sanitize_outputs(outputs)
     expected = meta.get("calls")
+    if expected is not None:
+        _want_int(where, "metadata.kernelgate.calls", expected, minimum=0)
     if type(expected) is int and expected != len(calls):
         raise NotARunError(
             f"{where} recorded {expected} binding calls but its cell holds {len(calls)} call "
             "outputs: the outputs were cleared or edited (e.g. 'Clear All Outputs' in "
             "Jupyter). Replay needs them; use an unedited copy, or record the run again"
         )
+    ids = [c.id for c in calls]
+    if len(set(ids)) != len(ids):
+        raise RecordingError(f"{where}: two call outputs have the same call id; ids are unique")
     calls.sort(key=lambda c: c.id)
-    status = str(meta.get("status", ""))
+    status = _want_str(where, "metadata.kernelgate.status", meta.get("status", ""))
     value = None
     if status == "ok":
         for output in outputs:
@@ -375,21 +543,35 @@ def cell_to_run(cell: dict[str, Any], *, source: str = "", run_number: int = 1) 
     streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
     for output in outputs:
         if output.get("output_type") == "stream" and output.get("name") in streams:
-            text = output.get("text", "")
-            streams[output["name"]].append("".join(text) if isinstance(text, list) else text)
+            streams[output["name"]].append(output.get("text", ""))
     bindings: dict[str, dict[str, str]] = {}
-    for entry in meta.get("bindings") or []:
-        if isinstance(entry, dict) and "namespace" in entry and "name" in entry:
-            bindings.setdefault(str(entry["namespace"]), {})[str(entry["name"])] = str(
-                entry.get("signature", "(*args, **kwargs)")
-            )
-    limits = meta.get("limits")
+    entries = meta.get("bindings", [])
+    if not isinstance(entries, list):
+        raise _bad(where, "metadata.kernelgate.bindings", entries, "a list")
+    for n, entry in enumerate(entries):
+        field = f"metadata.kernelgate.bindings[{n}]"
+        if not isinstance(entry, dict):
+            raise _bad(where, field, entry, "an object with namespace, name and signature")
+        bindings.setdefault(_want_str(where, f"{field}.namespace", entry.get("namespace")), {})[
+            _want_str(where, f"{field}.name", entry.get("name"))
+        ] = _want_str(where, f"{field}.signature", entry.get("signature", "(*args, **kwargs)"))
+    # Shown as what the run had, never applied: replay uses the caller's limits.
+    limits = meta.get("limits", {})
+    if not isinstance(limits, dict):
+        raise _bad(where, "metadata.kernelgate.limits", limits, "an object")
     exit_code, sig = meta.get("exit_code"), meta.get("signal")
-    extra = {
-        f.name: meta[f.name]
-        for f in fields(RunResult)
-        if f.name not in _READ_HERE and f.name in meta
-    }
+    if exit_code is not None:
+        _want_int(where, "metadata.kernelgate.exit_code", exit_code)
+    if sig is not None:
+        _want_int(where, "metadata.kernelgate.signal", sig)
+    extra: dict[str, Any] = {}
+    for f in fields(RunResult):
+        if f.name in _READ_HERE or f.name not in meta:
+            continue
+        wanted = _EXTRA_TYPES.get(f.name)
+        if wanted is not None and not isinstance(meta[f.name], wanted):
+            raise _bad(where, f"metadata.kernelgate.{f.name}", meta[f.name], wanted[0].__name__)
+        extra[f.name] = meta[f.name]
     return RecordedRun(
         **extra,
         status=status,
@@ -397,20 +579,24 @@ def cell_to_run(cell: dict[str, Any], *, source: str = "", run_number: int = 1) 
         stdout="".join(streams["stdout"]),
         stderr="".join(streams["stderr"]),
         outputs=outputs,
-        error=_error(meta.get("error")),
+        error=_error(meta.get("error"), where, "metadata.kernelgate.error"),
         calls=calls,
-        duration_s=float(meta.get("duration_s", 0.0)),
-        exit_code=exit_code if type(exit_code) is int else None,
-        signal=sig if type(sig) is int else None,
-        run_id=str(meta.get("run_id", "")),
-        started_at=str(meta.get("started_at", "")),
-        program=_source(cell),
-        interpreter=str(meta.get("interpreter", "")),
-        limits=dict(limits) if isinstance(limits, dict) else {},
+        duration_s=_want_seconds(
+            where, "metadata.kernelgate.duration_s", meta.get("duration_s", 0.0)
+        ),
+        exit_code=exit_code,
+        signal=sig,
+        run_id=_want_str(where, "metadata.kernelgate.run_id", meta.get("run_id", "")),
+        started_at=_want_str(where, "metadata.kernelgate.started_at", meta.get("started_at", "")),
+        program=_want_text(where, "source", cell.get("source", "")),
+        interpreter=_want_str(
+            where, "metadata.kernelgate.interpreter", meta.get("interpreter", "")
+        ),
+        limits=dict(limits),
         bindings=bindings,
         source=source,
         run_number=run_number,
-        kernelgate_version=str(meta.get("version", "")),
+        kernelgate_version=_want_str(where, "metadata.kernelgate.version", meta.get("version", "")),
     )
 
 

@@ -23,7 +23,6 @@ import os
 import platform
 import signal
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import fields
 from typing import Any
 
 import zmq
@@ -514,17 +513,31 @@ class KernelServer:
                 self._abort_queue()
 
     def _limits_for(self, msg: Message) -> Limits | None:
+        """The kernelspec's limits, or tighter ones a request asks for; never looser.
+
+        JupyterLab sends a cell's metadata with each execute_request, and a saved (or
+        crafted) notebook fills it in: a recorded run's ``kernelgate.limits`` arrive here
+        as if asked for. So a request (``metadata.kernelgate.limits``, as
+        :class:`~kernelgate.gateway.kernel.remote.RemoteGateway` sends) may only lower
+        limits: each field is the smaller of the kernel's and the request's. The sandbox,
+        memory, processes and frame sizes a cell gets are never more than the kernelspec's.
+        """
         meta = msg.get("metadata") or {}
         given = (meta.get("kernelgate") or {}).get("limits") if isinstance(meta, dict) else None
         if not given:
             return None
         if not isinstance(given, dict):
             raise ValueError("metadata.kernelgate.limits must be an object")
-        known = {f.name for f in fields(Limits)}
-        unknown = sorted(set(given) - known)
+        mine = self.limits.to_dict()
+        unknown = sorted(str(name) for name in set(given) - set(mine))
         if unknown:
-            raise ValueError(f"unknown limits {unknown}; known: {sorted(known)}")
-        return Limits(**{**self.limits.to_dict(), **given})
+            raise ValueError(f"unknown limits {unknown}; known: {sorted(mine)}")
+        tighter: dict[str, Any] = {}
+        for name, value in given.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"metadata.kernelgate.limits.{name} must be a number")
+            tighter[name] = min(mine[name], value)
+        return Limits(**{**mine, **tighter})
 
     async def _execute(self, msg: Message, idents: list[bytes]) -> bool:
         parent = msg["header"]
