@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -108,6 +109,28 @@ class LoopErrors:
         )
 
 
+def run_bounded(scenario: Any, seconds: float) -> Any:
+    """``asyncio.run(scenario())`` in a thread, failing the test if it has not returned
+    after ``seconds``: the bug this guards against hangs the loop's own cancellation, so
+    a timeout inside the loop (or pytest-timeout's) would hang with it."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = asyncio.run(scenario())
+        except BaseException as exc:  # handed to the test's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"the gateway hung: the scenario had not returned after {seconds:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
 def _check_stopped_run(r: RunResult, started: float) -> None:
     took = time.monotonic() - started
     assert "stopping" in r.stdout, r.stdout  # the program reached its stop
@@ -142,7 +165,7 @@ def test_a_stopped_program_never_hangs_run(hostile, level, warm, source):
         after = hostile.record(await gw.run("return 6 * 7"))  # the gateway still works
         return r, started, after
 
-    r, started, after = asyncio.run(scenario())
+    r, started, after = run_bounded(scenario, 60)
     assert r.usage.get("warm") is warm
     _check_stopped_run(r, started)
     assert after.ok and after.value == 42, after.message
@@ -192,7 +215,7 @@ def test_cancelling_a_stopped_program_returns_promptly(hostile, level, warm, sou
         after = hostile.record(await gw.run("return 6 * 7"))
         return took, after
 
-    took, after = asyncio.run(scenario())
+    took, after = run_bounded(scenario, 60)
     assert took < 2.0 + SLACK, f"cancelling took {took:.1f} s"
     assert after.ok and after.value == 42, after.message
     assert errors.errors == [], [e.get("message") for e in errors.errors]
