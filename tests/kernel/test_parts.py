@@ -296,6 +296,7 @@ def test_kernel_json() -> None:
     spec = kernel_json(bindings="m:B", timeout=5, interrupt_mode="message")
     assert spec["argv"] == [
         sys.executable,
+        "-I",  # isolated: nothing from the notebook's directory is imported (security.md)
         "-m",
         "kernelgate.gateway.kernel",
         "-f",

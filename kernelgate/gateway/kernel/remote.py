@@ -312,8 +312,9 @@ class RemoteGateway:
     ) -> RunResult:
         """Run ``program`` as one cell and return what it printed, returned and called.
 
-        ``limits`` replaces the kernel's limits for this run. Cancelling the awaiting task
-        interrupts the kernel's running cell, then raises ``CancelledError``.
+        ``limits`` lowers the kernel's limits for this run (each field: the smaller of the
+        two). Cancelling the awaiting task interrupts the kernel's running cell, then raises
+        ``CancelledError``.
         """
         if not isinstance(program, str):
             raise TypeError(f"program must be str (Python source), got {type(program).__name__}")
