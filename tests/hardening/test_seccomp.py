@@ -718,41 +718,6 @@ def test_cpython_and_its_stdlib_work_under_every_level(python):
 
 # -- cost --------------------------------------------------------------------------------------
 
-_COST = """
-import time
-def attack():
-    t = time.perf_counter()
-    seccomp.build("namespaces+landlock", "aarch64")  # not this machine's: not cached yet
-    built = time.perf_counter() - t
-    n = 200_000
-    t = time.perf_counter()
-    for _ in range(n):
-        os.getpid()
-    before = (time.perf_counter() - t) / n
-    t = time.perf_counter()
-    if LEVEL:
-        seccomp.apply(LEVEL)
-    applied = time.perf_counter() - t
-    t = time.perf_counter()
-    for _ in range(n):
-        os.getpid()
-    after = (time.perf_counter() - t) / n
-    return {"build_s": built, "apply_s": applied, "getpid_before_s": before, "getpid_after_s": after}
-"""
-
-
-@KNOWN_MACHINE
-def test_cost_is_small():
-    """Building a program, installing it, and the per-syscall overhead (getpid) stay small;
-    the figures are reported in the test's output (-s) and in docs/benchmarks.md."""
-    report = value(attempt(_COST, "namespaces+landlock"))
-    print(json.dumps(report))
-    assert report["build_s"] < 0.05
-    assert report["apply_s"] < 0.05
-    # Generous: the filter is a few dozen BPF instructions; a loaded machine is noisy.
-    assert report["getpid_after_s"] < report["getpid_before_s"] * 3 + 1e-6
-
-
 # -- end to end: through the Gateway, at every level, warm and cold ----------------------------
 
 GATEWAY = pytest.mark.skipif(

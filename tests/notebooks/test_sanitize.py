@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import doctest
 import json
-import time
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from typing import Any
@@ -476,21 +475,3 @@ def test_header_cell_and_timeline_are_escaped() -> None:
 
 
 # -- cost ---------------------------------------------------------------------------------
-
-
-def test_cost_of_a_100_kib_html_output() -> None:
-    row = "<tr><td><b>{0}</b></td><td style='color:red'>{0}</td><td><code>x &lt; y</code></td></tr>"
-    body = "".join(row.format(i) for i in range(1250))
-    source = f"<table>{body}</table>"
-    assert 100 * 1024 <= len(source) < 120 * 1024
-    output = display({"text/html": source, "text/plain": "table"})
-    sanitize_output(output)  # warm the cleaner
-    n = 20
-    t0 = time.perf_counter()
-    for _ in range(n):
-        sanitize_output(output)
-    per = (time.perf_counter() - t0) / n
-    print(
-        f"\nsanitize_output of a {len(source) / 1024:.0f} KiB text/html output: {per * 1e3:.2f} ms"
-    )
-    assert per < 0.25  # generous: a loaded CI machine; measured a few ms
