@@ -25,6 +25,7 @@ _EXPORTS = {
     "CallRecord": "kernelgate.gateway.result",
     "ErrorInfo": "kernelgate.gateway.result",
     "RemoteGateway": "kernelgate.gateway.kernel.remote",
+    "inline": "kernelgate.gateway.bindings",
 }
 
 __all__ = [
@@ -35,9 +36,11 @@ __all__ = [
     "RemoteGateway",
     "RunResult",
     "__version__",
+    "inline",
 ]
 
 if TYPE_CHECKING:
+    from kernelgate.gateway.bindings import inline
     from kernelgate.gateway.gateway import Gateway
     from kernelgate.gateway.kernel.remote import RemoteGateway
     from kernelgate.gateway.limits import Limits

@@ -6,11 +6,13 @@ import inspect
 import keyword
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kernelgate.wire.messages import binding_label
 
-__all__ = ["Binding", "BindingRegistry", "RESERVED_NAMES"]
+__all__ = ["Binding", "BindingRegistry", "RESERVED_NAMES", "inline"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: Globals every program has; a namespace may not shadow them.
 RESERVED_NAMES = frozenset({"ToolError", "display", "__builtins__", "__name__", "__doc__"})
@@ -36,6 +38,8 @@ class Binding:
     #: A coroutine function (called in the event loop); anything else is called in a
     #: worker thread, since it may block.
     is_async: bool = field(default=False, init=False, repr=False, compare=False)
+    #: A synchronous binding marked with :func:`inline`: called on the event loop.
+    inline: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.signature is not None:
@@ -45,6 +49,7 @@ class Binding:
             getattr(fn, "__call__", None)  # noqa: B004 - an object with async __call__
         )
         object.__setattr__(self, "is_async", is_async)
+        object.__setattr__(self, "inline", bool(getattr(fn, "__kernelgate_inline__", False)))
 
     @property
     def label(self) -> str:
@@ -83,6 +88,27 @@ class Binding:
                 raise TypeError(
                     f"{self.label}() {exc}; its signature is {self.name}{self.signature_text}"
                 ) from None
+
+
+def inline(fn: F) -> F:
+    """Mark a synchronous binding as quick and non-blocking: it is called on the gateway's
+    event loop instead of in a worker thread, which saves the thread hop per call
+    (docs/benchmarks.md). Only for functions that never block: while one runs, every run on
+    the gateway waits.
+
+    >>> @inline
+    ... def add(a: int, b: int) -> int:
+    ...     return a + b
+    >>> BindingRegistry({"tools": {"add": add}}).lookup("tools", "add").inline
+    True
+    """
+    try:
+        fn.__kernelgate_inline__ = True  # type: ignore[attr-defined]
+    except AttributeError as exc:
+        raise TypeError(
+            f"inline() cannot mark {fn!r}: it takes no attributes; wrap it in a def"
+        ) from exc
+    return fn
 
 
 def _simple_parameters(sig: inspect.Signature) -> tuple[tuple[str, ...], int] | None:

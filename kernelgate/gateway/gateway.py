@@ -20,9 +20,12 @@ __all__ = ["Gateway"]
 
 #: What the interpreter needs in an otherwise empty environment. The host's own variables
 #: never reach the child; ``Gateway(env=...)`` adds to (or overrides) these.
-#: Synchronous bindings of one gateway running at once (more wait for a thread); as many
-#: as anyio gives ``to_thread.run_sync`` by default, give or take.
-_BINDING_THREADS = 32
+
+def _default_threads() -> int:
+    """Synchronous bindings of one gateway running at once (more wait for a thread): a
+    few per CPU, as they mostly wait on I/O; between 8 and 32."""
+    return max(8, min(32, 4 * (os.cpu_count() or 1)))
+
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
@@ -47,7 +50,9 @@ class Gateway:
     ``policy(namespace, name, args, kwargs)`` sees every binding call first and may deny it.
     ``read_paths`` are extra paths programs may read under landlock. ``pool_size`` children
     are kept booted ahead of demand (forked from a zygote; each still serves one run);
-    ``0`` spawns a cold interpreter per run.
+    ``0`` spawns a cold interpreter per run. Synchronous bindings run in up to
+    ``max_threads`` worker threads (default: 4 per CPU, between 8 and 32), coroutine
+    functions and bindings marked :func:`kernelgate.inline` on the event loop.
     """
 
     def __init__(
@@ -66,6 +71,7 @@ class Gateway:
         policy: Policy | None = None,
         read_paths: tuple[str | os.PathLike[str], ...] = (),
         pool_size: int = 4,
+        max_threads: int | None = None,
     ) -> None:
         self._registry = BindingRegistry.from_arguments(bindings, namespace, namespaces)
         if limits is not None and not isinstance(limits, Limits):
@@ -103,6 +109,11 @@ class Gateway:
         self._finishing: set[asyncio.Task[None]] = set()
         self._closed = False
         self._executor: ThreadPoolExecutor | None = None
+        if max_threads is None:
+            max_threads = _default_threads()
+        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+            raise ValueError(f"max_threads must be an integer >= 1, got {max_threads!r}")
+        self.max_threads = max_threads
 
     @property
     def registry(self) -> BindingRegistry:
@@ -178,7 +189,7 @@ class Gateway:
         holds one thread, never the event loop that every run on this gateway shares."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
-                max_workers=_BINDING_THREADS, thread_name_prefix="kernelgate-binding"
+                max_workers=self.max_threads, thread_name_prefix="kernelgate-binding"
             )
         return self._executor
 

@@ -90,6 +90,9 @@ class RunResult:
     #: figures are the child's own at its end (the host returns before reaping it); for
     #: one that did not, the host's (rusage of the reaped child).
     usage: dict[str, Any] = field(default_factory=dict)
+    #: What a model should know about a run that ended well, e.g. that the final
+    #: expression's value was not JSON (so ``value`` is None). Empty when there is nothing.
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -99,7 +102,7 @@ class RunResult:
     def message(self) -> str:
         """One line saying how the run ended, written for a model to read."""
         if self.error is None:
-            return "ok"
+            return f"ok; {self.note}" if self.note else "ok"
         return f"{self.error.ename}: {self.error.evalue}" if self.error.ename else self.error.evalue
 
     def to_dict(self) -> dict[str, Any]:

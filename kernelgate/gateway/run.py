@@ -152,6 +152,9 @@ class Run:
         self._events_seen = 0  # frames from the child before its reply
         self._control_paused = False  # fd 3 not read while calls wait for a slot
         self._host_usage: dict[str, Any] | None = None
+        self._busiest_cpu_s = 0.0  # the most CPU one process of the run had used, per /proc
+        #: Failures of the host's own hooks (on_call), kept for the result's note.
+        self.hook_errors: list[str] = []
 
     # -- public ------------------------------------------------------------------------------
 
@@ -583,7 +586,7 @@ class Run:
         """Start a binding call: a coroutine function in the loop, anything else in a
         worker thread (a synchronous binding doing I/O would stall every run on this loop,
         and a run's wall clock with it)."""
-        if binding.is_async:
+        if binding.is_async or binding.inline:
             value = binding.fn(*args, **kwargs)
             if inspect.isawaitable(value):
                 return value
@@ -693,7 +696,12 @@ class Run:
                     CallReply(record.id, False, ename="TypeError", evalue=record.error.evalue)
                 )
         if self.on_call is not None:
-            self.on_call(record)
+            try:
+                self.on_call(record)
+            except BaseException as exc:  # a listener of the host's must not end the run
+                # The host's own hook failed: the program is not to blame, and the run goes
+                # on; say so where the host's developer will look.
+                self.hook_errors.append(f"on_call: {type(exc).__name__}: {safe_str(exc, 500)}")
 
     async def _check_policy(self, record: CallRecord) -> None:
         assert self.policy is not None
@@ -703,7 +711,7 @@ class Run:
                 verdict = await verdict
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit from a policy must not end the host either
             raise _Refused(
                 "PolicyDenied", f"the gateway's policy denied this call: {safe_str(exc, 4096)}"
             ) from None
@@ -921,12 +929,43 @@ class Run:
                 f"({cpu:.2f} s of CPU) and was stopped; do less work per run, or raise "
                 "Limits.cpu_seconds",
             )
+        # The most CPU the program's process used: what the host read of each live process,
+        # or the program's own figure of itself and the children it reaped (a process that
+        # already exited is gone from /proc; a program may overstate its use, never hide it
+        # from the host's reading).
+        reported = (self._reply.usage or {}) if self._reply is not None else {}
+        busiest = max(
+            self._busiest_cpu_s,
+            float(reported.get("cpu_user_s", 0.0)) + float(reported.get("cpu_system_s", 0.0)),
+        )
+        if (
+            self._decided is None
+            and self._reply is not None
+            and busiest > self.limits.cpu_seconds
+        ):
+            # RLIMIT_CPU acts on whole seconds and a program may trap SIGXCPU until the hard
+            # limit: the host judges the budget from what it measured, not from the reply.
+            self._decided = (
+                "timeout",
+                "Timeout",
+                f"the program used more than its CPU budget of cpu_seconds="
+                f"{self.limits.cpu_seconds:g} ({busiest:.2f} s of CPU); do less work per run, "
+                "or raise Limits.cpu_seconds",
+            )
+        note = ""
         if self._decided is not None:
             status, ename, message = self._decided
             error = ErrorInfo(ename, message)
         elif self._reply is not None:
             reply = self._reply
             status = reply.run_status
+            result_data = (self._result_output or {}).get("data") or {}
+            if status == "ok" and result_data and "application/json" not in result_data:
+                note = (
+                    "the final expression's value is not JSON, so value is None (its repr is "
+                    "in outputs); return JSON data (dict, list, str, int, float, bool, None) "
+                    "to get it as the value"
+                )
             if status == "ok":
                 value = self._value
             else:
@@ -993,6 +1032,7 @@ class Run:
                 if child is not None and status != "sandbox_unavailable"
                 else ""
             ),
+            note="; ".join([*([note] if note else []), *self.hook_errors]),
             usage=usage,
         )
 
@@ -1017,6 +1057,7 @@ class Run:
             user += found[0]
             system += found[1]
             peak = max(peak, found[2])
+            self._busiest_cpu_s = max(self._busiest_cpu_s, found[3])
         if not seen:
             return None
         return {
@@ -1072,8 +1113,9 @@ async def _ready(value: Any) -> Any:
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def _proc_usage(pid: int) -> tuple[float, float, int] | None:
-    """(user s, system s, peak RSS bytes) of ``pid`` and its reaped children, from /proc."""
+def _proc_usage(pid: int) -> tuple[float, float, int, float] | None:
+    """(user s, system s, peak RSS bytes, its own CPU s) of ``pid`` and its reaped
+    children (the first three), from /proc."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -1085,6 +1127,7 @@ def _proc_usage(pid: int) -> tuple[float, float, int] | None:
     try:
         user = (int(fields[11]) + int(fields[13])) / _CLK_TCK
         system = (int(fields[12]) + int(fields[14])) / _CLK_TCK
+        own = (int(fields[11]) + int(fields[12])) / _CLK_TCK
     except (IndexError, ValueError):
         return None
     peak = 0
@@ -1095,7 +1138,7 @@ def _proc_usage(pid: int) -> tuple[float, float, int] | None:
             except (IndexError, ValueError):
                 pass
             break
-    return user, system, peak
+    return user, system, peak, own
 
 
 def _descendants(pid: int) -> list[int]:

@@ -285,6 +285,8 @@ def run_metadata(result: RunResult, run_number: int | None = None) -> dict[str, 
     for f in fields(RunResult):
         if f.name not in meta and f.name not in _FROM_OUTPUTS:
             value = getattr(result, f.name)
+            if f.name == "note" and not value:
+                continue  # most runs have none; recordings made before it stay identical
             is_instance = is_dataclass(value) and not isinstance(value, type)
             meta[f.name] = asdict(value) if is_instance else value
     if run_number is not None:

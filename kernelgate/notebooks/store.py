@@ -464,7 +464,7 @@ _READ_HERE = frozenset(
 
 
 #: Types of the RunResult fields taken from the metadata as they are.
-_EXTRA_TYPES: dict[str, tuple[type, ...]] = {"isolation": (str,), "usage": (dict,)}
+_EXTRA_TYPES: dict[str, tuple[type, ...]] = {"isolation": (str,), "usage": (dict,), "note": (str,)}
 
 
 def _output(where: str, n: int, output: Any) -> dict[str, Any]:

@@ -107,3 +107,105 @@ def test_a_binding_raising_base_exception_is_a_tool_error(kind, raised):
     assert again.value == 1
     failed = [c for c in r.calls if not c.ok]
     assert [c.error.ename for c in failed] == [raised.__name__]
+
+
+def test_inline_bindings_run_on_the_loop_and_others_in_worker_threads():
+    from kernelgate import inline
+
+    @inline
+    def quick() -> str:
+        return threading.current_thread().name
+
+    def plain() -> str:
+        return threading.current_thread().name
+
+    async def coro() -> str:
+        return threading.current_thread().name
+
+    with Gateway(bindings={"quick": quick, "plain": plain, "coro": coro}, pool_size=0) as gw:
+        r = gw.run_sync("return [await tools.quick(), await tools.plain(), await tools.coro()]")
+    assert r.status == "ok", r.message
+    here = threading.current_thread().name  # run_sync's loop runs in this thread
+    assert r.value[0] == here and r.value[2] == here
+    assert r.value[1].startswith("kernelgate-binding")
+
+
+def test_max_threads_bounds_the_sync_bindings_running_at_once():
+    running = 0
+    most = 0
+    lock = threading.Lock()
+    both_started = threading.Event()
+
+    def work(i: int) -> int:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        both_started.wait(timeout=0.5)  # with one thread, the second never starts meanwhile
+        with lock:
+            running -= 1
+        return i
+
+    with pytest.raises(ValueError, match="max_threads must be an integer >= 1, got 0"):
+        Gateway(bindings={"work": work}, max_threads=0)
+    with Gateway(bindings={"work": work}, pool_size=0, max_threads=1) as gw:
+        r = gw.run_sync("import asyncio\nreturn await asyncio.gather(tools.work(1), tools.work(2))")
+    assert r.status == "ok", r.message
+    assert r.value == [1, 2]
+    assert most == 1
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt, ValueError])
+def test_a_policy_raising_anything_denies_the_call_and_the_host_goes_on(raised):
+    def policy(namespace, name, args, kwargs):
+        raise raised("policy broke")
+
+    with Gateway(bindings={"add": lambda a, b: a + b}, policy=policy, pool_size=0) as gw:
+        r = gw.run_sync(
+            "try:\n    await tools.add(1, 2)\nexcept ToolError as exc:\n    return exc.ename"
+        )
+        again = gw.run_sync("return 1")
+    assert r.status == "ok", r.message
+    assert r.value == "PolicyDenied"
+    assert again.value == 1
+
+
+def test_an_on_call_hook_that_raises_does_not_end_the_run():
+    def hook(record):
+        raise SystemExit("the host's hook broke")
+
+    with Gateway(bindings={"add": lambda a, b: a + b}, pool_size=0) as gw:
+
+        async def main():
+            return await gw.run("return await tools.add(1, 2)", on_call=hook)
+
+        r = asyncio.run(main())
+    assert r.status == "ok", r.message
+    assert r.value == 3
+    assert "on_call: SystemExit: the host's hook broke" in r.note
+
+
+def test_a_final_expression_that_is_not_json_says_why_value_is_none():
+    with Gateway(pool_size=0) as gw:
+        r = gw.run_sync("{1, 2}")
+        returned = gw.run_sync("return {1, 2}")
+    assert r.status == "ok" and r.value is None
+    assert "not JSON" in r.message and "value is None" in r.message
+    assert r.message.startswith("ok; ")
+    assert returned.status == "invalid_output"  # the same rule, stated by return
+
+
+def test_a_program_trapping_sigxcpu_past_cpu_seconds_is_judged_by_the_host():
+    program = textwrap.dedent(
+        """
+        import signal, time
+        signal.signal(signal.SIGXCPU, signal.SIG_IGN)  # RLIMIT_CPU's soft warning, ignored
+        while time.process_time() < 1.5:
+            pass
+        return 'got away with it'
+        """
+    )
+    with Gateway(pool_size=0) as gw:
+        r = gw.run_sync(program, limits=Limits(cpu_seconds=1, wall_seconds=20))
+    assert r.status == "timeout", (r.status, r.value)
+    assert "cpu_seconds=1" in r.message
