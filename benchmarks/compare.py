@@ -11,7 +11,10 @@ over all rounds of ``run()`` called to returned, measured in the measuring proce
 * ``warm hello``: ``print('hello')`` on a gateway with a warm pool (one run at a time, the
   refill done before each run);
 * ``warm 1 call``: one binding call, same gateway;
-* ``cold hello``: ``pool_size=0`` (a fresh interpreter per run).
+* ``cold hello``: ``pool_size=0`` (a fresh interpreter per run);
+* ``call, sync`` / ``call, async`` / ``call, inline``: one binding call's round trip, timed
+  inside the child over 200 sequential calls, to a plain function, a coroutine function, and
+  a plain function marked ``kernelgate.inline`` (a plain one in versions without it).
 
 Standard library only; every child is real.
 """
@@ -32,15 +35,35 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Runs inside each checkout: prints {"row": [seconds, ...]} as JSON.
 _MEASURE = r"""
 import asyncio, json, sys, time
+import kernelgate
 from kernelgate import Gateway, Limits
 
 def add(a: int, b: int) -> int:
     return a + b
 
+async def aadd(a: int, b: int) -> int:
+    return a + b
+
+def iadd(a: int, b: int) -> int:
+    return a + b
+
+inline = getattr(kernelgate, "inline", None)  # older versions: a plain sync binding
+if inline is not None:
+    iadd = inline(iadd)
+
+SEQUENTIAL = (
+    "import time\nt = time.perf_counter()\nfor i in range(200):\n"
+    "    await tools.NAME(i, 1)\nreturn (time.perf_counter() - t) / 200\n"
+)
+
+# name: (pool_size, program, what is measured: run() latency, or the program's own figure)
 CASES = {
-    "warm hello": (4, "print('hello')"),
-    "warm 1 call": (4, "return await tools.add(1, 2)"),
-    "cold hello": (0, "print('hello')"),
+    "warm hello": (4, "print('hello')", "latency"),
+    "warm 1 call": (4, "return await tools.add(1, 2)", "latency"),
+    "cold hello": (0, "print('hello')", "latency"),
+    "call, sync": (4, SEQUENTIAL.replace("NAME", "add"), "inside"),
+    "call, async": (4, SEQUENTIAL.replace("NAME", "aadd"), "inside"),
+    "call, inline": (4, SEQUENTIAL.replace("NAME", "iadd"), "inside"),
 }
 
 async def settle(gw):
@@ -52,18 +75,20 @@ async def settle(gw):
 
 async def main(runs):
     out = {}
-    for name, (pool_size, program) in CASES.items():
-        async with Gateway(bindings={"add": add}, pool_size=pool_size,
+    bindings = {"add": add, "aadd": aadd, "iadd": iadd}
+    for name, (pool_size, program, kind) in CASES.items():
+        async with Gateway(bindings=bindings, pool_size=pool_size,
                            limits=Limits(wall_seconds=30)) as gw:
             for _ in range(3):  # warm-up: the pool, the probe, the first imports
                 assert (await gw.run(program)).ok
                 await settle(gw)
             times = []
-            for _ in range(runs):
+            for _ in range(runs if kind == "latency" else max(3, runs // 8)):
                 t0 = time.perf_counter()
                 r = await gw.run(program)
-                times.append(time.perf_counter() - t0)
+                elapsed = time.perf_counter() - t0
                 assert r.ok, r.message
+                times.append(elapsed if kind == "latency" else r.value)
                 await settle(gw)
             out[name] = times
     print(json.dumps(out))
@@ -118,7 +143,7 @@ def main() -> None:
                     samples[name].setdefault(case, []).extend(times)
         cases = list(next(iter(samples.values())))
         names = list(trees)
-        print(f"median ms over {args.rounds} rounds x {args.runs} runs")
+        print(f"median ms over {args.rounds} rounds (x {args.runs} runs for latencies)")
         print(f"{'case':<14}" + "".join(f"{n:>28}" for n in names) + f"{'change':>10}")
         for case in cases:
             medians = [statistics.median(samples[n][case]) * 1000 for n in names]
