@@ -7,13 +7,28 @@ import asyncio
 import importlib
 import inspect
 import json
+import math
 import os
+import re
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import fields
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["main", "load_bindings", "resolve_bindings", "UsageError"]
+__all__ = [
+    "main",
+    "load_bindings",
+    "resolve_bindings",
+    "UsageError",
+    "Stopped",
+    "run_stoppable",
+    "parse_limit",
+    "limits_from_args",
+]
+
+T = TypeVar("T")
 
 #: Modules that add subcommands with ``register(subparsers)``.
 _COMMAND_MODULES = ("kernelgate.notebooks.cli", "kernelgate.gateway.kernel.cli")
@@ -21,6 +36,203 @@ _COMMAND_MODULES = ("kernelgate.notebooks.cli", "kernelgate.gateway.kernel.cli")
 
 class UsageError(Exception):
     """The command line was wrong: exit status 2 with this message."""
+
+
+class Stopped(Exception):
+    """A signal stopped the command; what it ran has been torn down. Exit ``128 + signum``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+#: The signals that stop a command cleanly: ``timeout``, CI runners and ``docker stop``
+#: send SIGTERM, Ctrl-C SIGINT, a closed terminal SIGHUP.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def run_stoppable(make: Callable[[], Awaitable[T]]) -> T:
+    """``asyncio.run(make())``, stopped cleanly by a signal in :data:`STOP_SIGNALS`.
+
+    The first such signal cancels the work: a run being awaited kills its child and
+    process group and removes its run directory before the cancellation comes out (and
+    ``asyncio.run`` finishes whatever teardown is still scheduled). Then :class:`Stopped`
+    is raised. Further signals while that happens are ignored, so a second Ctrl-C cannot
+    leave the teardown half done.
+    """
+
+    async def main() -> T:
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(make())
+        caught: list[int] = []
+
+        def on_signal(signum: int) -> None:
+            if not caught:
+                caught.append(signum)
+                task.cancel()
+
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            try:
+                result = await task
+            except asyncio.CancelledError:
+                if caught:
+                    raise Stopped(caught[0]) from None
+                raise
+            if caught:  # the work ended on its own as the signal came: still a stop
+                raise Stopped(caught[0])
+            return result
+        finally:
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+
+    return asyncio.run(main())
+
+
+# -- limits on the command line -----------------------------------------------------------
+
+_SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_INT_FORM = re.compile(r"(\d[\d_]*)\s*(?:([kmgt])(?:i?b)?)?", re.IGNORECASE)
+_SECONDS_FORM = re.compile(r"(.+?)\s*s?", re.IGNORECASE)
+
+
+def _limit_fields() -> dict[str, str]:
+    """``{name: "int" | "float"}`` for every :class:`Limits` field."""
+    from kernelgate.gateway.limits import Limits
+
+    return {f.name: str(f.type) for f in fields(Limits)}
+
+
+def _known_limits() -> str:
+    return ", ".join(_limit_fields())
+
+
+def parse_limit(text: str) -> tuple[str, int | float]:
+    """``NAME=VALUE`` for ``--limit``: a :class:`~kernelgate.Limits` field and its value.
+
+    Sizes and counts are integers, optionally with a binary suffix: ``K``, ``M``, ``G``,
+    ``T`` (also ``KiB``, ``MB``, ...: all powers of 1024), e.g. ``max_value_bytes=1M``.
+    Seconds are numbers, optionally ending in ``s`` (``wall_seconds=2.5``). Every value
+    must be positive and finite.
+
+    >>> parse_limit("max_value_bytes=64M")
+    ('max_value_bytes', 67108864)
+    >>> parse_limit("wall_seconds=2.5s")
+    ('wall_seconds', 2.5)
+    >>> parse_limit("max_valu_bytes=1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: unknown limit 'max_valu_bytes' in 'max_valu_bytes=1'; known: ...
+    """
+    name, sep, raw = text.partition("=")
+    name, raw = name.strip(), raw.strip()
+    kinds = _limit_fields()
+    if not sep or not name or not raw:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE (e.g. max_value_bytes=1M or wall_seconds=30), got {text!r}; "
+            f"known names: {_known_limits()}"
+        )
+    if name not in kinds:
+        raise argparse.ArgumentTypeError(
+            f"unknown limit {name!r} in {text!r}; known: {_known_limits()}"
+        )
+    if kinds[name] == "float":
+        m = _SECONDS_FORM.fullmatch(raw)
+        try:
+            seconds = float(m.group(1) if m else raw)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise argparse.ArgumentTypeError(
+                f"{name} is a positive number of seconds (finite, e.g. {name}=30 or "
+                f"{name}=2.5), got {raw!r}"
+            )
+        return name, seconds
+    m = _INT_FORM.fullmatch(raw)
+    value = (
+        int(m.group(1).replace("_", "")) * _SIZE_SUFFIXES[(m.group(2) or "").lower()] if m else 0
+    )
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{name} is a positive integer, optionally with a K, M, G or T suffix (powers of "
+            f"1024; e.g. {name}=1M), got {raw!r}"
+        )
+    return name, value
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser, what: str = "run") -> None:
+    """``--timeout S`` and ``--limit NAME=VALUE`` (repeatable)."""
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="S",
+        help=f"wall-clock budget of the {what} in seconds (the same as --limit wall_seconds=S)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=parse_limit,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"set one of the {what}'s Limits (repeatable): sizes and counts as integers with "
+        "an optional K/M/G/T suffix (powers of 1024), seconds as numbers; e.g. --limit "
+        "max_value_bytes=1M --limit cpu_seconds=5. Names: " + _known_limits(),
+    )
+
+
+def limits_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~kernelgate.Limits` that ``--timeout`` and ``--limit`` ask for, or
+    ``None`` when they ask for nothing. A later ``--limit`` of the same name wins."""
+    from kernelgate.gateway.limits import Limits, frame_headroom
+
+    given: dict[str, int | float] = dict(getattr(args, "limit", None) or [])
+    timeout = getattr(args, "timeout", None)
+    if timeout is not None:
+        if "wall_seconds" in given and given["wall_seconds"] != timeout:
+            raise UsageError(
+                f"--timeout {timeout:g} and --limit wall_seconds={given['wall_seconds']:g} "
+                "disagree: give one of them"
+            )
+        given["wall_seconds"] = timeout
+    if not given:
+        return None
+    frame = given.get("max_frame_bytes")
+    if frame is not None:
+        value = int(given.get("max_value_bytes", Limits().max_value_bytes))
+        need = value + frame_headroom(value)
+        if frame < need:
+            raise UsageError(
+                f"--limit max_frame_bytes={_format_limit(frame)} is too small for "
+                f"max_value_bytes={_format_limit(value)}: it must be at least {need} (the "
+                "value travels in one frame with its text form); raise it, or leave out "
+                "--limit max_frame_bytes and it follows max_value_bytes"
+            )
+    try:
+        return Limits(**given)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise UsageError(f"--limit: {exc}") from None
+
+
+def _format_limit(value: int | float) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    for suffix, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if value >= size and value % size == 0:
+            return f"{value // size}{suffix}"
+    return str(value)
+
+
+def limit_hints(message: str, limits: Any) -> list[str]:
+    """The ``Limits`` fields a failed run's message names (``Limits.max_value_bytes``,
+    ``wall_seconds=...``), each as the ``--limit`` that raises it, in the order named."""
+    names = list(_limit_fields())
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    hints: list[str] = []
+    for name in dict.fromkeys(pattern.findall(message)):
+        now = _format_limit(getattr(limits, name))
+        hints.append(f"--limit {name}=N, now {now}")
+    return hints
 
 
 def _is_cwd(entry: str) -> bool:
@@ -260,7 +472,7 @@ def format_value(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
-def _report(result: Any, as_json: bool, show_calls: bool = False) -> int:
+def _report(result: Any, as_json: bool, show_calls: bool = False, limits: Any = None) -> int:
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return 0 if result.ok else 1
@@ -282,7 +494,13 @@ def _report(result: Any, as_json: bool, show_calls: bool = False) -> int:
                 print("\n-- value --")
             print(format_value(result.value))
         return 0
-    print(f"Error: the program failed ({result.status}): {result.message}", file=sys.stderr)
+    message = f"Error: the program failed ({result.status}): {result.message}"
+    if limits is not None:
+        # The message says "raise Limits.max_value_bytes": say how, from here.
+        hints = limit_hints(result.message, limits)
+        if hints:
+            message += f" (kernelgate run: {'; '.join(hints)})"
+    print(message, file=sys.stderr)
     if result.error is not None and result.error.traceback:
         print("\n".join(result.error.traceback), file=sys.stderr)
     return 1
@@ -297,23 +515,50 @@ async def _run_once(gw: Any, program: str, on_output: Any) -> Any:
         return await gw.run(program, on_output=on_output)
 
 
+def _check_record_path(path: str) -> str:
+    """Refuse a ``--record`` path before the run, not after it: the absolute path."""
+    if not path.lower().endswith(".ipynb"):
+        stem = os.path.splitext(os.path.basename(path))[0] or "run"
+        raise UsageError(
+            f"--record {path!r}: a recording is a notebook; give a name ending in .ipynb "
+            f"(e.g. {stem}.ipynb)"
+        )
+    full = os.path.abspath(path)
+    parent = os.path.dirname(full)
+    if not os.path.isdir(parent):
+        raise UsageError(
+            f"--record {path!r}: there is no directory {parent!r}; create it first "
+            "(kernelgate does not create directories)"
+        )
+    if os.path.isdir(full):
+        raise UsageError(f"--record {path!r} is a directory; give a file name ending in .ipynb")
+    return full
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from kernelgate import Gateway, Limits
 
+    record = _check_record_path(args.record) if args.record else None
+    limits = limits_from_args(args)
     program = _read_program(args.program)
     namespaces = (
         load_bindings(args.bindings, bindings_search(args), fallback=[os.getcwd()])
         if args.bindings
         else {"tools": {}}
     )
-    limits = Limits(wall_seconds=args.timeout) if args.timeout else None
     # One run: a warm pool would only cost a second interpreter.
     gw = Gateway(namespaces=namespaces, limits=limits, pool_size=0)
     on_output = None if args.json else _print_live
-    result = asyncio.run(_run_once(gw, program, on_output))
-    if getattr(args, "record", None):
-        result.save(args.record)
-    return _report(result, args.json)
+    result = run_stoppable(lambda: _run_once(gw, program, on_output))
+    code = _report(result, args.json, limits=limits or Limits())
+    if record is not None:
+        try:
+            saved = result.save(record)
+        except OSError as exc:
+            raise UsageError(f"cannot record to {record!r}: {exc.strerror or exc}") from None
+        # stderr: stdout is the program's output and value (or the JSON), nothing else.
+        print(f"recorded to {saved}", file=sys.stderr)
+    return code
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -325,7 +570,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print(DEMO_PROGRAM.rstrip())
         print("\n-- output --")
     gw = Gateway(bindings=BINDINGS, pool_size=0)
-    result = asyncio.run(_run_once(gw, DEMO_PROGRAM, None if args.json else _print_live))
+    result = run_stoppable(lambda: _run_once(gw, DEMO_PROGRAM, None if args.json else _print_live))
     return _report(result, args.json, show_calls=True)
 
 
@@ -347,11 +592,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(tools.py there), or an installed module",
     )
     add_bindings_path_argument(run)
-    run.add_argument(
-        "--timeout", type=_positive_float, metavar="S", help="wall-clock budget in seconds"
-    )
+    add_limit_arguments(run)
     run.add_argument("--json", action="store_true", help="print RunResult.to_dict() as JSON")
-    run.add_argument("--record", metavar="PATH", help="also save the run as a notebook (.ipynb)")
+    run.add_argument(
+        "--record",
+        metavar="PATH",
+        help="also save the run as a notebook: a name ending in .ipynb, in a directory that "
+        "exists (says where on stderr)",
+    )
     run.set_defaults(func=_cmd_run)
     demo = sub.add_parser("demo", help="run a sample agent program against demo bindings")
     demo.add_argument("--json", action="store_true", help="print RunResult.to_dict() as JSON")
@@ -368,12 +616,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _positive_float(text: str) -> float:
+    """Seconds for ``--timeout``: positive and finite (``inf`` and ``nan`` are refused)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds as a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of seconds (finite, e.g. 30 or 2.5), got {text!r}"
+        )
     return value
 
 
@@ -388,8 +639,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"kernelgate: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except Stopped as exc:
+        print(
+            f"kernelgate: stopped by {exc}: the run was cancelled, its processes killed and "
+            "its files removed",
+            file=sys.stderr,
+        )
+        return 128 + exc.signum
+    except KeyboardInterrupt:  # before or after a run: nothing of one is left to tear down
+        print("kernelgate: stopped by SIGINT", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (``| head``): no traceback, and none at exit when
+        # Python flushes stdout again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernelgate.cli import _positive_float, add_bindings_path_argument
+from kernelgate.cli import add_bindings_path_argument, add_limit_arguments
 
 __all__ = ["register"]
 
@@ -49,12 +49,8 @@ def register(subparsers: Any) -> None:
         "--bindings", metavar="MODULE:ATTR", help="the real bindings for --live (as for run)"
     )
     add_bindings_path_argument(rp)
-    rp.add_argument(
-        "--timeout",
-        type=_positive_float,
-        metavar="S",
-        help="wall-clock budget of the replay (the recording's limits are never used)",
-    )
+    # The replay's limits are the defaults and these, never the recording's.
+    add_limit_arguments(rp, "replay")
     rp.add_argument("--python", metavar="PATH", help="interpreter for the child")
     rp.add_argument("--json", action="store_true", help="print the report as JSON")
     rp.set_defaults(func=_cmd_replay)
@@ -93,9 +89,15 @@ def _load(path: str, cell: int | None) -> Any:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from kernelgate import Limits
-    from kernelgate.cli import UsageError, bindings_search, load_bindings
+    from kernelgate.cli import (
+        UsageError,
+        bindings_search,
+        limits_from_args,
+        load_bindings,
+        run_stoppable,
+    )
 
-    from .replay import replay
+    from .replay import replay_async
 
     if args.live_any and not args.live:
         raise UsageError("--live-any goes with --live (and --bindings)")
@@ -120,15 +122,17 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         if args.live
         else None
     )
-    limits = Limits(wall_seconds=args.timeout) if args.timeout else Limits()
+    limits = limits_from_args(args) or Limits()
     try:
-        report = replay(
-            recorded,
-            program=program,
-            live=live,
-            python=args.python,
-            limits=limits,
-            live_any=args.live_any,
+        report = run_stoppable(
+            lambda: replay_async(
+                recorded,
+                program=program,
+                live=live,
+                python=args.python,
+                limits=limits,
+                live_any=args.live_any,
+            )
         )
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None

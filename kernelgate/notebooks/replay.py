@@ -4,10 +4,14 @@ Each binding the run had becomes a stand-in that answers from the recorded calls
 is matched by namespace, name and arguments, and among equal calls by occurrence (the
 second ``tools.fetch('a')`` gets the second recorded answer), never by arrival order, so
 a program using ``asyncio.gather`` replays whatever order its calls arrive in. A call the
-recording lacks raises ``ToolError`` (``ename`` ``NotRecorded``) in the program.
+recording lacks raises ``ToolError`` (``ename`` ``NotRecorded``) in the program, for that
+call only: the replay goes on and every later call is answered as before, so a program
+that catches ``ToolError`` shows every difference an edit made. A program that does not
+catch it ends there, and the report says so.
 
 Divergence is data: :class:`ReplayReport` lists matched calls, calls the recording lacks,
-recorded calls never made, and differences in status, error, stdout, stderr and value.
+recorded calls never made, and differences in status, error, stdout, stderr and value;
+``difference_count`` counts all of them, as the text report and the JSON do.
 
 A recording is data, never authority: the replay runs with the caller's limits (default
 ``Limits()``), not the ones the recording shows, and ``live`` bindings are called only
@@ -434,6 +438,30 @@ class ReplayReport:
         return bool(self.unrecorded or self.unused or self.changed or self.differences)
 
     @property
+    def difference_count(self) -> int:
+        """Every difference the report lists: calls answered differently, calls not in
+        the recording, recorded calls never made, and differences in the run's outcome
+        (status, error, stdout, stderr, value). The text and the JSON count the same."""
+        return len(self.changed) + len(self.unrecorded) + len(self.unused) + len(self.differences)
+
+    @property
+    def stopped_at_unrecorded(self) -> CallRecord | None:
+        """The call the recording lacks that ended the replayed program, if one did: the
+        program let its ``ToolError`` NotRecorded go, so it made none of its later calls."""
+        error = self.result.error
+        if (
+            self.live_any
+            or error is None
+            or error.ename != "ToolError"
+            or f": {NOT_RECORDED}: " not in error.evalue
+        ):
+            return None
+        for call in sorted(self.unrecorded, key=lambda c: (c.start_s, c.id), reverse=True):
+            if call.error is not None and call.error.ename == NOT_RECORDED:
+                return call
+        return None
+
+    @property
     def ok(self) -> bool:
         """True when the replay matched the recording exactly."""
         return not self.diverged
@@ -454,13 +482,19 @@ class ReplayReport:
                 "changed": len(self.changed),
                 "unrecorded": len(self.unrecorded),
                 "unused": len(self.unused),
-                "differences": len(self.differences),
+                # differences in status, error, stdout, stderr and value
+                "outcome_differences": len(self.differences),
+                # everything listed: the number the text report gives
+                "differences": self.difference_count,
             },
             "matched": [m.to_dict() for m in self.matched],
             "changed": [m.to_dict(full=True) for m in self.changed],
             "unrecorded": [c.to_dict() for c in self.unrecorded],
             "unused": [c.to_dict() for c in self.unused],
             "differences": [d.to_dict() for d in self.differences],
+            "stopped_at_unrecorded": (
+                None if (stop := self.stopped_at_unrecorded) is None else stop.to_dict()
+            ),
             "replay": {
                 "status": self.result.status,
                 "value": self.result.value,
@@ -498,6 +532,13 @@ class ReplayReport:
             lines.append(f"  {len(self.unrecorded)} call(s) not in the recording{how}:")
             for c in self.unrecorded:
                 lines.append(f"    + {call_label(c.namespace, c.name, c.args, c.kwargs)}")
+            stop = self.stopped_at_unrecorded
+            if stop is not None:
+                lines.append(
+                    f"    the program did not catch the ToolError of "
+                    f"{call_label(stop.namespace, stop.name, stop.args, stop.kwargs)} and "
+                    "ended there; catch ToolError around it to replay further"
+                )
         if self.unused:
             lines.append(f"  {len(self.unused)} recorded call(s) never made:")
             for c in self.unused:
@@ -509,7 +550,23 @@ class ReplayReport:
             else:
                 lines.append(f"  {d.field} differs: {d.detail}")
         if self.diverged:
-            n = len(self.changed) + len(self.unrecorded) + len(self.unused) + len(self.differences)
+            n = self.difference_count
+            parts = [
+                _count(
+                    len(self.changed), "call answered differently", "calls answered differently"
+                ),
+                _count(
+                    len(self.unrecorded), "call not in the recording", "calls not in the recording"
+                ),
+                _count(len(self.unused), "recorded call never made", "recorded calls never made"),
+                _count(
+                    len(self.differences),
+                    "difference in " + ", ".join(d.field for d in self.differences),
+                    "differences in " + ", ".join(d.field for d in self.differences),
+                ),
+            ]
+            # The same count as the JSON's counts.differences, with what it is made of.
+            lines.append(f"  in all: {'; '.join(p for p in parts if p)}")
             lines.append(f"DIVERGED: {n} difference{'' if n == 1 else 's'} from the recording")
         else:
             lines.append(
@@ -519,6 +576,10 @@ class ReplayReport:
 
     def __str__(self) -> str:
         return self.format()
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return "" if n == 0 else f"1 {one}" if n == 1 else f"{n} {many}"
 
 
 # -- replaying ----------------------------------------------------------------------------

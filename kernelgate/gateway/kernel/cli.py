@@ -7,19 +7,9 @@ import os
 import sys
 from typing import Any
 
-from kernelgate.cli import add_bindings_path_argument
+from kernelgate.cli import _positive_float, add_bindings_path_argument
 
 __all__ = ["register", "add_run_arguments", "run_from_args"]
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds as a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
