@@ -530,15 +530,14 @@ class ReplayReport:
                 else " (not called; the program got ToolError NotRecorded)"
             )
             lines.append(f"  {len(self.unrecorded)} call(s) not in the recording{how}:")
+            stop = self.stopped_at_unrecorded
             for c in self.unrecorded:
                 lines.append(f"    + {call_label(c.namespace, c.name, c.args, c.kwargs)}")
-            stop = self.stopped_at_unrecorded
-            if stop is not None:
-                lines.append(
-                    f"    the program did not catch the ToolError of "
-                    f"{call_label(stop.namespace, stop.name, stop.args, stop.kwargs)} and "
-                    "ended there; catch ToolError around it to replay further"
-                )
+                if c is stop:
+                    lines.append(
+                        "      the program ended here: it did not catch this ToolError, so "
+                        "its later calls were never made"
+                    )
         if self.unused:
             lines.append(f"  {len(self.unused)} recorded call(s) never made:")
             for c in self.unused:

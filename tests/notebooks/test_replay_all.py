@@ -96,7 +96,10 @@ def test_a_program_that_lets_not_recorded_go_is_said_to_end_there(recording: Pat
     stop = report.stopped_at_unrecorded
     assert stop is not None and (stop.name, stop.kwargs) == ("search", {"limit": 9})
     assert report.to_dict()["stopped_at_unrecorded"]["kwargs"] == {"limit": 9}
-    assert "did not catch the ToolError of tools.search('messages', limit=9)" in report.format()
+    assert (
+        "+ tools.search('messages', limit=9)\n"
+        "      the program ended here: it did not catch this ToolError"
+    ) in report.format()
     assert counted(report) == (1 + 5 + 3,) * 3  # + status, stdout, value
 
 
