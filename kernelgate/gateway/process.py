@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
+import re
 import resource
 import select
 import shutil
@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from kernelgate.kernels.python import LOADER, package_root
 from kernelgate.kernels.python.mounts import RUN_GID, RUN_UID
 
-__all__ = ["ChildProcess", "spawn_child", "resolve_interpreter", "make_run_dir", "remove_tree"]
+__all__ = [
+    "ChildProcess",
+    "spawn_child",
+    "resolve_interpreter",
+    "make_run_dir",
+    "remove_tree",
+    "owner_prefix",
+    "owner_alive",
+    "sweep_run_dirs",
+]
 
 _SIGNALS_TO_DEFAULT = {
     signal.SIGPIPE,
@@ -226,14 +235,118 @@ def spawn_child(
     return ChildProcess(pid, pidfd, ours, out_r, err_r)
 
 
+# -- what a host owns, named so that what outlives it can be found ---------------------------
+#
+# Every run directory and pids cgroup a host makes is named ``kernelgate-<pid>-<start>-<ns>-...``:
+# the host's pid, its start time (clock ticks after boot, /proc/<pid>/stat field 22) and the
+# inode of its pid namespace. The pair (pid, start) names one process for the life of the
+# machine, even after the pid is reused; the namespace says which /proc can tell. Whatever
+# outlives a dead host (its zygote, a later Gateway) removes exactly the entries whose owner
+# is gone, and never a live host's.
+
+_OWNER = re.compile(r"kernelgate-(\d+)-(\d+)-(\d+)-")
+_owner_cache: tuple[int, str] | None = None
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after the command (state is [0]), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :].split()
+
+
+_pidns_cache: tuple[int, int] | None = None
+
+
+def _pid_namespace() -> int:
+    """The inode of our pid namespace (fixed for a process's life), 0 if unknown."""
+    global _pidns_cache
+    pid = os.getpid()
+    if _pidns_cache is not None and _pidns_cache[0] == pid:
+        return _pidns_cache[1]
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        ns = 0  # our entries then carry 0, and nothing is swept (see owner_alive)
+    _pidns_cache = (pid, ns)
+    return ns
+
+
+def owner_prefix() -> str:
+    """``kernelgate-<pid>-<start>-<pidns>-``: the prefix of every name this process owns."""
+    global _owner_cache
+    pid = os.getpid()
+    if _owner_cache is not None and _owner_cache[0] == pid:
+        return _owner_cache[1]
+    fields = _stat_fields(pid)
+    start = int(fields[19]) if fields is not None and len(fields) > 19 else 0
+    prefix = f"kernelgate-{pid}-{start}-{_pid_namespace()}-"
+    _owner_cache = (pid, prefix)  # per pid: a forked process owns its own names
+    return prefix
+
+
+def owner_alive(name: str, seen: dict[tuple[int, int], bool] | None = None) -> bool:
+    """False only if ``name`` is marked (see :func:`owner_prefix`) by a process that is
+    certainly gone: its pid is free, or now a different process, or a zombie. Unmarked
+    names, a foreign pid namespace, or a /proc that is not ours count as alive (we
+    cannot tell, so we never touch them). ``seen`` caches answers for one sweep."""
+    found = _OWNER.match(name)
+    if found is None:
+        return True
+    pid, start, ns = (int(g) for g in found.groups())
+    if ns == 0 or ns != _pid_namespace() or start == 0:
+        return True
+    if seen is not None and (pid, start) in seen:
+        return seen[(pid, start)]
+    fields = _stat_fields(pid)
+    if fields is None:
+        # A /proc of another pid namespace would not show our own pid either.
+        alive = _stat_fields(os.getpid()) is None
+    elif len(fields) <= 19 or fields[0] in (b"Z", b"X"):
+        alive = False
+    else:
+        alive = int(fields[19]) == start
+    if seen is not None:
+        seen[(pid, start)] = alive
+    return alive
+
+
+def sweep_run_dirs(base: str | None) -> list[str]:
+    """Remove the run directories under ``base`` (default: the temporary directory) whose
+    owner is gone; return their names. One listdir, and a /proc read per marked entry."""
+    base = base or tempfile.gettempdir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    removed = []
+    seen: dict[tuple[int, int], bool] = {}
+    for name in names:
+        if not name.startswith("kernelgate-") or owner_alive(name, seen):
+            continue
+        path = os.path.join(base, name)
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                continue  # we only ever made directories: never follow anything else
+        except OSError:
+            continue
+        remove_tree(path)
+        removed.append(name)
+    return removed
+
+
 def make_run_dir(base: str | None, run_id: str) -> str:
-    """A fresh run directory under ``base`` (default: the host's temporary directory).
+    """A fresh run directory under ``base`` (default: the host's temporary directory),
+    named ``kernelgate-<owner>-<run_id>-XXXXXXXX`` (see :func:`owner_prefix`).
 
     On a root host it belongs to the run's unprivileged uid (RUN_UID: uid 0 inside the
     run's user namespace, or the uid a ``process`` level child drops to), which must be
     able to write it; the host still removes it as root.
     """
-    path = tempfile.mkdtemp(prefix=f"kernelgate-{run_id}-", dir=base)
+    path = tempfile.mkdtemp(prefix=f"{owner_prefix()}{run_id}-", dir=base)
     if os.geteuid() == 0:
         try:
             os.chown(path, RUN_UID, RUN_GID)
@@ -244,19 +357,23 @@ def make_run_dir(base: str | None, run_id: str) -> str:
 
 
 def remove_tree(path: str) -> None:
-    """Remove a run directory, even one whose modes the program changed."""
+    """Remove a run directory, even one whose modes the program changed.
+
+    If ``path`` itself is no longer a directory (a program at ``process`` level may own
+    its run directory and replace it), only that entry goes: its parent, the temporary
+    directory, is never touched.
+    """
 
     def onerror(func: object, p: str, exc_info: object) -> None:
         try:
-            parent = os.path.dirname(p)
-            os.chmod(parent, stat.S_IRWXU)
+            if p != path:
+                os.chmod(os.path.dirname(p), stat.S_IRWXU)  # a directory inside the tree
             if os.path.isdir(p) and not os.path.islink(p):
                 os.chmod(p, stat.S_IRWXU)
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 os.unlink(p)
-        except OSError as e:
-            if e.errno != errno.ENOENT:
-                pass
+        except OSError:
+            pass  # gone already, or not ours to remove
 
     shutil.rmtree(path, onerror=onerror)

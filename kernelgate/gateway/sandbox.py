@@ -15,7 +15,7 @@ from typing import Any
 from kernelgate.kernels.python import package_root
 
 from .limits import Limits
-from .process import backoff
+from .process import backoff, owner_alive, owner_prefix
 
 __all__ = [
     "LEVELS",
@@ -140,10 +140,14 @@ def plan_sandbox(
 
 
 class PidsCgroup:
-    """A per-run pids cgroup (v1 or v2) capping how many processes a run may have."""
+    """A per-run pids cgroup (v1 or v2) capping how many processes a run may have.
+
+    Named ``kernelgate-<owner>-<run_id>`` (:func:`~kernelgate.gateway.process.owner_prefix`):
+    :meth:`sweep` finds those of hosts that are gone.
+    """
 
     def __init__(self, root: str, run_id: str, max_pids: int) -> None:
-        self.path = os.path.join(root, f"kernelgate-{run_id}")
+        self.path = os.path.join(root, f"{owner_prefix()}{run_id}")
         os.mkdir(self.path)
         self.max_pids = -1
         try:
@@ -202,6 +206,35 @@ class PidsCgroup:
         return self.settle()
 
     @staticmethod
+    def sweep(root: str | None, timeout: float = 0.5) -> list[str]:
+        """Empty and remove the cgroups under ``root`` whose owner is gone (killing what is
+        left in them: a dead host's runs); return their names. One listdir; a cgroup whose
+        processes have not left within ``timeout`` stays for the next sweep."""
+        if root is None:
+            return []
+        try:
+            names = os.listdir(root)
+        except OSError:
+            return []
+        left = []
+        seen: dict[tuple[int, int], bool] = {}
+        for name in names:
+            if name.startswith("kernelgate-") and not owner_alive(name, seen):
+                cgroup = PidsCgroup.__new__(PidsCgroup)
+                cgroup.path = os.path.join(root, name)
+                cgroup.max_pids = -1
+                left.append(cgroup)
+        removed = [c for c in left if c.settle()]
+        busy = [c for c in left if c not in removed]
+        if busy:
+            for delay in backoff(timeout):
+                busy = [c for c in busy if not c.settle()]
+                if not busy:
+                    break
+                time.sleep(delay)
+        return sorted(os.path.basename(c.path) for c in left if c not in busy)
+
+    @staticmethod
     def find_root() -> str | None:
         """A pids cgroup directory we may create children in, or None."""
         try:
@@ -230,7 +263,7 @@ class PidsCgroup:
 def _usable(root: str) -> bool:
     if not os.path.isdir(root) or not os.access(root, os.W_OK):
         return False
-    probe = os.path.join(root, f"kernelgate-probe-{os.getpid()}")
+    probe = os.path.join(root, f"{owner_prefix()}probe")
     try:
         os.mkdir(probe)
     except OSError:

@@ -4,7 +4,7 @@ It imports the bootstrap, asyncio and the sandbox once, never runs user code, an
 the host over a SOCK_SEQPACKET socket on fd 3:
 
 - host -> zygote: ``{"op": "fork", "id": N, "level": L, "run_dir": D, "cgroup": C|null,
-  "read_paths": [...]}``
+  "read_paths": [...], "owner": "kernelgate-<pid>-<start>-<pidns>-"}``
   with three fds attached (SCM_RIGHTS): the child's fd 3, fd 1 and fd 2.
 - zygote -> host: ``{"id": N, "pid": P}`` once forked, and ``{"exit": P, "status": S,
   "rusage": [user_s, system_s, maxrss_kib]}`` when it has reaped a child (wait status).
@@ -15,18 +15,29 @@ level the child is forked straight into its namespaces (their init); the zygote 
 to its cgroup before it goes on, and reports the program's status that init wrote to a pipe.
 When the host closes the socket, the zygote exits; children waiting for a program see fd 3
 close and exit.
+
+When the host dies (SIGKILL, SIGTERM, the OOM killer: its fd 3 closes, or its pidfd says it
+is gone), nothing of the host's would remove what it owned, so the zygote does before it
+exits: it kills its children and what is left in their pids cgroups, waits for them to be
+gone, then removes the cgroups and run directories. Beside the paths the fork requests
+named, it removes every entry their directories hold under the host's ``owner`` name
+prefix (its cold runs' too). A host that merely closed the pool is alive: it cleans up
+itself (and kills the zygote), so the zygote then just exits.
 """
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
 import select
 import signal
 import socket
+import stat
 import sys
-from typing import Any
+import time
+from typing import Any, NoReturn
 
 from . import bootstrap, sandbox
 
@@ -39,12 +50,23 @@ def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     try:
         sock.send(json.dumps(message).encode())
     except OSError:
-        os._exit(0)  # the host is gone
+        _host_gone()
 
 
 _NAMESPACE_LEVELS = ("namespaces", "namespaces+landlock")
 _statuses: dict[int, int] = {}  # pid of a child born in namespaces -> its status pipe
 _can_clone = True  # until a clone into namespaces fails: then fork and unshare
+# What the host owns, to remove if it dies: each live child's run directory and cgroup,
+# the directories holding them, and the host's name prefix for what else they hold.
+_children: dict[int, tuple[str, str | None]] = {}
+_places: set[tuple[str, str]] = set()  # ("dir" | "cgroup", parent directory)
+_owner = ""
+_host_pid = 0
+_host_pidfd = -1
+#: How long a host that closed fd 3 may take to be gone before we take it as alive.
+_HOST_EXIT_WAIT = 5.0
+#: How long the children of a dead host may take to leave their cgroups.
+_CLEANUP_WAIT = 5.0
 
 
 def _child(
@@ -163,6 +185,7 @@ def main() -> None:
     # ``process`` level) cannot open our /proc/<pid>/fd, mem or environ, nor an idle
     # child's (issue 9, finding 8). The loader closed every inherited fd but 0-3.
     sandbox.not_dumpable()
+    _watch_host()
     sock = socket.socket(fileno=_ZYGOTE_FD)
     sock.setblocking(True)
     wake_r, wake_w = os.pipe()
@@ -181,11 +204,14 @@ def main() -> None:
     # in a child would walk (and so copy) all of them. Frozen, they are never walked.
     gc.collect()
     gc.freeze()
+    watched: list[Any] = [sock, wake_r] + ([_host_pidfd] if _host_pidfd >= 0 else [])
     while True:
         try:
-            ready, _, _ = select.select([sock, wake_r], [], [])
+            ready, _, _ = select.select(watched, [], [])
         except InterruptedError:
             continue
+        if _host_pidfd in ready:
+            _host_gone()  # even if someone else still holds the host's end of fd 3
         if wake_r in ready:
             try:
                 while os.read(wake_r, 512):
@@ -199,9 +225,9 @@ def main() -> None:
             except InterruptedError:
                 continue
             except OSError:
-                os._exit(0)  # the host closed the pool
+                _host_gone()  # or the host closed the pool
             if not data:
-                os._exit(0)  # the host closed the pool
+                _host_gone()  # or the host closed the pool
             try:
                 request = json.loads(data)
             except ValueError:
@@ -222,6 +248,7 @@ def main() -> None:
                 continue
             for fd in fds:
                 os.close(fd)
+            _own(pid, request)
             _send(sock, {"id": request["id"], "pid": pid})
             _reap(sock)
 
@@ -254,6 +281,7 @@ def _reap(sock: socket.socket) -> None:
             pid, status, ru = os.wait4(pid, 0)
         except ChildProcessError:
             continue
+        _children.pop(pid, None)  # its run is over: the host removes what it had
         status = _program_status(pid, status)
         _send(
             sock,
@@ -274,3 +302,167 @@ def _program_status(pid: int, status: int) -> int:
     finally:
         os.close(fd)
     return status if reported is None else reported
+
+
+# -- the host's death ------------------------------------------------------------------------
+
+
+def _watch_host() -> None:
+    """Remember our parent, the host, with a pidfd that tells when it is gone."""
+    global _host_pid, _host_pidfd
+    _host_pid = os.getppid()
+    try:
+        _host_pidfd = os.pidfd_open(_host_pid)
+    except (OSError, AttributeError):
+        _host_pidfd = -1  # no pidfds here: EOF on fd 3 and our parent changing tell it
+    if os.getppid() != _host_pid:
+        _host_gone()  # it died before we could watch it: that pidfd is not its
+
+
+def _own(pid: int, request: dict[str, Any]) -> None:
+    """Note what the host told us a new child owns."""
+    global _owner
+    run_dir = request.get("run_dir")
+    cgroup = request.get("cgroup")
+    if not isinstance(run_dir, str):
+        return
+    _children[pid] = (run_dir, cgroup if isinstance(cgroup, str) else None)
+    _places.add(("dir", os.path.dirname(run_dir)))
+    if isinstance(cgroup, str):
+        _places.add(("cgroup", os.path.dirname(cgroup)))
+    owner = request.get("owner")
+    # Only a prefix that names our host: never a way to remove anyone else's.
+    if isinstance(owner, str) and owner.startswith(f"kernelgate-{_host_pid}-"):
+        _owner = owner
+
+
+def _host_dead(timeout: float) -> bool:
+    """True once the host has exited (waiting up to ``timeout`` for it to finish)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(0.0, deadline - time.monotonic())
+        if _host_pidfd >= 0:
+            try:
+                ready, _, _ = select.select([_host_pidfd], [], [], left)
+            except InterruptedError:
+                continue
+            if ready:
+                return True
+        elif os.getppid() != _host_pid:
+            return True  # re-parented: the host has exited
+        else:
+            time.sleep(min(left, 0.01))
+        if not left:
+            return False
+
+
+def _host_gone() -> NoReturn:
+    """fd 3 closed (or the host's pidfd fired): clean up after a dead host, and exit."""
+    try:
+        if _host_dead(_HOST_EXIT_WAIT):
+            _clean_up()
+    finally:
+        os._exit(0)
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _clean_up() -> None:
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    run_dirs = {run_dir for run_dir, _ in _children.values()}
+    cgroups = {cgroup for _, cgroup in _children.values() if cgroup}
+    if _owner:
+        for kind, place in _places:
+            found = {os.path.join(place, name) for name in _listdir(place)}
+            mine = {path for path in found if os.path.basename(path).startswith(_owner)}
+            (run_dirs if kind == "dir" else cgroups).update(mine)
+    for pid in _children:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    deadline = time.monotonic() + _CLEANUP_WAIT
+    delay = 0.0005
+    while True:
+        # Everything in the cgroups: what left our children's process groups, and the
+        # host's cold runs. Killed processes take a moment to leave, so until empty.
+        for cgroup in list(cgroups):
+            if not _kill_cgroup(cgroup):
+                cgroups.discard(cgroup)  # empty and removed, or not a cgroup at all
+        _reap_all()
+        if not cgroups and not _has_children():
+            break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    for path in run_dirs:
+        if os.path.basename(path).startswith("kernelgate-"):
+            _remove_tree(path)
+
+
+def _kill_cgroup(path: str) -> bool:
+    """Kill what is in a cgroup and remove it; True while it is still there (busy)."""
+    if not os.path.basename(path).startswith("kernelgate-"):
+        return False
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            pids = [int(line) for line in f.read().split()]
+    except (OSError, ValueError):
+        pids = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        return exc.errno == errno.EBUSY  # its processes are on their way out
+    return False
+
+
+def _reap_all() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _has_children() -> bool:
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a run directory of the host's, even one whose modes the program changed;
+    a path that is no longer a directory is only unlinked (never followed)."""
+    import shutil
+
+    def onerror(func: object, p: str, exc_info: object) -> None:
+        try:
+            if p != path:
+                os.chmod(os.path.dirname(p), stat.S_IRWXU)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, stat.S_IRWXU)
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.unlink(p)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=onerror)

@@ -1,0 +1,277 @@
+"""Nothing outlives its owner: a host that dies leaves no run directory and no pids cgroup.
+
+A host killed with SIGKILL or SIGTERM (the OOM killer, ``kill``, jupyter_client's
+``shutdown_kernel(now=True)``) runs none of its own cleanup. Its zygote sees it go and
+removes what it owned before exiting; a new gateway sweeps what hosts that are gone left
+(their names carry the owner's pid and start time), never a live host's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kernelgate
+from kernelgate import Gateway, Limits
+from kernelgate.gateway.pool import sweep_leftovers
+from kernelgate.gateway.process import owner_prefix
+from kernelgate.gateway.sandbox import PidsCgroup
+from tests.procs import descendants, pid_alive
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kernelgate.__file__)))
+CGROUP_ROOT = PidsCgroup.find_root()
+
+#: A host: a gateway with a warm pool that has done a run and filled its pool, and a
+#: second run still going. It prints its pid once all that holds, then waits to be killed.
+HOST = """
+import asyncio, json, os, sys
+from kernelgate import Gateway, Limits
+
+async def main() -> None:
+    gw = Gateway(pool_size=2, tmp_dir=sys.argv[1], limits=Limits(wall_seconds=60))
+    first = await gw.run("1 + 1")
+    assert first.ok, first
+    await gw.wait_finished()
+    pool = gw._pool
+    while pool.ready < pool.size:
+        await asyncio.shield(pool._filler)
+    started = asyncio.get_running_loop().create_future()
+
+    def on_output(out: dict) -> None:
+        if not started.done():
+            started.set_result(None)
+
+    busy = asyncio.ensure_future(
+        gw.run("print('started', flush=True)\\nwhile True:\\n    pass", on_output=on_output)
+    )
+    await started
+    pool.refill()
+    while pool.ready < pool.size:
+        await asyncio.shield(pool._filler)
+    print(json.dumps({"pid": os.getpid(), "zygote": pool._zygote.pid}), flush=True)
+    await busy
+
+asyncio.run(main())
+"""
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": ROOT, "TMPDIR": str(tmp)}
+
+
+def _ours(directory: str | None, pid: int) -> list[str]:
+    """Entries under ``directory`` owned (by name) by process ``pid``."""
+    if directory is None:
+        return []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.startswith(f"kernelgate-{pid}-"))
+
+
+def _wait_until(check: Any, timeout: float = 15.0) -> Any:
+    """Poll ``check()`` until it is falsy (returned) or the deadline passes (its last value)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        found = check()
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+@pytest.fixture
+def tmp(tmp_path: Path) -> Iterator[Path]:
+    """The TMPDIR a host gets; it must be empty once the test is over."""
+    path = tmp_path / "tmp"
+    path.mkdir()
+    yield path
+    assert os.listdir(path) == [], "left in the host's TMPDIR"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_killed_host_leaves_no_run_directory_or_cgroup(tmp: Path, sig: int) -> None:
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST, str(tmp)],
+        stdout=subprocess.PIPE,
+        env=_env(tmp),
+        text=True,
+    )
+    try:
+        assert host.stdout is not None
+        line = host.stdout.readline()
+        assert line, "the host did not start"
+        info = json.loads(line)
+        pid = int(info["pid"])
+        # What it owns now: the idle children's and the busy run's directories, and (with
+        # a pids cgroup here) their cgroups; processes below it, the zygote among them.
+        assert len(_ours(str(tmp), pid)) >= 3
+        if CGROUP_ROOT is not None:
+            assert len(_ours(CGROUP_ROOT, pid)) >= 3
+        below = descendants(pid)
+        assert int(info["zygote"]) in below
+        os.kill(pid, sig)
+        assert host.wait(timeout=10) == -sig
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(timeout=10)
+    assert _wait_until(lambda: _ours(str(tmp), pid)) == []
+    assert _wait_until(lambda: _ours(CGROUP_ROOT, pid)) == []
+    assert _wait_until(lambda: [p for p in below if pid_alive(p)]) == []
+
+
+def _dead_process() -> tuple[int, int]:
+    """The pid and start time of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    with open(f"/proc/{proc.pid}/stat", "rb") as f:
+        data = f.read()
+    start = int(data[data.rfind(b")") + 2 :].split()[19])
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=10)
+    return proc.pid, start
+
+
+def _pidns() -> int:
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+def test_a_new_gateway_removes_what_dead_hosts_left_and_nothing_else(
+    tmp: Path, tmp_path: Path, no_fd_leak: None
+) -> None:
+    pid, start = _dead_process()
+    dead = f"kernelgate-{pid}-{start}-{_pidns()}-"
+    me = os.getpid()
+    reused = f"kernelgate-{me}-{int(owner_prefix().split('-')[2]) + 1}-{_pidns()}-"
+    live = owner_prefix()  # this test process: alive
+    other_ns = f"kernelgate-{pid}-{start}-{_pidns() + 1}-"  # we cannot tell: untouched
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("host file\n")
+
+    gone = [f"{dead}pool-ab12cd34-0-x1y2z3", f"{dead}20250101T000000-0a1b2c3d-q", f"{reused}r"]
+    kept = [f"{live}pool-live-0-x", f"{other_ns}r", "kernelgate-pool-old-0-x", "tmp-not-ours"]
+    for name in gone + kept:
+        (tmp / name / "sub").mkdir(parents=True)
+        (tmp / name / "sub" / "file.txt").write_text("x")
+    os.chmod(tmp / gone[0] / "sub", 0)  # a program changed its modes
+    # A dead host's name on a link: only the link may go, never what it points to.
+    os.symlink(outside, tmp / f"{dead}link")
+    cgroups_gone = [f"{dead}pool-ab12cd34-0", f"{dead}20250101T000000-0a1b2c3d"]
+    cgroups_kept = [f"{live}pool-live-0", f"{other_ns}x"]
+    made = []
+    if CGROUP_ROOT is not None:
+        for name in cgroups_gone + cgroups_kept:
+            os.mkdir(os.path.join(CGROUP_ROOT, name))
+            made.append(os.path.join(CGROUP_ROOT, name))
+    try:
+        gw = Gateway(pool_size=1, tmp_dir=str(tmp), limits=Limits(wall_seconds=20))
+        try:
+            r = gw.run_sync("1 + 1")
+            assert r.ok, r.message
+        finally:
+            gw.close()
+        left = set(os.listdir(tmp))
+        assert left & set(gone) == set()
+        assert set(kept) <= left
+        assert (outside / "keep.txt").read_text() == "host file\n"
+        if CGROUP_ROOT is not None:
+            there = set(os.listdir(CGROUP_ROOT))
+            assert there & set(cgroups_gone) == set()
+            assert set(cgroups_kept) <= there
+    finally:
+        for cgroup in made:
+            if os.path.isdir(cgroup):
+                os.rmdir(cgroup)
+        for entry in tmp.iterdir():
+            if entry.is_symlink():
+                entry.unlink()
+            else:
+                subprocess.run(["rm", "-rf", str(entry)], check=True, timeout=30)
+
+
+def test_the_sweep_is_cheap(tmp: Path) -> None:
+    """A sweep of a directory holding nothing of ours costs one listdir: it never reads
+    /proc for names that are not marked."""
+    for n in range(200):
+        (tmp / f"tmp{n}").mkdir()
+    try:
+        t0 = time.perf_counter()
+        assert sweep_leftovers(str(tmp), CGROUP_ROOT) == []
+        elapsed = time.perf_counter() - t0
+        assert elapsed < 0.5, f"a sweep of 200 entries took {elapsed:.3f} s"
+    finally:
+        for n in range(200):
+            (tmp / f"tmp{n}").rmdir()
+
+
+# -- the kernel front ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def kernel_name(tmp_path: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A kernelspec running this checkout's kernel with ``tmp`` as its TMPDIR."""
+    name = "kernelgate-leftovers"
+    spec_dir = tmp_path / "jupyter" / "kernels" / name
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "kernelgate.gateway.kernel", "-f", "{connection_file}"],
+        "display_name": name,
+        "language": "python",
+        "interrupt_mode": "signal",
+        "env": {"PYTHONPATH": ROOT, "TMPDIR": str(tmp)},
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    return name
+
+
+@pytest.mark.parametrize("how", ["shutdown_now", "SIGTERM"])
+def test_a_stopped_kernel_leaves_nothing(
+    kernel_name: str, tmp: Path, tmp_path: Path, how: str
+) -> None:
+    """``shutdown_kernel(now=True)`` kills the kernel (SIGKILL): its zygote cleans up.
+    SIGTERM (what a supervisor sends) is a clean shutdown: the kernel closes its gateway
+    and exits 0, a cell still running."""
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name=kernel_name, connection_file=str(tmp_path / "kernel.json"))
+    km.start_kernel(cwd=str(tmp_path))
+    kc = km.client()
+    try:
+        kc.start_channels()
+        kc.wait_for_ready(timeout=30)
+        reply = kc.execute_interactive("1 + 1", timeout=30)
+        assert reply["content"]["status"] == "ok"
+        pid = km.provisioner.pid  # type: ignore[union-attr]
+        assert isinstance(pid, int)
+        # The pool refills after the cell: wait (bounded) until its children are booted.
+        assert _wait_until(lambda: len(_ours(str(tmp), pid)) < 4, timeout=30) is False
+        kc.execute("while True:\n    pass")  # a cell still running when it is stopped
+        below = descendants(pid)
+        assert below, "the kernel has a zygote and warm children"
+        if how == "SIGTERM":
+            km.signal_kernel(signal.SIGTERM)
+            process = km.provisioner.process  # type: ignore[union-attr]
+            assert process.wait(timeout=30) == 0
+            # Removed by the kernel itself before it exited, not by what outlives it.
+            assert _ours(str(tmp), pid) == []
+            assert _ours(CGROUP_ROOT, pid) == []
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    assert _wait_until(lambda: _ours(str(tmp), pid)) == []
+    assert _wait_until(lambda: _ours(CGROUP_ROOT, pid)) == []
+    assert _wait_until(lambda: [p for p in below if pid_alive(p)]) == []
