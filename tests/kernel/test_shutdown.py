@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -112,13 +113,16 @@ sys.stdin.read()  # until the test kills this process
 """
 
 
-def test_the_kernel_exits_when_its_launcher_dies() -> None:
+def test_the_kernel_exits_when_its_launcher_dies(tmp_path) -> None:
     """Like ipykernel's parent poller: no orphaned kernel (or cell child) is left running."""
+    # The killed launcher never removes its connection file (a bare KernelManager writes
+    # it with mkstemp): it goes to the test's directory, not $TMPDIR.
     launcher = subprocess.Popen(
         [sys.executable, "-c", LAUNCHER, MESSAGE_KERNEL_NAME],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     try:
         assert launcher.stdout is not None
@@ -129,3 +133,5 @@ def test_the_kernel_exits_when_its_launcher_dies() -> None:
         launcher.kill()
         launcher.wait(timeout=10)
     assert wait_gone({kernel_pid, *children}) == set()
+    # The kernel shut down on its own: it removed its run directories (its TMPDIR is ours).
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("kernelgate-")] == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import tempfile
 
 import pytest
 
@@ -19,7 +20,10 @@ MODULES = [
 
 
 @pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples(name: str) -> None:
+def test_docstring_examples(name: str, tmp_path, monkeypatch) -> None:
+    # The examples save notebooks under tempfile.mkdtemp(), as a reader would: here that
+    # is the test's own directory, so nothing is left in $TMPDIR.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
