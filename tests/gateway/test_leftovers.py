@@ -23,7 +23,7 @@ import pytest
 import kernelgate
 from kernelgate import Gateway, Limits
 from kernelgate.gateway.pool import sweep_leftovers
-from kernelgate.gateway.process import owner_prefix
+from kernelgate.gateway.process import owner_prefix, remove_tree
 from kernelgate.gateway.sandbox import PidsCgroup
 from tests.procs import descendants, pid_alive
 
@@ -200,6 +200,25 @@ def test_a_new_gateway_removes_what_dead_hosts_left_and_nothing_else(
                 entry.unlink()
             else:
                 subprocess.run(["rm", "-rf", str(entry)], check=True, timeout=30)
+
+
+def test_removing_a_run_directory_replaced_by_a_link_touches_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """A program that owns its run directory (``process`` level on a root host) may swap
+    it for a link: only the link goes; its parent (the tmp dir) keeps its mode."""
+    parent = tmp_path / "tmp"
+    parent.mkdir()
+    os.chmod(parent, 0o1777)
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep.txt").write_text("x")
+    link = parent / f"{owner_prefix()}run-abc"
+    link.symlink_to(target)
+    remove_tree(str(link))
+    assert not os.path.lexists(link)
+    assert (target / "keep.txt").read_text() == "x"
+    assert os.stat(parent).st_mode & 0o7777 == 0o1777
 
 
 def test_the_sweep_is_cheap(tmp: Path) -> None:
