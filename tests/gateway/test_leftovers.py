@@ -8,6 +8,7 @@ removes what it owned before exiting; a new gateway sweeps what hosts that are g
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -130,6 +131,41 @@ def test_a_killed_host_leaves_no_run_directory_or_cgroup(tmp: Path, sig: int) ->
     assert _wait_until(lambda: _ours(str(tmp), pid)) == []
     assert _wait_until(lambda: _ours(CGROUP_ROOT, pid)) == []
     assert _wait_until(lambda: [p for p in below if pid_alive(p)]) == []
+
+
+def test_a_zygote_whose_live_host_closed_the_pool_just_exits(tmp: Path, no_fd_leak: None) -> None:
+    """fd 3 closing is not enough: the host is alive (it closed the pool and cleans up
+    itself), so the zygote exits at once and removes nothing of its host's."""
+    import select
+
+    gw = Gateway(pool_size=1, tmp_dir=str(tmp), limits=Limits(wall_seconds=20))
+
+    async def fill() -> None:
+        assert (await gw.run("1 + 1")).ok
+        await gw.wait_finished()
+        pool = gw._pool
+        assert pool is not None
+        while pool.ready < pool.size:
+            assert pool._filler is not None
+            await asyncio.shield(pool._filler)
+
+    try:
+        asyncio.run(fill())
+        assert gw._pool is not None
+        zygote = gw._pool._zygote
+        assert zygote is not None and not zygote.dead
+        before = _ours(str(tmp), os.getpid())
+        assert before, "the pool's child has its run directory"
+        pidfd = os.pidfd_open(zygote.pid)
+        try:
+            zygote.sock.close()
+            gone, _, _ = select.select([pidfd], [], [], 3.0)
+        finally:
+            os.close(pidfd)
+        assert gone, "the zygote did not exit when its live host closed fd 3"
+        assert _ours(str(tmp), os.getpid()) == before
+    finally:
+        gw.close()
 
 
 def _dead_process() -> tuple[int, int]:

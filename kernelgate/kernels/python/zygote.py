@@ -63,8 +63,6 @@ _places: set[tuple[str, str]] = set()  # ("dir" | "cgroup", parent directory)
 _owner = ""
 _host_pid = 0
 _host_pidfd = -1
-#: How long a host that closed fd 3 may take to be gone before we take it as alive.
-_HOST_EXIT_WAIT = 5.0
 #: How long the children of a dead host may take to leave their cgroups.
 _CLEANUP_WAIT = 5.0
 
@@ -336,30 +334,34 @@ def _own(pid: int, request: dict[str, Any]) -> None:
         _owner = owner
 
 
-def _host_dead(timeout: float) -> bool:
-    """True once the host has exited (waiting up to ``timeout`` for it to finish)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = max(0.0, deadline - time.monotonic())
-        if _host_pidfd >= 0:
-            try:
-                ready, _, _ = select.select([_host_pidfd], [], [], left)
-            except InterruptedError:
-                continue
-            if ready:
-                return True
-        elif os.getppid() != _host_pid:
-            return True  # re-parented: the host has exited
-        else:
-            time.sleep(min(left, 0.01))
-        if not left:
-            return False
+_PF_EXITING = 0x4  # /proc/<pid>/stat flags: the process is in do_exit
+
+
+def _host_exiting() -> bool:
+    """True if the host has exited or is exiting.
+
+    fd 3 closes in the middle of the host's exit (its files go before it is a zombie and
+    its pidfd fires), but its exit flag is set before that: so when fd 3 closes, a host
+    without it merely closed the pool (and cleans up itself).
+    """
+    if os.getppid() != _host_pid:
+        return True  # re-parented: the host has exited
+    try:
+        with open(f"/proc/{_host_pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return True
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & _PF_EXITING)
+    except (IndexError, ValueError):
+        return False
 
 
 def _host_gone() -> NoReturn:
     """fd 3 closed (or the host's pidfd fired): clean up after a dead host, and exit."""
     try:
-        if _host_dead(_HOST_EXIT_WAIT):
+        if _host_exiting():
             _clean_up()
     finally:
         os._exit(0)
