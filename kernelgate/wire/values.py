@@ -8,9 +8,12 @@ message naming the type and where it sits, e.g. ``value['a'][2]: set is not JSON
 
 The walk uses an explicit stack (memory O(depth), no recursion), so a 10,000-deep list or a
 six-million-element list passes or fails cleanly. Sizes are metered as they will be
-serialized by :func:`dumps`, and metering stops as soon as a budget is exceeded. Runs of
-scalars inside a list are checked and metered in bulk (C speed); anything the bulk pass is
-not sure about is redone element by element, so messages and sizes are the same either way.
+serialized by :func:`dumps`, and metering stops as soon as a budget is exceeded, without
+building the serialized text: a long string is metered a chunk at a time (a 60 MB string of
+control characters, 360 MB as JSON, costs one chunk past the budget). Runs of scalars inside
+a list are checked and metered in bulk (C speed); anything the bulk pass is not sure about
+is redone element by element, so messages and sizes are the same either way. Messages are
+bounded whatever the value holds: a key or a class name in a path is cut.
 
 Note that :func:`check_json` has no depth limit but the wire has one: :func:`dumps` and
 :func:`loads` use the C ``json`` module, which refuses values nested deeper than about
@@ -123,12 +126,32 @@ def loads(text: str | bytes) -> Any:
     return value
 
 
+#: Longest key a path shows, and longest path (its start and its end are kept).
+_MAX_KEY_SHOWN = 80
+_MAX_PATH_SHOWN = 4096
+
+
 def describe_path(root: str, steps: list[str | int]) -> str:
-    """Render a path like ``value['a'][2]``."""
+    """Render a path like ``value['a'][2]``, bounded: a long key is cut, and so is a long
+    path (in the middle).
+
+    >>> describe_path("value", ["a", 2])
+    "value['a'][2]"
+    >>> describe_path("value", ["k" * 1000])[-20:]
+    'kkkk...(1000 chars)]'
+    """
     parts = [root]
     for step in steps:
-        parts.append(f"[{step!r}]")
-    return "".join(parts)
+        if type(step) is str and len(step) > _MAX_KEY_SHOWN:
+            head = repr(step[: _MAX_KEY_SHOWN - 10])[:-1]
+            parts.append(f"[{head}...({len(step)} chars)]")
+        else:
+            parts.append(f"[{step!r}]")
+    path = "".join(parts)
+    if len(path) > _MAX_PATH_SHOWN:
+        half = _MAX_PATH_SHOWN // 2
+        path = f"{path[:half]}...{path[-half:]}"
+    return path
 
 
 # Serialized size of a str is len + 2 quotes + escapes. Measuring through the encoder is
@@ -136,11 +159,25 @@ def describe_path(root: str, steps: list[str | int]) -> str:
 _encode_str = json.encoder.encode_basestring
 
 
-def _str_size(s: str, root: str, keys: list[str | int]) -> int:
+#: Characters of a string serialized at once to meter it: bounds the text built.
+_STR_CHUNK = 1 << 16
+
+
+def _str_size(s: str, root: str, keys: list[str | int], budget: int = -1) -> int:
+    """Serialized size of ``s``; once past ``budget`` (if not negative) a size over it is
+    returned without metering the rest."""
     if s.isascii() and s.isprintable() and '"' not in s and "\\" not in s:
         return len(s) + 2
     try:
-        return len(_encode_str(s).encode("utf-8"))
+        if len(s) <= _STR_CHUNK:
+            return len(_encode_str(s).encode("utf-8"))
+        # A chunk at a time, each without its two quotes: an escape never spans chunks.
+        size = 2
+        for i in range(0, len(s), _STR_CHUNK):
+            size += len(_encode_str(s[i : i + _STR_CHUNK]).encode("utf-8")) - 2
+            if 0 <= budget < size:
+                return size
+        return size
     except UnicodeEncodeError:
         where = describe_path(root, [k for k in keys if k != -1])
         # exc.start indexes the encoded text (quotes, escapes): find the index in s itself.
@@ -170,17 +207,25 @@ def _int_size(n: int, root: str, keys: list[str | int]) -> int:
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 _BULK = 2048  # elements per bulk step
+_BULK_CHARS = 1 << 20  # most characters of strings serialized in one bulk step
 _NEG_ZERO = re.compile(r"[\[,]-0\.0[,\]]")
 
 
 def _bulk_size(chunk: list[Any] | tuple[Any, ...]) -> int:
     """Serialized size of a run of exactly-typed scalars (commas excluded), or -1 if any of
     them may be refused: the element-by-element walk then decides, with the exact path."""
+    types = set(map(type, chunk))
+    if str in types:
+        # Long strings are metered one by one, against the budget: the bulk text of a
+        # few of them could be far larger than anything the value may be.
+        strs = chunk if len(types) == 1 else [x for x in chunk if type(x) is str]
+        if sum(map(len, strs)) > _BULK_CHARS:
+            return -1
     try:
         text = _dumps(chunk)  # ValueError for NaN/inf or an int too long to print
     except ValueError:
         return -1
-    if float in set(map(type, chunk)) and _NEG_ZERO.search(text) is not None:
+    if float in types and _NEG_ZERO.search(text) is not None:
         return -1
     if text.isascii():
         n = len(text)
@@ -226,7 +271,7 @@ def check_json(value: Any, root: str = "value", max_bytes: int | None = None) ->
         if have_item:
             t = type(item)
             if t is str:
-                size += _str_size(item, root, keys)
+                size += _str_size(item, root, keys, limit - size if limit >= 0 else -1)
             elif t is int:
                 size += _int_size(item, root, keys)
             elif t is bool or item is None:
@@ -297,7 +342,9 @@ def check_json(value: Any, root: str = "value", max_bytes: int | None = None) ->
                     _type_name(key),
                 )
             keys[-1] = key
-            size += _str_size(key, root, keys) + 1
+            size += _str_size(key, root, keys, limit - size if limit >= 0 else -1) + 1
+            if limit >= 0 and size > limit:
+                _too_large(root, limit, keys)
             have_item = True
             continue
         i: int = keys[-1] + 1  # type: ignore[operator]
@@ -340,6 +387,9 @@ class _End:
 _END: Any = _End()
 
 
+_MAX_NAME_SHOWN = 200
+
+
 def _type_name(obj: Any) -> str:
     try:
         t = type(obj)
@@ -347,9 +397,10 @@ def _type_name(obj: Any) -> str:
         module = t.__module__
         if type(name) is not str or type(module) is not str:
             return "object"
-        if module in ("builtins", "__main__"):
-            return name
-        return f"{module}.{name}"
+        full = name if module in ("builtins", "__main__") else f"{module}.{name}"
+        if len(full) > _MAX_NAME_SHOWN:
+            full = f"{full[: _MAX_NAME_SHOWN - 20]}...({len(full)} chars)"
+        return full.encode("utf-8", "backslashreplace").decode("utf-8")
     except Exception:
         return "object"
 

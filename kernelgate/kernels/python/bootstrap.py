@@ -1,9 +1,15 @@
 """The child: read one ``execute_request`` from fd 3, run it, report, exit.
 
 Started by the host as ``python -I -c <loader>`` with fd 3 a socketpair to the host, stdin
-at EOF, fd 1 and 2 pipes the host captures. Everything the reporting path needs is bound
-before the program runs (the program may rebind builtins or module globals); if reporting
-still fails, a fixed pre-encoded ``execute_reply`` is written with a pre-bound ``os.write``.
+at EOF, fd 1 and 2 pipes the host captures. Everything the reporting path and the binding
+calls need is bound before the program runs (the program may rebind builtins or module
+globals such as ``os.read``); if reporting still fails, a fixed pre-encoded
+``execute_reply`` is written with a pre-bound ``os.write``.
+
+fd 3 is shared by every thread of the program: each frame is written whole under one lock
+(a thread printing while another sends a large call must not splice frames), and replies
+are read by whichever event loop is waiting for one (the program's, or a loop of its own
+in another thread) and handed to the loop that made the call.
 """
 
 from __future__ import annotations
@@ -15,6 +21,10 @@ import os
 import resource
 import select
 import sys
+import threading
+import time
+import types
+from asyncio.events import _get_running_loop
 from typing import Any
 
 from kernelgate.wire.connection import CHILD, HOST, Connection
@@ -38,6 +48,7 @@ from .program import (
     FILENAME,
     LAST_EXPRESSION,
     bind_globals,
+    cap_text,
     compile_program,
     format_exception,
     safe_str,
@@ -52,9 +63,17 @@ __all__ = ["main", "Child"]
 CONTROL_FD = 3
 _HOST_FRAME_CEILING = 1 << 30  # the host is trusted; its frames are bounded by its limits
 _FRAME_OVERHEAD = 4096  # header, parent header and field names around a payload
+# Diagnostics stay small whatever the program makes: an exception's text and traceback,
+# and the messages the child writes itself (which may quote the program's values).
+_MAX_DIAGNOSTIC = 32 * 1024
+_MAX_MESSAGE = 8 * 1024
 
 _os_write = os.write
+_os_read = os.read
+_monotonic = time.monotonic
 _getrusage = resource.getrusage
+_getrlimit = resource.getrlimit
+_RLIMIT_AS, _RLIM_INFINITY = resource.RLIMIT_AS, resource.RLIM_INFINITY
 _RUSAGE_SELF, _RUSAGE_CHILDREN = resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN
 _os_exit = os._exit
 _select = select.select
@@ -88,7 +107,17 @@ class Child:
             CHILD, session=f"child-{os.getpid()}", max_frame_bytes=_HOST_FRAME_CEILING
         )
         self.fallback = _fallback_frame()
+        # call id -> (future of the answer, in the loop that made the call; binding label)
         self.pending: dict[int, tuple[asyncio.Future[Any], str]] = {}
+        # Writing fd 3: one frame at a time whatever thread sends it. Reentrant, because
+        # a signal handler that prints may run on a thread in the middle of its own write:
+        # that frame waits in the backlog until the one being written is whole.
+        self._wlock = threading.RLock()
+        self._writing = False
+        self._backlog: list[bytes] = []
+        self._rlock = threading.Lock()  # reading fd 3 and decoding, from any loop
+        # Loops of other threads waiting for replies -> how many calls each waits for.
+        self._watching: dict[asyncio.AbstractEventLoop, int] = {}
         self.namespaces: dict[str, dict[str, dict[str, Any]]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.calls = 0
@@ -114,7 +143,22 @@ class Child:
             view = view[n:]
 
     def send(self, event: Any) -> None:
-        self.write(self.conn.send(event))
+        with self._wlock:
+            self._write_frame(self.conn.send(event))
+
+    def _write_frame(self, data: bytes) -> None:
+        """Write one encoded frame whole (the caller holds ``_wlock``)."""
+        if self._writing:  # re-entered from a signal handler on this thread
+            self._backlog.append(data)
+            return
+        self._writing = True
+        try:
+            self.write(data)
+            backlog = self._backlog
+            while backlog:
+                self.write(backlog.pop(0))
+        finally:
+            self._writing = False
 
     def _send_stream(self, name: str, text: str) -> None:
         self.send(Stream(name, text))
@@ -138,30 +182,48 @@ class Child:
                 return event
 
     def _on_readable(self) -> None:
+        """fd 3 is readable: take the host's replies and hand each to its call's loop.
+
+        Runs in the program's loop, and in the loop of any other thread waiting for a
+        reply (the program's loop may be blocked, e.g. in ``thread.join()``).
+        """
         try:
-            data = os.read(self.fd, 1 << 16)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            _os_exit(1)  # the host is gone: nobody is left to report to
-        self.conn.receive_data(data)
-        while True:
-            event = self.conn.next_event()
-            if event is None:
-                return
-            if type(event) is CallReply:
-                entry = self.pending.pop(event.call_id, None)
+            replies: list[CallReply] = []
+            with self._rlock:
+                try:
+                    data = _os_read(self.fd, 1 << 16)
+                except BlockingIOError:
+                    return  # another loop took it
+                except OSError:
+                    data = b""
+                if not data:
+                    _os_exit(1)  # the host is gone: nobody is left to report to
+                self.conn.receive_data(data)
+                while True:
+                    event = self.conn.next_event()
+                    if event is None:
+                        break
+                    if type(event) is CallReply:
+                        replies.append(event)
+            here = _get_running_loop()
+            pending = self.pending
+            for reply in replies:
+                entry = pending.pop(reply.call_id, None)
                 if entry is None:
                     continue
                 fut, tool = entry
-                if fut.done():
-                    continue  # the program cancelled the call; the answer is dropped
-                if event.ok:
-                    fut.set_result(event.value)
+                loop = fut.get_loop()
+                if loop is here:
+                    _resolve(fut, reply, tool)
                 else:
-                    fut.set_exception(ToolError(event.evalue, tool=tool, ename=event.ename))
+                    try:
+                        loop.call_soon_threadsafe(_resolve, fut, reply, tool)
+                    except RuntimeError:
+                        pass  # that loop is closed: nobody waits for the answer
+        except Exception as exc:
+            # Replies can no longer be read (the program broke something this needs):
+            # end the run now rather than let it wait for answers until wall_seconds.
+            self._give_up(f"reading the host's replies failed: {_brief(exc)}")
 
     # -- what the program calls ------------------------------------------------------------
 
@@ -171,23 +233,70 @@ class Child:
         if self.stderr is not None:
             self.stderr.flush()
 
-    def call(self, namespace: str, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        tool = binding_label(namespace, name)
-        if self.calls >= self.max_calls:
-            raise ToolError(
-                f"max_calls={self.max_calls} binding calls per run reached; "
-                "make fewer calls (batch the work) or raise Limits.max_calls",
-                tool=tool,
-                ename="LimitExceeded",
+    def call(
+        self, namespace: str, name: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> asyncio.Future[Any]:
+        """Send a call (when a :class:`BindingCall` first runs) and return the future of
+        its answer, which belongs to the event loop running the call."""
+        loop = _get_running_loop()
+        if loop is None:
+            raise RuntimeError(
+                f"{binding_label(namespace, name)}() must run in an event loop: await it, "
+                "or pass it to asyncio.run() or create_task()"
             )
-        self.calls += 1
+        tool = binding_label(namespace, name)
         self.flush_streams()
-        assert self.loop is not None
-        fut = self.loop.create_future()
-        call_id = self.conn.next_call_id
-        self.send(CallRequest(call_id, namespace, name, args, kwargs))
-        self.pending[call_id] = (fut, tool)
+        fut = loop.create_future()
+        with self._wlock:
+            if self.calls >= self.max_calls:
+                raise ToolError(
+                    f"max_calls={self.max_calls} binding calls per run reached; "
+                    "make fewer calls (batch the work) or raise Limits.max_calls",
+                    tool=tool,
+                    ename="LimitExceeded",
+                )
+            call_id = self.conn.next_call_id
+            frame = self.conn.send(CallRequest(call_id, namespace, name, args, kwargs))
+            self.calls += 1
+            # Registered before the frame leaves: another thread may read the reply.
+            self.pending[call_id] = (fut, tool)
+            self._write_frame(frame)
+        if loop is not self.loop:
+            self._watch(loop, fut)
         return fut
+
+    def _watch(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any]) -> None:
+        """Let a loop of another thread read fd 3 while it waits for ``fut``."""
+        watching = self._watching
+        count = watching.get(loop, 0)
+        if count == 0:
+            loop.add_reader(self.fd, self._on_readable)
+        watching[loop] = count + 1
+        fut.add_done_callback(lambda _f: self._unwatch(loop))
+
+    def _unwatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        count = self._watching.pop(loop, 1) - 1
+        if count > 0:
+            self._watching[loop] = count
+            return
+        try:
+            loop.remove_reader(self.fd)
+        except Exception:
+            pass  # the loop is closing: its selector goes with it
+
+    def _give_up(self, why: str) -> None:
+        """The run cannot go on: say why on stderr and end with the InternalError reply."""
+        try:
+            sys.__stderr__.write(f"kernelgate child: {why}\n")  # type: ignore[union-attr]
+            sys.__stderr__.flush()  # type: ignore[union-attr]
+        except BaseException:
+            pass
+        try:
+            with self._wlock:
+                self.write(self.fallback)
+        except BaseException:
+            pass
+        _os_exit(70)
 
     def display(self, *objs: Any, **_ignored: Any) -> None:
         """Show objects as rich outputs (``display_data``), as in a notebook."""
@@ -270,6 +379,7 @@ class Child:
         loop = self.loop or asyncio.new_event_loop()
         self.loop = loop
         asyncio.set_event_loop(loop)
+        loop.time = _monotonic  # type: ignore[method-assign]  # the program may rebind time.monotonic
         loop.add_reader(self.fd, self._on_readable)
 
         restore = self._restore_builtins
@@ -351,16 +461,21 @@ class Child:
 
     def finish_exception(self, exc: BaseException, saved_builtins: dict[str, Any]) -> None:
         self._restore(saved_builtins)
-        ename, evalue, tb = format_exception(exc, FILENAME)
+        ename, evalue, tb = format_exception(exc, FILENAME, _MAX_DIAGNOSTIC)
+        if isinstance(exc, MemoryError):
+            evalue, tb = _name_memory_limit(ename, evalue, tb)
         self.send(ErrorOutput(ename, evalue, tb))
         self.end(ExecuteReply("error", "exception", ename=ename, evalue=evalue, traceback=tb))
 
     def fail(self, run_status: str, ename: str, message: str) -> None:
+        message = cap_text(message, _MAX_MESSAGE)
         self.send(ErrorOutput(ename, message, [f"{ename}: {message}"]))
         self.end(ExecuteReply("error", run_status, ename=ename, evalue=message))
 
     def end(self, reply: ExecuteReply) -> None:
-        self.flush_streams()
+        for ours in (self.stdout, self.stderr):
+            if ours is not None:
+                ours.finish()
         # fd 1 and 2 before the reply: the host ends this process when the reply arrives.
         for stream in (sys.__stdout__, sys.__stderr__):
             try:
@@ -370,6 +485,38 @@ class Child:
                 pass
         self.send(_with_usage(reply))
         _os_exit(0)
+
+
+def _name_memory_limit(ename: str, evalue: str, tb: list[str]) -> tuple[str, list[str]]:
+    """A MemoryError's text, naming the run's memory limit when one is set (RLIMIT_AS is
+    what ``Limits.memory_bytes`` sets), so the program's author knows what ran out."""
+    try:
+        limit = _getrlimit(_RLIMIT_AS)[0]
+    except BaseException:
+        return evalue, tb
+    if limit == _RLIM_INFINITY or limit <= 0:
+        return evalue, tb
+    note = f"(the run's memory_bytes={limit} limit; use less memory, or raise Limits.memory_bytes)"
+    new = f"{evalue} {note}" if evalue else f"out of memory {note}"
+    if tb and tb[-1] in (ename, f"{ename}: {evalue}"):
+        tb = [*tb[:-1], f"{ename}: {new}"]
+    else:
+        tb = [*tb, f"{ename}: {new}"]
+    return new, tb
+
+
+def _resolve(fut: asyncio.Future[Any], reply: CallReply, tool: str) -> None:
+    """Give a call's answer to its future (in the future's loop)."""
+    if fut.done():
+        return  # the program cancelled the call; the answer is dropped
+    if reply.ok:
+        fut.set_result(reply.value)
+    else:
+        fut.set_exception(ToolError(reply.evalue, tool=tool, ename=reply.ename))
+
+
+def _brief(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {safe_str(exc, 500)}"
 
 
 def _with_usage(reply: ExecuteReply) -> ExecuteReply:
@@ -410,6 +557,7 @@ def warm_up() -> None:
     _fallback = _fallback_frame()
     rehearsal_frames()
     warm_sandbox()
+    rehome_code()  # the zygote's own functions are defined by now
 
 
 _REHEARSAL_SPEC = {"params": [["x", "POSITIONAL_OR_KEYWORD", False]], "signature": "(x)", "doc": ""}
@@ -451,7 +599,13 @@ def _rehearse(loop: asyncio.AbstractEventLoop) -> None:
     peer.receive_data(opening + executing)
     opened, request = peer.next_event(), peer.next_event()
     assert type(opened) is OpenBindings and type(request) is ExecuteRequest
-    echo = Binding("tools", "echo", _REHEARSAL_SPEC, lambda *a: loop.create_future(), 1 << 20)
+
+    def start(*_call: Any) -> asyncio.Future[Any]:
+        fut = loop.create_future()
+        loop.call_soon(fut.set_result, getattr(reply, "value", None))
+        return fut
+
+    echo = Binding("tools", "echo", _REHEARSAL_SPEC, start, 1 << 20)
     namespace = Namespace("tools", {"echo": echo})
     fn = bind_globals(compile_program(request.code), {"tools": namespace, "__builtins__": builtins})
     peer.send(Stream("stdout", "rehearsal\n"))
@@ -460,9 +614,7 @@ def _rehearse(loop: asyncio.AbstractEventLoop) -> None:
     reply = peer.next_event()
 
     async def one_run() -> Any:
-        fut = namespace.echo(1)
-        loop.call_soon(fut.set_result, getattr(reply, "value", None))
-        await fut
+        await namespace.echo(1)
         return await fn()
 
     outcome = loop.run_until_complete(one_run())
@@ -521,3 +673,66 @@ def main(
             pass
         _os_exit(70)
     _os_exit(0)
+
+
+# -- where kernelgate's frames say they are ---------------------------------------------------
+
+#: What a frame of kernelgate's own code shows as its file (``<kernelgate>/wire/values.py``).
+HIDDEN_ROOT = "<kernelgate>"
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def rehome_code() -> None:
+    """Make every loaded kernelgate function report ``<kernelgate>/...`` as its file.
+
+    A crash dump (faulthandler on SIGSEGV, SIGABRT...) or a traceback the program prints
+    itself lists the frames below the program's: they must not show where kernelgate is
+    installed on the host. Code objects are immutable, so each function gets a copy with
+    the new name (nested functions and lambdas through its constants); frames already
+    running keep the old one, so this runs before the child's entry point is called.
+    """
+    prefix = _PACKAGE_DIR + os.sep
+
+    def rehomed(code: types.CodeType) -> types.CodeType:
+        if not code.co_filename.startswith(prefix):
+            return code
+        consts = tuple(rehomed(c) if type(c) is types.CodeType else c for c in code.co_consts)
+        name = HIDDEN_ROOT + "/" + code.co_filename[len(prefix) :].replace(os.sep, "/")
+        return code.replace(co_filename=name, co_consts=consts)
+
+    def fix(fn: Any) -> None:
+        if type(fn) is types.FunctionType:
+            fn.__code__ = rehomed(fn.__code__)
+
+    seen: set[int] = set()
+
+    def visit_class(cls: type) -> None:
+        if id(cls) in seen:
+            return
+        seen.add(id(cls))
+        for attr in list(vars(cls).values()):
+            if type(attr) in (staticmethod, classmethod):
+                fix(attr.__func__)
+            elif type(attr) is property:
+                for f in (attr.fget, attr.fset, attr.fdel):
+                    fix(f)
+            elif isinstance(attr, type) and attr.__module__ == cls.__module__:
+                visit_class(attr)
+            else:
+                fix(attr)
+
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "kernelgate" or name.startswith("kernelgate.")):
+            continue
+        for obj in list(vars(module).values()):
+            if isinstance(obj, type):
+                if obj.__module__ == name:
+                    visit_class(obj)
+            else:
+                fix(obj)
+
+
+# Imported by the child's (or the zygote's) loader, ``python -I -c LOADER <package root>``:
+# rehome now, before the entry point runs, so even its own frame shows no host path.
+if sys.argv[:1] == ["-c"] and sys.argv[1:] == [os.path.dirname(_PACKAGE_DIR)]:
+    rehome_code()

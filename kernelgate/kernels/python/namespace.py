@@ -2,19 +2,31 @@
 
 ``tools.search("x", limit=3)`` checks its arguments against the host callable's signature
 and the JSON rules *before* anything leaves the child, so a mistake raises at the program's
-own line; then it sends a call and returns an awaitable for the host's answer.
+own line; then it returns a :class:`BindingCall`, a coroutine that sends the call when it
+first runs (awaited, or scheduled with ``create_task``, ``gather``, ``wait_for``, a
+``TaskGroup``, or ``asyncio.run`` in another thread) and gives the host's answer. A call
+never awaited sends nothing.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+import sys
+import warnings
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 from kernelgate.wire.messages import binding_label
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
-__all__ = ["PARAMETER_KINDS", "ToolError", "Namespace", "Binding", "signature_from_spec"]
+__all__ = [
+    "PARAMETER_KINDS",
+    "ToolError",
+    "Namespace",
+    "Binding",
+    "BindingCall",
+    "signature_from_spec",
+]
 
 #: The ``kind`` names a binding spec uses (``inspect.Parameter`` kinds, by name).
 PARAMETER_KINDS = {
@@ -117,7 +129,7 @@ class Binding:
                     f"the arguments of {self._label}() are over {self._max_arg_bytes} bytes "
                     "as JSON (max_frame_bytes); pass less data per call"
                 ) from None
-        return self._call(self._namespace, self._name, list(args), kwargs)
+        return BindingCall(self, list(args), kwargs)
 
     def __repr__(self) -> str:
         return f"<binding {self._label}{self._shown}>"
@@ -125,6 +137,125 @@ class Binding:
     @property
     def __signature__(self) -> inspect.Signature:
         return self._signature
+
+
+_getframe = sys._getframe
+_warn_explicit = warnings.warn_explicit
+_PROGRAM = "<program>"
+#: One warning per program line, as Python warns once per location.
+_warned: dict[Any, Any] = {}
+
+
+def _program_line() -> int:
+    """The line the program is at (0 if it is not running): where a call was dropped."""
+    frame = _getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == _PROGRAM:
+            return frame.f_lineno
+        frame = frame.f_back  # type: ignore[assignment]
+    return 0
+
+
+_AWAITED: Any = object()  # BindingCall._steps once ``await`` took the call's future
+
+
+class BindingCall(Coroutine[Any, Any, Any]):
+    """One call of a binding, as the program holds it: a coroutine.
+
+    The call is sent when the coroutine first runs, in whatever event loop runs it, and
+    its value is the host's answer (or :class:`ToolError`). It behaves as a native
+    coroutine: awaited once, accepted by ``asyncio.create_task`` (``asyncio.iscoroutine``
+    is true), closed unstarted without a trace; one dropped unstarted warns, naming the
+    program's line, that the call was never made.
+    """
+
+    __slots__ = ("_binding", "_args", "_kwargs", "_steps", "_closed")
+
+    def __init__(self, binding: Binding, args: list[Any], kwargs: dict[str, Any]) -> None:
+        self._binding = binding
+        self._args = args
+        self._kwargs = kwargs
+        self._steps: Any = None  # the generator doing the call, once it runs
+        self._closed = False
+
+    def _start(self) -> Any:
+        """Send the call; the future of its answer."""
+        binding = self._binding
+        future = binding._call(binding._namespace, binding._name, self._args, self._kwargs)
+        self._args = self._kwargs = None  # type: ignore[assignment]  # sent: not needed
+        return future
+
+    def _run(self) -> Generator[Any, Any, Any]:
+        return (yield from self._start())
+
+    def _reused(self) -> RuntimeError:
+        return RuntimeError(f"cannot reuse already awaited call of {self._label()}")
+
+    def send(self, value: Any) -> Any:
+        steps = self._steps
+        if steps is None:
+            if self._closed:
+                raise self._reused()
+            steps = self._steps = self._run()
+        elif steps is _AWAITED or steps.gi_frame is None:
+            raise self._reused()
+        return steps.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        steps = self._steps
+        if steps is None or steps is _AWAITED:
+            # Thrown into before it ran (a task cancelled before its first step), or
+            # after: like a native coroutine, it raises at once and is finished.
+            self._closed = True
+            steps = self._steps = self._run()
+            steps.close()
+        if val is None and tb is None:
+            return steps.throw(typ)
+        return steps.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._steps is not None and self._steps is not _AWAITED:
+            self._steps.close()
+
+    def __await__(self) -> Any:
+        # The common case, ``await tools.x()``: send now and wait on the future itself,
+        # with no Python-level step in between. A task (create_task, gather...) drives
+        # the call through send() and throw() instead.
+        if self._steps is None and not self._closed:
+            self._steps = _AWAITED
+            return self._start().__await__()
+        return self  # awaited again: send() says it cannot be reused
+
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def _label(self) -> str:
+        return self._binding._label
+
+    def __repr__(self) -> str:
+        state = "not sent" if self._args is not None else "sent"  # args go once sent
+        return f"<binding call {self._label()}() {state}>"
+
+    def __del__(self) -> None:
+        if self._steps is not None or self._closed:
+            return
+        try:  # never raise here: the program would see "Exception ignored in" noise
+            # Dropped by the program (a call expression not awaited): its line is where
+            # it is now.
+            _warn_explicit(
+                f"binding call {self._label()}() was never awaited, so it was not made "
+                f"(write `await {self._label()}(...)`)",
+                RuntimeWarning,
+                _PROGRAM,
+                _program_line(),
+                registry=_warned,
+            )
+        except BaseException:
+            pass
 
 
 class Namespace:

@@ -14,7 +14,17 @@ import traceback
 import types
 from typing import Any, TypeVar
 
-__all__ = ["FILENAME", "LAST_EXPRESSION", "compile_program", "format_exception", "safe_str"]
+from .streams import escape_text
+
+__all__ = [
+    "FILENAME",
+    "LAST_EXPRESSION",
+    "MAX_NAME",
+    "cap_text",
+    "compile_program",
+    "format_exception",
+    "safe_str",
+]
 
 FILENAME = "<program>"
 _MARK = "__kernelgate_last__"
@@ -222,22 +232,39 @@ def bind_globals(fn: types.FunctionType, globals_: dict[str, Any]) -> types.Func
 
 
 def safe_str(obj: Any, limit: int) -> str:
-    """``str(obj)`` cut to ``limit`` characters with a marker; never raises."""
+    """``str(obj)`` cut to ``limit`` characters with a marker, lone surrogates escaped
+    (``\\ud800``) so it can always be sent; never raises."""
     try:
         text = str(obj)
         if type(text) is not str:
             raise TypeError
     except BaseException:
         return f"<{_type_name(obj)}: str() failed>"
+    return cap_text(text, limit)
+
+
+def cap_text(text: str, limit: int) -> str:
+    """``text`` with lone surrogates escaped, cut to ``limit`` characters (the marker
+    saying how many were cut included)."""
     if len(text) > limit:
-        return text[:limit] + f"... [{len(text) - limit} more characters cut]"
-    return text
+        keep = max(0, limit - 40)
+        text = text[:keep] + f"... [{len(text) - keep} more characters cut]"
+    try:
+        return escape_text(text)
+    except BaseException:
+        return "<text could not be shown>"
+
+
+#: Longest class name a diagnostic shows (the host keeps no more either).
+MAX_NAME = 200
 
 
 def _type_name(obj: Any) -> str:
     try:
         name = type(obj).__qualname__
-        return name if type(name) is str else "object"
+        if type(name) is not str:
+            return "object"
+        return cap_text(name, MAX_NAME)
     except BaseException:
         return "object"
 
@@ -293,7 +320,7 @@ def format_exception(
             half = max_chars // 2
             cut = len(text) - 2 * half
             text = text[:half] + f"\n... [{cut} characters of traceback cut] ...\n" + text[-half:]
-        lines = text.rstrip("\n").split("\n")
+        lines = escape_text(text).rstrip("\n").split("\n")
     except BaseException:
         lines = [f"{ename}: <diagnostic rendering failed>"]
     return ename, evalue, lines

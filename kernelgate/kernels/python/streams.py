@@ -4,26 +4,39 @@ Writes are coalesced into lines (one ``print`` is one message); an unterminated 
 on ``flush()``, before every binding call, and at the end. One ledger meters both streams:
 once the program has written more than the output budget, the rest is not sent (the host
 marks the truncation), so a flood costs neither pipe bandwidth nor host memory.
+
+Any text is sent faithfully: lone surrogates (``"\\ud800"``, or undecodable bytes carried
+as surrogate escapes) are shown escaped (``\\ud800``), and bytes written to
+``sys.stdout.buffer`` that are not UTF-8 as ``\\xff``. Threads may write at once: the
+buffer is guarded by a lock, and each message leaves whole.
 """
 
 from __future__ import annotations
 
+import codecs
 import io
+import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["OutputLedger", "OutputStream", "clean_text"]
+__all__ = ["OutputLedger", "OutputStream", "escape_text"]
 
 _CHUNK = 64 * 1024  # largest stream message; keeps frames far below the ceiling
 
 
-def clean_text(text: str) -> str:
-    """Replace lone surrogates (no UTF-8 form) with U+FFFD."""
+def escape_text(text: str) -> str:
+    """``text`` with each lone surrogate (no UTF-8 form) written as its escape, ``\\udcff``.
+
+    >>> escape_text("bad \\ud800 text")
+    'bad \\\\ud800 text'
+    """
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
-        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class OutputLedger:
@@ -46,9 +59,12 @@ class OutputStream(io.TextIOBase):
         self._ledger = ledger
         self._parts: list[str] = []
         self._size = 0
+        # Reentrant: a signal handler may print while its thread is inside write().
+        self._lock = threading.RLock()
+        self._buffer: _BinaryWriter | None = None
 
     @property
-    def name(self) -> str:  # type: ignore[override]
+    def name(self) -> str:
         return f"<{self._name}>"
 
     @property
@@ -65,6 +81,13 @@ class OutputStream(io.TextIOBase):
     def isatty(self) -> bool:
         return False
 
+    @property
+    def buffer(self) -> _BinaryWriter:
+        """Bytes written here are decoded as UTF-8 (others shown as ``\\xff``) and sent."""
+        if self._buffer is None:
+            self._buffer = _BinaryWriter(self)
+        return self._buffer
+
     def write(self, s: Any) -> int:
         if type(s) is not str:
             if not isinstance(s, str):
@@ -74,16 +97,24 @@ class OutputStream(io.TextIOBase):
         ledger = self._ledger
         if not n or ledger.remaining <= 0:
             return n
-        if n > ledger.remaining:
-            s = s[: ledger.remaining]
-        ledger.remaining -= len(s)
-        self._parts.append(s)
-        self._size += len(s)
-        if "\n" in s or self._size >= _CHUNK or ledger.remaining <= 0:
-            self._emit(whole_lines_only=ledger.remaining > 0)
+        with self._lock:
+            if n > ledger.remaining:
+                s = s[: ledger.remaining]
+            ledger.remaining -= len(s)
+            self._parts.append(s)
+            self._size += len(s)
+            if "\n" in s or self._size >= _CHUNK or ledger.remaining <= 0:
+                text = self._take(whole_lines_only=ledger.remaining > 0)
+            else:
+                text = ""
+        # Sent outside the lock: sending takes fd 3's lock, which a thread blocked on
+        # this one may hold (a signal handler printing mid-write).
+        if text:
+            self._emit(text)
         return n
 
-    def _emit(self, whole_lines_only: bool) -> None:
+    def _take(self, whole_lines_only: bool) -> str:
+        """Take what is buffered (up to the last newline when asked); lock held."""
         text = "".join(self._parts)
         self._parts.clear()
         self._size = 0
@@ -93,15 +124,61 @@ class OutputStream(io.TextIOBase):
                 self._parts.append(text[cut:])
                 self._size = len(text) - cut
                 text = text[:cut]
-        text = clean_text(text)
+        return text
+
+    def _emit(self, text: str) -> None:
+        text = escape_text(text)
         for i in range(0, len(text), _CHUNK):
             self._send(self._name, text[i : i + _CHUNK])
 
+    def finish(self) -> None:
+        """Flush, with a character left incomplete in ``buffer`` shown as its bytes."""
+        if self._buffer is not None:
+            self._buffer.finish()
+        self.flush()
+
     def flush(self) -> None:
         if self._parts:
-            self._emit(whole_lines_only=False)
+            with self._lock:
+                text = self._take(whole_lines_only=False)
+            if text:
+                self._emit(text)
 
     def close(self) -> None:
         # Programs that close sys.stdout must not lose what is buffered; the stream stays
         # usable because the bootstrap flushes it at the end.
         self.flush()
+
+
+class _BinaryWriter(io.RawIOBase):
+    """``sys.stdout.buffer``: bytes in, text out through the stream (UTF-8, undecodable
+    bytes escaped as ``\\xff``; a character split across writes is joined)."""
+
+    def __init__(self, stream: OutputStream) -> None:
+        super().__init__()
+        self._stream = stream
+        self._decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
+        self._lock = threading.Lock()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        data = bytes(memoryview(b))
+        with self._lock:
+            text = self._decoder.decode(data)
+        if text:
+            self._stream.write(text)
+        return len(data)
+
+    def flush(self) -> None:
+        self._stream.flush()  # a character split across writes stays for the next one
+
+    def finish(self) -> None:
+        with self._lock:
+            text = self._decoder.decode(b"", final=True)
+        if text:
+            self._stream.write(text)
+
+    def close(self) -> None:
+        self.flush()  # stays usable, as the text stream does
