@@ -42,6 +42,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from kernelgate import Gateway, Limits, RunResult  # noqa: E402
+from kernelgate.gateway.process import owner_prefix  # noqa: E402
 from kernelgate.gateway.sandbox import PidsCgroup  # noqa: E402
 
 MARKER = f"kg-soak-{os.getpid()}"
@@ -222,8 +223,10 @@ def our_cgroups(root: str | None, seen_after_runs: list[str]) -> list[str]:
         entries = set(os.listdir(root))
     except OSError:
         return []
-    pool = f"kernelgate-pool{os.getpid()}-"
-    return sorted({e for e in entries if e.startswith(pool)} | (set(seen_after_runs) & entries))
+    # Every pids cgroup this process makes (its pool's, its runs') starts with its owner
+    # prefix (kernelgate-<pid>-<start>-<pidns>-).
+    ours = owner_prefix()
+    return sorted({e for e in entries if e.startswith(ours)} | (set(seen_after_runs) & entries))
 
 
 # -- the soak ------------------------------------------------------------------------------
@@ -266,7 +269,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         source, limits, expected, check = PROGRAMS[kind]
         r = await gw.run(source, limits=limits)
         if cgroup_root is not None:
-            name = f"kernelgate-{r.run_id}"
+            name = f"{owner_prefix()}{r.run_id}"
             if os.path.exists(os.path.join(cgroup_root, name)):
                 cgroups_left_after_run.append(name)
         statuses[kind][r.status] += 1

@@ -10,7 +10,7 @@ from typing import Any
 
 from .bindings import BindingRegistry
 from .limits import Limits
-from .pool import WarmPool
+from .pool import WarmPool, sweep_leftovers
 from .process import resolve_interpreter
 from .result import RunResult
 from .run import CallListener, OutputListener, Policy, Run
@@ -109,6 +109,7 @@ class Gateway:
         self._finishing: set[asyncio.Task[None]] = set()
         self._closed = False
         self._executor: ThreadPoolExecutor | None = None
+        self._swept = False
         if max_threads is None:
             max_threads = _default_threads()
         if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
@@ -212,6 +213,11 @@ class Gateway:
             level = support.strongest  # what is missing is above it: fall back to it
         run.sandbox = plan_sandbox(level, run.limits, support, self.read_paths)
         run.policy = self.policy
+        if not self._swept and self.pool_size == 0:
+            # A pool sweeps when it starts; without one, the first run does: what hosts
+            # that are gone left behind (run directories, pids cgroups) is removed.
+            self._swept = True
+            sweep_leftovers(self.tmp_dir, support.pids_cgroup)
         if self.pool_size > 0 and not run.sandbox_unavailable:
             if self._pool is None or self._pool.level != level:
                 if self._pool is not None:
