@@ -544,10 +544,16 @@ class Run:
                 return
             coro = self._await_answer(record, started, pending)
         else:
+            pending = None
             coro = self._dispatch(record, binding)
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._call_done)
+        if inspect.iscoroutine(pending):
+            # A task cancelled before its first step (the run ended) never awaits the
+            # binding's coroutine: close it, or Python warns "never awaited" on the host.
+            binding_coro: Coroutine[Any, Any, Any] = pending
+            task.add_done_callback(lambda _: binding_coro.close())
         if len(self._tasks) > self.limits.max_calls_in_flight:
             self._pause_control()
 

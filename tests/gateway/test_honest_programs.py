@@ -311,16 +311,7 @@ def test_rebinding_stdlib_functions_does_not_stop_binding_calls(run, rebind):
     assert r.duration_s < 10
 
 
-def test_a_crash_dump_shows_no_host_path(run, request):
-    if request.node.callspec.params["run"] == "warm":
-        # Strict: once zygote.py rehomes its main() this passes, and the mark must go.
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="the zygote's own main() frame is below every warm child's; zygote.py "
-                "must call bootstrap.rehome_code() once main() is defined",
-            )
-        )
+def test_a_crash_dump_shows_no_host_path(run):
     r = run("import ctypes\nprint('before', flush=True)\nctypes.string_at(0)")
     assert r.status == "worker_exit", r.message
     assert 'File "<program>", line 3' in r.stderr

@@ -179,9 +179,9 @@ def test_subprocess_output_is_captured(run):
     assert r.ok and "42\n" in r.stdout
 
 
-def test_lone_surrogates_in_output_are_replaced(run):
+def test_lone_surrogates_in_output_are_escaped(run):
     r = run("print('a\\ud800b')")
-    assert r.stdout == "a\ufffdb\n"
+    assert r.stdout == "a\\ud800b\n"
 
 
 def test_output_budget_cuts_once_and_run_goes_on(gateway):

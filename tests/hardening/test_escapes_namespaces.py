@@ -365,7 +365,7 @@ def test_concurrent_runs_cannot_reach_each_others_run_directory(outside_tmp_dir,
                 out[name] = act()
             except OSError as exc:
                 out[name] = exc.errno
-        tools.a_finished()
+        await tools.a_finished()  # a call is made when awaited (never otherwise)
         return out
         """
     )

@@ -30,6 +30,8 @@ import stat
 from typing import Any
 
 __all__ = [
+    "libc",
+    "check",
     "RUN_UID",
     "RUN_GID",
     "MOUNT_ATTR_RDONLY",
@@ -62,14 +64,16 @@ CLONE_NEWUSER = 0x10000000
 _libc: Any = None
 
 
-def _lib() -> Any:
+def libc() -> Any:
+    """The C library, loaded once, with errno kept (for the sandbox's system calls)."""
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
     return _libc
 
 
-def _check(result: int, what: str) -> int:
+def check(result: int, what: str) -> int:
+    """``result`` of a libc call, or an OSError naming ``what`` and errno's text."""
     if result < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
@@ -88,8 +92,8 @@ class _MountAttr(ctypes.Structure):
 def mount(
     source: str, target: str, fstype: str | None, flags: int, data: str | None = None
 ) -> None:
-    _check(
-        _lib().mount(
+    check(
+        libc().mount(
             source.encode(),
             target.encode(),
             fstype.encode() if fstype else None,
@@ -106,8 +110,8 @@ def set_attr(where: str | int, attr_set: int, recursive: bool = True, userns_fd:
         (where, b"", AT_EMPTY_PATH) if isinstance(where, int) else (AT_FDCWD, where.encode(), 0)
     )
     attr = _MountAttr(attr_set, 0, 0, userns_fd)
-    _check(
-        _lib().syscall(
+    check(
+        libc().syscall(
             SYS_mount_setattr,
             dirfd,
             path,
@@ -123,8 +127,8 @@ def _open_tree(path: str, attr_set: int, userns_fd: int = -1) -> int:
     """A detached copy of the mount trees at ``path``, with ``attr_set`` on all of them
     (and idmapped through ``userns_fd`` when >= 0; without the idmap if the file system
     cannot have one)."""
-    tree = _check(
-        _lib().syscall(SYS_open_tree, AT_FDCWD, path.encode(), OPEN_TREE_CLONE | AT_RECURSIVE),
+    tree = check(
+        libc().syscall(SYS_open_tree, AT_FDCWD, path.encode(), OPEN_TREE_CLONE | AT_RECURSIVE),
         f"open_tree {path}",
     )
     try:
@@ -148,8 +152,8 @@ def _move_mount(tree: int, target: str) -> None:
         else:  # a single file kept: its mount point is an empty file
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
-    _check(
-        _lib().syscall(
+    check(
+        libc().syscall(
             SYS_move_mount, tree, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH
         ),
         f"move_mount {target}",
@@ -212,7 +216,7 @@ def idmap_userns(uid: int = RUN_UID, gid: int = RUN_GID) -> int:
         try:
             os.close(ready_r)
             os.close(done_w)
-            _check(_lib().unshare(CLONE_NEWUSER), "unshare user namespace")
+            check(libc().unshare(CLONE_NEWUSER), "unshare user namespace")
             os.write(ready_w, b"x")
             os.read(done_r, 1)
         finally:
@@ -233,8 +237,8 @@ def idmap_userns(uid: int = RUN_UID, gid: int = RUN_GID) -> int:
 def writable_proc() -> int:
     """A detached copy of the /proc mount: the maps stay writable through it once the view
     has made /proc read-only."""
-    return _check(
-        _lib().syscall(SYS_open_tree, AT_FDCWD, b"/proc", OPEN_TREE_CLONE), "open_tree /proc"
+    return check(
+        libc().syscall(SYS_open_tree, AT_FDCWD, b"/proc", OPEN_TREE_CLONE), "open_tree /proc"
     )
 
 

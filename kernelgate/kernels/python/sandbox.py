@@ -83,21 +83,8 @@ NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_N
 CAP_DAC_READ_SEARCH = 2
 SYS_clone = {"x86_64": 56, "aarch64": 220}
 
-_libc: Any = None
-
-
-def _lib() -> Any:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc
-
-
-def _check(result: int, what: str) -> int:
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-    return result
+# One loaded libc and one errno check for the whole sandbox (mounts owns them).
+_lib, _check = mounts.libc, mounts.check
 
 
 def fork_into_namespaces() -> int:

@@ -468,3 +468,8 @@ def _remove_tree(path: str) -> None:
             pass
 
     shutil.rmtree(path, onerror=onerror)
+
+
+# Last, once everything above is defined: this module's frames (main() is below every warm
+# child's) show <kernelgate>/... instead of the host's install path.
+bootstrap.rehome_code()
