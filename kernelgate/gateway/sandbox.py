@@ -174,6 +174,15 @@ class PidsCgroup:
         except OSError:
             return []
 
+    def charged(self) -> int:
+        """Tasks charged to the cgroup (pids.current): its live processes and threads, and
+        exited ones not yet reaped; 0 if it cannot be read."""
+        try:
+            with open(os.path.join(self.path, "pids.current")) as f:
+                return int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
     def settle(self, remove: bool = True) -> bool:
         """SIGKILL every process in the cgroup (which also holds what escaped its process
         group with setsid); True once it is empty, and removed when ``remove``.
@@ -187,7 +196,11 @@ class PidsCgroup:
             except ProcessLookupError:
                 pass
         if not remove:
-            return not pids
+            # Empty for reuse means nothing charged either: a killed process leaves
+            # cgroup.procs when it exits but stays charged to pids.current until its parent
+            # reaps it (a dying run's init is slow to under load), and a next run here would
+            # get fewer than max_processes.
+            return not pids and self.charged() == 0
         try:
             os.rmdir(self.path)
         except FileNotFoundError:

@@ -170,3 +170,38 @@ def test_a_warm_child_at_a_namespace_level_is_two_processes(make_gateway):
     assert inside.value == [2 if os.geteuid() == 0 else 1, 2, 1]
     assert seen["child"] in seen["zygote's"]
     assert crashed.status == "worker_exit" and crashed.signal == 11
+
+
+def test_a_cgroup_is_reused_only_once_nothing_is_charged_to_it():
+    # A process that has exited but is not yet reaped has left cgroup.procs, yet is still
+    # charged to pids.current: a run given the cgroup then would get fewer than
+    # max_processes (seen in the soak under load, when a dying run's init was slow).
+    from kernelgate.gateway.process import owner_prefix
+    from kernelgate.gateway.sandbox import PidsCgroup
+
+    root = PidsCgroup.find_root()
+    if root is None:
+        pytest.skip("no writable pids cgroup here")
+    cgroup = PidsCgroup(root, f"{owner_prefix()}charge-test", 10)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked process
+        os.close(r)
+        cgroup.attach(os.getpid())
+        os.write(w, b"x")
+        os._exit(0)
+    try:
+        os.close(w)
+        assert os.read(r, 1) == b"x"  # it is in the cgroup
+        os.close(r)
+        # Exited (it leaves cgroup.procs at once) and not reaped: still charged.
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        assert cgroup.pids() == []
+        assert cgroup.charged() == 1
+        assert cgroup.settle(remove=False) is False
+    finally:
+        os.waitpid(pid, 0)
+    assert cgroup.charged() == 0
+    assert cgroup.settle(remove=False) is True
+    assert cgroup.settle() is True  # removed
+    assert not os.path.exists(cgroup.path)
