@@ -196,11 +196,7 @@ class PidsCgroup:
             except ProcessLookupError:
                 pass
         if not remove:
-            # Empty for reuse means nothing charged either: a killed process leaves
-            # cgroup.procs when it exits but stays charged to pids.current until its parent
-            # reaps it (a dying run's init is slow to under load), and a next run here would
-            # get fewer than max_processes.
-            return not pids and self.charged() == 0
+            return not pids
         try:
             os.rmdir(self.path)
         except FileNotFoundError:
