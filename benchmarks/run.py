@@ -51,6 +51,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from kernelgate import Gateway, Limits  # noqa: E402
+from kernelgate.gateway.process import stat_fields  # noqa: E402
 
 EXE = sys.executable
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
@@ -364,22 +365,13 @@ def proc_mem(pid: int) -> tuple[float | None, float | None]:
     return rss, pss
 
 
-def proc_stat(pid: int) -> list[bytes] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2 :].split()
-
-
 def wait_idle(pid: int, timeout: float = 10.0) -> bool:
     """Wait until ``pid`` sleeps with its CPU time unchanged over three polls."""
     deadline = time.monotonic() + timeout
     last: tuple[bytes, bytes] | None = None
     stable = 0
     while time.monotonic() < deadline:
-        rest = proc_stat(pid)
+        rest = stat_fields(pid)
         if rest is None:
             return False
         cpu = (rest[11], rest[12])
@@ -396,7 +388,7 @@ def descendants(root: int) -> list[int]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        rest = proc_stat(int(name))
+        rest = stat_fields(int(name))
         if rest is not None and len(rest) > 1:
             children.setdefault(int(rest[1]), []).append(int(name))
     out: list[int] = []
@@ -420,7 +412,7 @@ def pool_layout(pids: list[int]) -> tuple[list[tuple[int, list[int]]], list[int]
     """
     parent: dict[int, int] = {}
     for p in pids:
-        rest = proc_stat(p)
+        rest = stat_fields(p)
         if rest is not None:
             parent[p] = int(rest[1])
     inside = set(parent)

@@ -29,6 +29,9 @@ __all__ = [
     "owner_prefix",
     "owner_alive",
     "sweep_run_dirs",
+    "stat_fields",
+    "proc_usage",
+    "descendants",
 ]
 
 _SIGNALS_TO_DEFAULT = {
@@ -248,7 +251,7 @@ _OWNER = re.compile(r"kernelgate-(\d+)-(\d+)-(\d+)-")
 _owner_cache: tuple[int, str] | None = None
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
+def stat_fields(pid: int) -> list[bytes] | None:
     """The fields of /proc/<pid>/stat after the command (state is [0]), or None if gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -281,7 +284,7 @@ def owner_prefix() -> str:
     pid = os.getpid()
     if _owner_cache is not None and _owner_cache[0] == pid:
         return _owner_cache[1]
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     start = int(fields[19]) if fields is not None and len(fields) > 19 else 0
     prefix = f"kernelgate-{pid}-{start}-{_pid_namespace()}-"
     _owner_cache = (pid, prefix)  # per pid: a forked process owns its own names
@@ -301,10 +304,10 @@ def owner_alive(name: str, seen: dict[tuple[int, int], bool] | None = None) -> b
         return True
     if seen is not None and (pid, start) in seen:
         return seen[(pid, start)]
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     if fields is None:
         # A /proc of another pid namespace would not show our own pid either.
-        alive = _stat_fields(os.getpid()) is None
+        alive = stat_fields(os.getpid()) is None
     elif len(fields) <= 19 or fields[0] in (b"Z", b"X"):
         alive = False
     else:
@@ -377,3 +380,56 @@ def remove_tree(path: str) -> None:
             pass  # gone already, or not ours to remove
 
     shutil.rmtree(path, onerror=onerror)
+
+
+# -- what a run's processes used, as the host reads it ---------------------------------
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_usage(pid: int) -> tuple[float, float, int, float] | None:
+    """(user s, system s, peak RSS bytes, its own CPU s) of ``pid`` and its reaped
+    children (the first three), from /proc."""
+    fields = stat_fields(pid)
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+    except OSError:
+        return None
+    if fields is None:
+        return None
+    try:
+        user = (int(fields[11]) + int(fields[13])) / _CLK_TCK
+        system = (int(fields[12]) + int(fields[14])) / _CLK_TCK
+        own = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    except (IndexError, ValueError):
+        return None
+    peak = 0
+    for line in status.splitlines():
+        if line.startswith(b"VmHWM:"):
+            try:
+                peak = int(line.split()[1]) * 1024
+            except (IndexError, ValueError):
+                pass
+            break
+    return user, system, peak, own
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, from /proc/<pid>/task/*/children."""
+    found: list[int] = []
+    todo = [pid]
+    while todo and len(found) < 4096:
+        current = todo.pop()
+        found.append(current)
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{current}/task/{tid}/children", "rb") as f:
+                    todo.extend(int(p) for p in f.read().split())
+            except (OSError, ValueError):
+                continue
+    return found

@@ -42,7 +42,15 @@ from .bindings import Binding, BindingRegistry
 from .limits import Limits
 from .output import OutputCollector
 from .pool import PooledChild, WarmPool
-from .process import ChildProcess, backoff, make_run_dir, remove_tree, spawn_child
+from .process import (
+    ChildProcess,
+    backoff,
+    descendants,
+    make_run_dir,
+    proc_usage,
+    remove_tree,
+    spawn_child,
+)
 from .result import CallRecord, ErrorInfo, RunResult
 from .sandbox import PidsCgroup, SandboxPlan
 from .sanitize import sanitize_output
@@ -1063,12 +1071,12 @@ class Run:
             return None
         pids = self._cgroup.pids() if self._cgroup is not None else []
         if not pids:
-            pids = _descendants(child.pid)
+            pids = descendants(child.pid)
         user = system = 0.0
         peak = 0
         seen = False
         for pid in pids:
-            found = _proc_usage(pid)
+            found = proc_usage(pid)
             if found is None:
                 continue
             seen = True
@@ -1126,57 +1134,6 @@ class Run:
 
 async def _ready(value: Any) -> Any:
     return value
-
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_usage(pid: int) -> tuple[float, float, int, float] | None:
-    """(user s, system s, peak RSS bytes, its own CPU s) of ``pid`` and its reaped
-    children (the first three), from /proc."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        with open(f"/proc/{pid}/status", "rb") as f:
-            status = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    try:
-        user = (int(fields[11]) + int(fields[13])) / _CLK_TCK
-        system = (int(fields[12]) + int(fields[14])) / _CLK_TCK
-        own = (int(fields[11]) + int(fields[12])) / _CLK_TCK
-    except (IndexError, ValueError):
-        return None
-    peak = 0
-    for line in status.splitlines():
-        if line.startswith(b"VmHWM:"):
-            try:
-                peak = int(line.split()[1]) * 1024
-            except (IndexError, ValueError):
-                pass
-            break
-    return user, system, peak, own
-
-
-def _descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it, from /proc/<pid>/task/*/children."""
-    found: list[int] = []
-    todo = [pid]
-    while todo and len(found) < 4096:
-        current = todo.pop()
-        found.append(current)
-        try:
-            tasks = os.listdir(f"/proc/{current}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{current}/task/{tid}/children", "rb") as f:
-                    todo.extend(int(p) for p in f.read().split())
-            except (OSError, ValueError):
-                continue
-    return found
 
 
 class _Refused(Exception):
