@@ -9,7 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernelgate.cli import add_bindings_path_argument, add_limit_arguments
+from kernelgate.cli import (
+    UsageError,
+    add_bindings_path_argument,
+    add_limit_arguments,
+    bindings_search,
+    limits_from_args,
+    load_bindings,
+    run_stoppable,
+)
 
 __all__ = ["register"]
 
@@ -75,7 +83,6 @@ def register(subparsers: Any) -> None:
 
 
 def _load(path: str, cell: int | None) -> Any:
-    from kernelgate.cli import UsageError
 
     from .store import NotARunError, load_run
 
@@ -89,13 +96,6 @@ def _load(path: str, cell: int | None) -> Any:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from kernelgate import Limits
-    from kernelgate.cli import (
-        UsageError,
-        bindings_search,
-        limits_from_args,
-        load_bindings,
-        run_stoppable,
-    )
 
     from .replay import replay_async
 
@@ -144,7 +144,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_timeline(args: argparse.Namespace) -> int:
-    from kernelgate.cli import UsageError
 
     from .store import atomic_write
     from .timeline import timeline_summary, timeline_svg

@@ -7,7 +7,14 @@ import os
 import sys
 from typing import Any
 
-from kernelgate.cli import _positive_float, add_bindings_path_argument
+from kernelgate.cli import (
+    UsageError,
+    _positive_float,
+    add_bindings_path_argument,
+    bindings_search,
+    load_bindings,
+    resolve_bindings,
+)
 
 __all__ = ["register", "add_run_arguments", "run_from_args"]
 
@@ -34,7 +41,6 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    from kernelgate.cli import UsageError, bindings_search, load_bindings
     from kernelgate.gateway.limits import Limits
 
     from .server import run_kernel
@@ -54,7 +60,6 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
-    from kernelgate.cli import UsageError, bindings_search, load_bindings, resolve_bindings
 
     from .spec import install_kernel_spec
 
@@ -92,7 +97,6 @@ def _cmd_install(args: argparse.Namespace) -> int:
 
 
 def _cmd_kernel(args: argparse.Namespace) -> int:
-    from kernelgate.cli import UsageError
 
     raise UsageError("kernel: choose a subcommand: install or run (see 'kernelgate kernel -h')")
 
