@@ -453,8 +453,15 @@ class WarmPool:
             self._wake_one()
 
     def recycle_cgroup(self, cgroup: PidsCgroup) -> None:
-        """Take back the (empty) cgroup of a finished run for the next child."""
-        if self.closed:
+        """Take back the (emptied) cgroup of a finished run for the next child, or remove
+        it while anything is still charged to it.
+
+        A killed process leaves cgroup.procs when it exits but stays charged to pids.current
+        until it is reaped (an orphan waits for the system's init, seconds on some machines):
+        a next run here would get fewer than max_processes. Removing the cgroup does not
+        wait for that (rmdir needs no process left, not no charge).
+        """
+        if self.closed or cgroup.charged() != 0:
             cgroup.settle_blocking()
         else:
             self._free_cgroups.append(cgroup)

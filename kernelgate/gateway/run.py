@@ -854,21 +854,9 @@ class Run:
         if self._cgroup is not None:
             pool = self.pool if self.pooled else None
             keep = pool is not None and not pool.closed
-            cgroup = self._cgroup
-            if (
-                keep
-                and await self._empty_cgroup(cgroup, remove=False)
-                and cgroup.charged() == 0
-            ):
+            if await self._empty_cgroup(self._cgroup, remove=not keep) and keep:
                 assert pool is not None
-                pool.recycle_cgroup(cgroup)  # mkdir and rmdir cost ms each
-            else:
-                # Not reused while anything is charged to it: a killed process leaves
-                # cgroup.procs when it exits but stays charged to pids.current until it is
-                # reaped (an orphan waits for the system's init, seconds on some machines),
-                # so a next run here would get fewer than max_processes. Removing it does
-                # not wait for that.
-                await self._empty_cgroup(cgroup, remove=True)
+                pool.recycle_cgroup(self._cgroup)  # mkdir and rmdir cost ms each
         await self._cancel_calls()
 
     async def _cancel_calls(self) -> None:

@@ -173,11 +173,11 @@ def test_a_warm_child_at_a_namespace_level_is_two_processes(make_gateway):
 
 
 def test_an_exited_unreaped_process_is_still_charged_yet_its_cgroup_can_go():
-    # What Run._settle relies on: a process that has exited but is not yet reaped has left
+    # What WarmPool.recycle_cgroup relies on: a process that has exited but is not yet reaped has left
     # cgroup.procs yet is still charged to pids.current (a run given the cgroup then would
     # get fewer than max_processes: seen in the soak, where orphans wait seconds for this
     # machine's init to reap them), and the cgroup can be removed meanwhile, so a run's
-    # teardown removes it instead of waiting to reuse it.
+    # pool removes it instead of waiting to reuse it.
     from kernelgate.gateway.process import owner_prefix
     from kernelgate.gateway.sandbox import PidsCgroup
 
