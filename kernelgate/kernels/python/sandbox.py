@@ -69,7 +69,6 @@ PR_SET_DUMPABLE = 4
 PR_SET_KEEPCAPS = 8
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
-SYS_capset = {"x86_64": 126, "aarch64": 91}
 SYS_landlock_create_ruleset = 444
 SYS_landlock_add_rule = 445
 SYS_landlock_restrict_self = 446
@@ -81,7 +80,6 @@ LANDLOCK_RULE_PATH_BENEATH = 1
 #: the kernel frees what it made when the namespace goes (issue 9, finding 3).
 NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC
 CAP_DAC_READ_SEARCH = 2
-SYS_clone = {"x86_64": 56, "aarch64": 220}
 
 # One loaded libc and one errno check for the whole sandbox (mounts owns them).
 _lib, _check = mounts.libc, mounts.check
@@ -96,7 +94,7 @@ def fork_into_namespaces() -> int:
     ``PyOS_AfterFork_*``: locks, at-fork hooks such as ``random``'s reseeding), and the GIL
     is held across the call. For a single-threaded caller only (the zygote).
     """
-    number = SYS_clone.get(os.uname().machine)
+    number = seccomp.SYSCALLS.get(os.uname().machine, {}).get("clone")
     if number is None:
         raise OSError(38, "clone: no syscall number for this machine")  # ENOSYS
     api = ctypes.pythonapi
@@ -404,7 +402,7 @@ def _drop_capabilities() -> None:
 
 def _capset(keep: int) -> None:
     """Effective and permitted capabilities: exactly ``keep`` (bits 0-31); none inheritable."""
-    nr = SYS_capset.get(os.uname().machine)
+    nr = seccomp.SYSCALLS.get(os.uname().machine, {}).get("capset")
     if nr is None:
         return
     libc = _lib()

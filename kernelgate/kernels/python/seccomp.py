@@ -103,7 +103,8 @@ PER_LINUX = 0
 
 # -- syscall numbers ---------------------------------------------------------------------------
 
-#: Numbers of the syscalls the filter looks at, per machine (from asm/unistd_64.h and
+#: Numbers of the syscalls the filter looks at (and of the other per-machine ones the sandbox
+#: makes itself: capset), per machine (from asm/unistd_64.h and
 #: asm-generic/unistd.h; tests/hardening/test_seccomp.py checks them against the headers when
 #: the machine has them). Absent on a machine: that machine has no such syscall.
 SYSCALLS: dict[str, dict[str, int]] = {
@@ -111,6 +112,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "open": 2, "shmget": 29, "shmat": 30, "shmctl": 31, "socket": 41, "socketpair": 53,
         "clone": 56, "semget": 64, "semop": 65, "semctl": 66, "msgget": 68, "msgsnd": 69,
         "msgrcv": 70, "msgctl": 71, "creat": 85, "chmod": 90, "fchmod": 91, "ptrace": 101,
+        "capset": 126,
         "mknod": 133, "personality": 135, "modify_ldt": 154, "pivot_root": 155, "acct": 163,
         "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168, "reboot": 169,
         "init_module": 175, "delete_module": 176, "quotactl": 179, "lookup_dcookie": 212,
@@ -129,7 +131,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
     "aarch64": {
         "lookup_dcookie": 18, "umount2": 39, "mount": 40, "pivot_root": 41, "quotactl": 60,
         "fchmod": 52, "fchmodat": 53, "openat": 56, "mknodat": 33, "acct": 89,
-        "personality": 92, "unshare": 97, "kexec_load": 104, "init_module": 105,
+        "capset": 91, "personality": 92, "unshare": 97, "kexec_load": 104, "init_module": 105,
         "delete_module": 106, "ptrace": 117, "reboot": 142, "mq_open": 180, "mq_unlink": 181,
         "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185,
         "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190,
