@@ -7,6 +7,7 @@ also with an unprivileged host (:mod:`tests.hardening.asuser`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import errno
 import os
@@ -300,6 +301,47 @@ def test_code_paths_cannot_be_planted(hostile, level, warm):
     for path, outcome in r.value.items():
         assert outcome in (errno.EROFS, errno.EACCES, errno.EPERM), (path, outcome)
         assert not os.path.exists(path)
+
+
+@NS_ONLY
+@BOTH
+def test_shared_writable_directories_are_private_to_the_run(hostile, level, warm):
+    # /dev/shm and /var/tmp are world-writable on the host: a channel between runs and to
+    # the host. Inside, /dev/shm is the run's own tmpfs and /var/tmp is read-only.
+    name = f"kg-shared-{os.getpid()}-{level}-{warm}"
+    src = program(
+        f"""
+        import os
+        out = {{}}
+        for d in ('/dev/shm', '/var/tmp', '/tmp'):
+            path = os.path.join(d, {name!r})
+            try:
+                with open(path, 'w') as f:
+                    f.write('from the run')
+                out[d] = 'written'
+            except OSError as exc:
+                out[d] = exc.errno
+        out['seen'] = sorted(n for d in ('/dev/shm', '/tmp') for n in os.listdir(d)
+                             if n.startswith('kg-shared-'))
+        return out
+        """
+    )
+    first = hostile.run(src, warm=warm, sandbox=level, strict=True)
+    try:
+        assert first.status == "ok", first.message
+        v = first.value
+        assert v["/dev/shm"] == "written" and v["/tmp"] == "written"  # the run's own
+        assert v["/var/tmp"] in (errno.EROFS, errno.EACCES)
+        for d in ("/dev/shm", "/var/tmp", "/tmp"):
+            assert not os.path.exists(os.path.join(d, name)), d  # nothing reached the host
+        # A second run does not see the first one's files.
+        second = hostile.run(src.replace("'w')", "'x')"), warm=warm, sandbox=level, strict=True)
+        assert second.status == "ok", second.message
+        assert second.value["seen"] == [name, name]  # only the ones it made itself
+    finally:
+        for d in ("/dev/shm", "/var/tmp", "/tmp"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(d, name))
 
 
 def test_proc_inside_is_read_only_and_python_still_works(hostile):
