@@ -53,7 +53,7 @@ def machine() -> str:
 def install_specs(prefix: str) -> tuple[str, str]:
     from ipykernel.kernelspec import install as install_ipykernel
 
-    from kernelgate.gateway.kernel.spec import install_kernel_spec
+    from kernelgate.jupyter.spec import install_kernel_spec
 
     install_kernel_spec("bench-kernelgate", bindings="kernelgate.demo:BINDINGS", prefix=prefix)
     install_ipykernel(prefix=prefix, kernel_name="bench-ipykernel", display_name="ipykernel")

@@ -20,11 +20,11 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Gateway": "kernelgate.gateway.gateway",
-    "Limits": "kernelgate.gateway.limits",
-    "RunResult": "kernelgate.gateway.result",
-    "CallRecord": "kernelgate.gateway.result",
-    "ErrorInfo": "kernelgate.gateway.result",
-    "RemoteGateway": "kernelgate.gateway.kernel.remote",
+    "Limits": "kernelgate.model.limits",
+    "RunResult": "kernelgate.model.result",
+    "CallRecord": "kernelgate.model.result",
+    "ErrorInfo": "kernelgate.model.result",
+    "RemoteGateway": "kernelgate.jupyter.remote",
     "inline": "kernelgate.gateway.bindings",
 }
 
@@ -42,9 +42,9 @@ __all__ = [
 if TYPE_CHECKING:
     from kernelgate.gateway.bindings import inline
     from kernelgate.gateway.gateway import Gateway
-    from kernelgate.gateway.kernel.remote import RemoteGateway
-    from kernelgate.gateway.limits import Limits
-    from kernelgate.gateway.result import CallRecord, ErrorInfo, RunResult
+    from kernelgate.jupyter.remote import RemoteGateway
+    from kernelgate.model.limits import Limits
+    from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
 
 
 def __getattr__(name: str) -> Any:

@@ -25,7 +25,7 @@ import pytest
 
 import kernelgate
 from kernelgate import Gateway, Limits
-from kernelgate.gateway.limits import frame_headroom
+from kernelgate.model.limits import frame_headroom
 from kernelgate.notebooks import load_run
 from tests.procs import descendants, pid_alive
 

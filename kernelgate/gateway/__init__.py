@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from kernelgate.model.limits import Limits
+from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
+
 from .gateway import Gateway
-from .limits import Limits
-from .result import CallRecord, ErrorInfo, RunResult
 
 __all__ = ["CallRecord", "ErrorInfo", "Gateway", "Limits", "RunResult"]

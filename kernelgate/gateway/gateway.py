@@ -8,11 +8,12 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kernelgate.model.limits import Limits
+from kernelgate.model.result import RunResult
+
 from .bindings import BindingRegistry
-from .limits import Limits
 from .pool import WarmPool, sweep_leftovers
 from .process import resolve_interpreter
-from .result import RunResult
 from .run import CallListener, OutputListener, Policy, Run
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox, probe_support
 
@@ -21,10 +22,12 @@ __all__ = ["Gateway"]
 #: What the interpreter needs in an otherwise empty environment. The host's own variables
 #: never reach the child; ``Gateway(env=...)`` adds to (or overrides) these.
 
+
 def _default_threads() -> int:
     """Synchronous bindings of one gateway running at once (more wait for a thread): a
     few per CPU, as they mostly wait on I/O; between 8 and 32."""
     return max(8, min(32, 4 * (os.cpu_count() or 1)))
+
 
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kernelgate.kernels.python import LOADER, package_root
-from kernelgate.kernels.python.mounts import RUN_GID, RUN_UID
+from kernelgate.model.constants import RUN_GID, RUN_UID
 
 __all__ = [
     "ChildProcess",

@@ -20,7 +20,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any
 
-from kernelgate.kernels.python.program import safe_str
+from kernelgate.model.constants import FRAME_OVERHEAD as _FRAME_OVERHEAD
+from kernelgate.model.limits import Limits
+from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
+from kernelgate.model.text import safe_str
 from kernelgate.wire.connection import HOST, Connection
 from kernelgate.wire.errors import LocalProtocolError, RemoteProtocolError
 from kernelgate.wire.events import (
@@ -39,7 +42,6 @@ from kernelgate.wire.messages import binding_label, iso_now
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
 from .bindings import Binding, BindingRegistry
-from .limits import Limits
 from .output import OutputCollector
 from .pool import PooledChild, WarmPool
 from .process import (
@@ -51,14 +53,13 @@ from .process import (
     remove_tree,
     spawn_child,
 )
-from .result import CallRecord, ErrorInfo, RunResult
 from .sandbox import PidsCgroup, SandboxPlan
 from .sanitize import sanitize_output
 
 __all__ = ["Run", "new_run_id", "OutputListener"]
 
 _READ_CHUNK = 256 * 1024
-_FRAME_OVERHEAD = 4096
+
 _REPLY_HIGH_WATER = 16 * 1024 * 1024
 _MAX_TEXT_PLAIN = 64 * 1024
 _ERROR_TEXT_LIMIT = 64 * 1024
@@ -594,9 +595,7 @@ class Run:
             self._loop.add_reader(fd, self._on_control)
             self._readers.append(fd)
 
-    def _invoke(
-        self, binding: Binding, args: list[Any], kwargs: dict[str, Any]
-    ) -> Awaitable[Any]:
+    def _invoke(self, binding: Binding, args: list[Any], kwargs: dict[str, Any]) -> Awaitable[Any]:
         """Start a binding call: a coroutine function in the loop, anything else in a
         worker thread (a synchronous binding doing I/O would stall every run on this loop,
         and a run's wall clock with it)."""
@@ -952,11 +951,7 @@ class Run:
             self._busiest_cpu_s,
             float(reported.get("cpu_user_s", 0.0)) + float(reported.get("cpu_system_s", 0.0)),
         )
-        if (
-            self._decided is None
-            and self._reply is not None
-            and busiest > self.limits.cpu_seconds
-        ):
+        if self._decided is None and self._reply is not None and busiest > self.limits.cpu_seconds:
             # RLIMIT_CPU acts on whole seconds and a program may trap SIGXCPU until the hard
             # limit: the host judges the budget from what it measured, not from the reply.
             self._decided = (
@@ -1042,9 +1037,7 @@ class Run:
             bindings=self.registry.signatures(),
             # The host's plan, never the child's word; none when the sandbox was not entered.
             isolation=(
-                self.sandbox.level
-                if child is not None and status != "sandbox_unavailable"
-                else ""
+                self.sandbox.level if child is not None and status != "sandbox_unavailable" else ""
             ),
             note="; ".join([*([note] if note else []), *self.hook_errors]),
             usage=usage,

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelgate.kernels.python import package_root
+from kernelgate.model.limits import Limits
 
-from .limits import Limits
 from .process import backoff, owner_alive, owner_prefix
 
 __all__ = [

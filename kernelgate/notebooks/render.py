@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, fields, is_dataclass
 from typing import TYPE_CHECKING, Any
 
-from kernelgate.gateway.result import CallRecord, RunResult
 from kernelgate.gateway.sanitize import sanitize_outputs
+from kernelgate.model.result import CallRecord, RunResult
 from kernelgate.wire.messages import CALL_MIME, binding_label
 
 from ._values import (

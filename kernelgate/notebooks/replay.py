@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelgate.gateway.result import CallRecord, RunResult
+from kernelgate.model.result import CallRecord, RunResult
 
 from ._values import canonical, short_repr
 from .render import call_label, call_line

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kernelgate.gateway.result import RunResult
+from kernelgate.model.result import RunResult
 
 from .render import FORMAT, _kernelgate_version, notebook_dict, run_code_cell, run_header_cell
 from .store import (

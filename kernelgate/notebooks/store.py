@@ -16,8 +16,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from kernelgate.gateway.result import CallRecord, ErrorInfo, RunResult
 from kernelgate.gateway.sanitize import sanitize_outputs
+from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
 from kernelgate.wire.messages import CALL_MIME
 from kernelgate.wire.values import MAX_DEPTH
 

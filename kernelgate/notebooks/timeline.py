@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape, quoteattr
 
-from kernelgate.gateway.result import CallRecord, RunResult
+from kernelgate.model.result import CallRecord, RunResult
 
 from ._values import fmt_duration
 from .render import call_label, call_line

@@ -7,7 +7,12 @@ import importlib
 
 import pytest
 
-MODULES = ["kernelgate", *(f"kernelgate.gateway.{m}" for m in ("gateway", "limits", "result", "bindings"))]
+MODULES = [
+    "kernelgate",
+    "kernelgate.gateway.gateway",
+    "kernelgate.gateway.bindings",
+    *(f"kernelgate.model.{m}" for m in ("limits", "result", "text")),
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

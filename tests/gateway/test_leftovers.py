@@ -282,7 +282,7 @@ def kernel_name(tmp_path: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> s
     spec_dir = tmp_path / "jupyter" / "kernels" / name
     spec_dir.mkdir(parents=True)
     spec = {
-        "argv": [sys.executable, "-m", "kernelgate.gateway.kernel", "-f", "{connection_file}"],
+        "argv": [sys.executable, "-m", "kernelgate.cli", "kernel", "run", "-f", "{connection_file}"],
         "display_name": name,
         "language": "python",
         "interrupt_mode": "signal",

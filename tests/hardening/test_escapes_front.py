@@ -388,15 +388,15 @@ def markers(d: Path) -> list[str]:
 
 def test_the_planted_modules_run_when_the_directory_comes_first(planted):
     """The attack: the kernelspec's old argv (``python -m ...``, from the notebook's
-    directory) imports the planted asyncio and json before any cell."""
+    directory) imports the planted asyncio (and argparse, signal, ...) before any cell."""
     p = subprocess.run(
-        [sys.executable, "-m", "kernelgate.gateway.kernel", "--help"],
+        [sys.executable, "-m", "kernelgate.cli", "kernel", "run", "--help"],
         cwd=planted,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert {"MARKER-asyncio", "MARKER-json"} <= set(markers(planted)), (p.stdout, p.stderr)
+    assert {"MARKER-asyncio", "MARKER-argparse"} <= set(markers(planted)), (p.stdout, p.stderr)
 
 
 def test_kernelgate_run_imports_only_the_named_bindings_module(planted):
@@ -468,7 +468,9 @@ def test_kernel_run_does_not_search_the_working_directory(planted):
             sys.executable,
             "-I",
             "-m",
-            "kernelgate.gateway.kernel",
+            "kernelgate.cli",
+            "kernel",
+            "run",
             "-f",
             "none.json",
             "--bindings",

@@ -16,15 +16,15 @@ import pytest
 from kernelgate.cli import main as kernelgate_main
 from kernelgate.demo import BINDINGS
 from kernelgate.gateway.bindings import BindingRegistry
-from kernelgate.gateway.kernel.calls import call_display, call_record_from_data
-from kernelgate.gateway.kernel.comms import (
+from kernelgate.jupyter.calls import call_display, call_record_from_data
+from kernelgate.jupyter.comms import (
     ClientBindings,
     remote_error,
     signature_from_spec,
 )
-from kernelgate.gateway.kernel.introspect import complete, inspect_code, is_complete
-from kernelgate.gateway.kernel.spec import kernel_json
-from kernelgate.gateway.result import CallRecord, ErrorInfo
+from kernelgate.jupyter.introspect import complete, inspect_code, is_complete
+from kernelgate.jupyter.spec import kernel_json
+from kernelgate.model.result import CallRecord, ErrorInfo
 from kernelgate.wire.messages import CALL_MIME
 
 NAMESPACES = BindingRegistry({"tools": BINDINGS, "db": {"web-search": len}}).namespaces
@@ -298,7 +298,9 @@ def test_kernel_json() -> None:
         sys.executable,
         "-I",  # isolated: nothing from the notebook's directory is imported (security.md)
         "-m",
-        "kernelgate.gateway.kernel",
+        "kernelgate.cli",
+        "kernel",
+        "run",
         "-f",
         "{connection_file}",
         "--bindings",

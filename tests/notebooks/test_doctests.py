@@ -36,7 +36,7 @@ def test_package_imports_without_pyzmq_or_nbformat() -> None:
 
     code = (
         "import sys\n"
-        "import kernelgate.notebooks, kernelgate.notebooks.cli\n"
+        "import kernelgate.notebooks\n"
         "bad = [m for m in ('zmq', 'nbformat', 'jupyter_client') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

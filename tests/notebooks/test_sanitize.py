@@ -20,13 +20,13 @@ from markdown_it import MarkdownIt
 
 from kernelgate import Gateway
 from kernelgate.gateway import sanitize as sanitize_module
-from kernelgate.gateway.result import CallRecord, RunResult
 from kernelgate.gateway.sanitize import (
     SAFE_MIME_TYPES,
     sanitize_html,
     sanitize_output,
     sanitize_outputs,
 )
+from kernelgate.model.result import CallRecord, RunResult
 from kernelgate.notebooks.render import (
     call_html,
     run_code_cell,

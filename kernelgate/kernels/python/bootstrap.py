@@ -27,6 +27,7 @@ import types
 from asyncio.events import _get_running_loop
 from typing import Any
 
+from kernelgate.model.constants import FRAME_OVERHEAD as _FRAME_OVERHEAD
 from kernelgate.wire.connection import CHILD, HOST, Connection
 from kernelgate.wire.events import (
     CallReply,
@@ -62,7 +63,6 @@ __all__ = ["main", "Child"]
 
 CONTROL_FD = 3
 _HOST_FRAME_CEILING = 1 << 30  # the host is trusted; its frames are bounded by its limits
-_FRAME_OVERHEAD = 4096  # header, parent header and field names around a payload
 # Diagnostics stay small whatever the program makes: an exception's text and traceback,
 # and the messages the child writes itself (which may quote the program's values).
 _MAX_DIAGNOSTIC = 32 * 1024

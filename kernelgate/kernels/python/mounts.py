@@ -29,6 +29,8 @@ import os
 import stat
 from typing import Any
 
+from kernelgate.model.constants import RUN_GID, RUN_UID
+
 __all__ = [
     "libc",
     "check",
@@ -48,8 +50,6 @@ __all__ = [
 #: Debian-like systems): uid 0 inside the run's user namespace maps to it, and at the
 #: ``process`` level the child drops to it. Never 0, so "euid is root" checks on the host
 #: (sysctls, cgroupfs, root's files, setuid-root files) all fail for a program.
-RUN_UID = 65534
-RUN_GID = 65534
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REC, MS_PRIVATE = 16384, 1 << 18

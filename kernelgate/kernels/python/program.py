@@ -14,7 +14,8 @@ import traceback
 import types
 from typing import Any, TypeVar
 
-from .streams import escape_text
+from kernelgate.model.text import MAX_NAME, cap_text, escape_text, safe_str
+from kernelgate.model.text import type_name as _type_name
 
 __all__ = [
     "FILENAME",
@@ -229,44 +230,6 @@ def _no_args() -> ast.arguments:
 def bind_globals(fn: types.FunctionType, globals_: dict[str, Any]) -> types.FunctionType:
     """Rebuild ``fn`` to run with ``globals_`` as its module namespace."""
     return types.FunctionType(fn.__code__, globals_, fn.__name__, None, fn.__closure__)
-
-
-def safe_str(obj: Any, limit: int) -> str:
-    """``str(obj)`` cut to ``limit`` characters with a marker, lone surrogates escaped
-    (``\\ud800``) so it can always be sent; never raises."""
-    try:
-        text = str(obj)
-        if type(text) is not str:
-            raise TypeError
-    except BaseException:
-        return f"<{_type_name(obj)}: str() failed>"
-    return cap_text(text, limit)
-
-
-def cap_text(text: str, limit: int) -> str:
-    """``text`` with lone surrogates escaped, cut to ``limit`` characters (the marker
-    saying how many were cut included)."""
-    if len(text) > limit:
-        keep = max(0, limit - 40)
-        text = text[:keep] + f"... [{len(text) - keep} more characters cut]"
-    try:
-        return escape_text(text)
-    except BaseException:
-        return "<text could not be shown>"
-
-
-#: Longest class name a diagnostic shows (the host keeps no more either).
-MAX_NAME = 200
-
-
-def _type_name(obj: Any) -> str:
-    try:
-        name = type(obj).__qualname__
-        if type(name) is not str:
-            return "object"
-        return cap_text(name, MAX_NAME)
-    except BaseException:
-        return "object"
 
 
 def _keep_program_frames(tb: types.TracebackType | None, filename: str) -> Any:

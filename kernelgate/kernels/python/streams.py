@@ -19,24 +19,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from kernelgate.model.text import escape_text
+
 __all__ = ["OutputLedger", "OutputStream", "escape_text"]
 
 _CHUNK = 64 * 1024  # largest stream message; keeps frames far below the ceiling
-
-
-def escape_text(text: str) -> str:
-    """``text`` with each lone surrogate (no UTF-8 form) written as its escape, ``\\udcff``.
-
-    >>> escape_text("bad \\ud800 text")
-    'bad \\\\ud800 text'
-    """
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class OutputLedger:

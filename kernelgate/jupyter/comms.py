@@ -1,6 +1,6 @@
 """The ``kernelgate.bindings`` comm: bindings a client answers itself.
 
-A client (e.g. :class:`~kernelgate.gateway.kernel.remote.RemoteGateway`) opens a comm with
+A client (e.g. :class:`~kernelgate.jupyter.remote.RemoteGateway`) opens a comm with
 target :data:`~kernelgate.wire.messages.BINDINGS_TARGET` on the kernel's shell socket,
 announcing its namespaces with the same specs ``BindingRegistry.specs()`` gives the child::
 

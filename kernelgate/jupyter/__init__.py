@@ -4,14 +4,14 @@ Every cell is one single-shot program in a fresh child, run through the same cor
 :meth:`kernelgate.Gateway.run`. Modules:
 
 - :mod:`.server` -- the kernel process (asyncio + pyzmq, ``jupyter_client.session.Session``);
-- :mod:`.remote` -- :class:`~kernelgate.gateway.kernel.remote.RemoteGateway`, a client
+- :mod:`.remote` -- :class:`~kernelgate.jupyter.remote.RemoteGateway`, a client
   whose own functions answer a kernel's binding calls over a ``kernelgate.bindings`` comm;
 - :mod:`.comms` -- that comm's messages, and the kernel's placeholders for client bindings;
 - :mod:`.calls` -- a binding call as a ``display_data`` output;
 - :mod:`.introspect` -- ``complete``, ``inspect`` and ``is_complete``;
 - :mod:`.spec` and :mod:`.cli` -- ``kernelgate kernel install`` / ``kernelgate kernel run``.
 
-Nothing is imported here, so ``import kernelgate.gateway.kernel.remote`` stays light.
+Nothing is imported here, so ``import kernelgate.jupyter.remote`` stays light.
 """
 
 from __future__ import annotations

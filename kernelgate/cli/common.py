@@ -1,4 +1,5 @@
-"""The ``kernelgate`` command: run, demo, and the commands other parts register."""
+"""What every ``kernelgate`` subcommand shares: usage errors, stopping on a signal, the
+``--timeout``/``--limit`` parsers, and finding and loading ``--bindings``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import argparse
 import asyncio
 import importlib
 import inspect
-import json
 import math
 import os
 import re
@@ -17,8 +17,13 @@ from dataclasses import fields
 from types import ModuleType
 from typing import Any, TypeVar
 
+from kernelgate.model.limits import Limits, frame_headroom
+
 __all__ = [
-    "main",
+    "positive_seconds",
+    "add_limit_arguments",
+    "add_bindings_path_argument",
+    "bindings_search",
     "load_bindings",
     "resolve_bindings",
     "UsageError",
@@ -29,9 +34,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-#: Modules that add subcommands with ``register(subparsers)``.
-_COMMAND_MODULES = ("kernelgate.notebooks.cli", "kernelgate.gateway.kernel.cli")
 
 
 class UsageError(Exception):
@@ -99,7 +101,6 @@ _SECONDS_FORM = re.compile(r"(.+?)\s*s?", re.IGNORECASE)
 
 def _limit_fields() -> dict[str, str]:
     """``{name: "int" | "float"}`` for every :class:`Limits` field."""
-    from kernelgate.gateway.limits import Limits
 
     return {f.name: str(f.type) for f in fields(Limits)}
 
@@ -165,7 +166,7 @@ def add_limit_arguments(parser: argparse.ArgumentParser, what: str = "run") -> N
     """``--timeout S`` and ``--limit NAME=VALUE`` (repeatable)."""
     parser.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=positive_seconds,
         metavar="S",
         help=f"wall-clock budget of the {what} in seconds (the same as --limit wall_seconds=S)",
     )
@@ -184,7 +185,6 @@ def add_limit_arguments(parser: argparse.ArgumentParser, what: str = "run") -> N
 def limits_from_args(args: argparse.Namespace) -> Any:
     """The :class:`~kernelgate.Limits` that ``--timeout`` and ``--limit`` ask for, or
     ``None`` when they ask for nothing. A later ``--limit`` of the same name wins."""
-    from kernelgate.gateway.limits import Limits, frame_headroom
 
     given: dict[str, int | float] = dict(getattr(args, "limit", None) or [])
     timeout = getattr(args, "timeout", None)
@@ -447,176 +447,9 @@ def bindings_search(args: argparse.Namespace) -> list[str]:
     return dirs
 
 
-def _read_program(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read program {path!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"program {path!r} is not UTF-8 text") from None
-
-
-def _print_live(output: dict[str, Any]) -> None:
-    if output["output_type"] == "stream":
-        stream = sys.stdout if output["name"] == "stdout" else sys.stderr
-        stream.write(output["text"])
-        stream.flush()
-
-
-def format_value(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, indent=2, ensure_ascii=False)
-
-
-def _report(result: Any, as_json: bool, show_calls: bool = False, limits: Any = None) -> int:
-    if as_json:
-        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
-        return 0 if result.ok else 1
-    if show_calls and result.calls:
-        print(f"\n-- {len(result.calls)} binding calls --")
-        for call in result.calls:
-            args = ", ".join(
-                [json.dumps(a) for a in call.args]
-                + [f"{k}={json.dumps(v)}" for k, v in call.kwargs.items()]
-            )
-            outcome = _short(json.dumps(call.value)) if call.ok else f"raised {call.error.ename}"
-            print(
-                f"  {call.namespace}.{call.name}({_short(args)}) -> {outcome}  "
-                f"{call.duration_s * 1000:.1f} ms"
-            )
-    if result.ok:
-        if result.value is not None:
-            if show_calls:
-                print("\n-- value --")
-            print(format_value(result.value))
-        return 0
-    message = f"Error: the program failed ({result.status}): {result.message}"
-    if limits is not None:
-        # The message says "raise Limits.max_value_bytes": say how, from here.
-        hints = limit_hints(result.message, limits)
-        if hints:
-            message += f" (kernelgate run: {'; '.join(hints)})"
-    print(message, file=sys.stderr)
-    if result.error is not None and result.error.traceback:
-        print("\n".join(result.error.traceback), file=sys.stderr)
-    return 1
-
-
-def _short(text: str, limit: int = 70) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-async def _run_once(gw: Any, program: str, on_output: Any) -> Any:
-    async with gw:  # returns once the run is torn down, not just answered
-        return await gw.run(program, on_output=on_output)
-
-
-def _check_record_path(path: str) -> str:
-    """Refuse a ``--record`` path before the run, not after it: the absolute path."""
-    if not path.lower().endswith(".ipynb"):
-        stem = os.path.splitext(os.path.basename(path))[0] or "run"
-        raise UsageError(
-            f"--record {path!r}: a recording is a notebook; give a name ending in .ipynb "
-            f"(e.g. {stem}.ipynb)"
-        )
-    full = os.path.abspath(path)
-    parent = os.path.dirname(full)
-    if not os.path.isdir(parent):
-        raise UsageError(
-            f"--record {path!r}: there is no directory {parent!r}; create it first "
-            "(kernelgate does not create directories)"
-        )
-    if os.path.isdir(full):
-        raise UsageError(f"--record {path!r} is a directory; give a file name ending in .ipynb")
-    return full
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    from kernelgate import Gateway, Limits
-
-    record = _check_record_path(args.record) if args.record else None
-    limits = limits_from_args(args)
-    program = _read_program(args.program)
-    namespaces = (
-        load_bindings(args.bindings, bindings_search(args), fallback=[os.getcwd()])
-        if args.bindings
-        else {"tools": {}}
-    )
-    # One run: a warm pool would only cost a second interpreter.
-    gw = Gateway(namespaces=namespaces, limits=limits, pool_size=0)
-    on_output = None if args.json else _print_live
-    result = run_stoppable(lambda: _run_once(gw, program, on_output))
-    code = _report(result, args.json, limits=limits or Limits())
-    if record is not None:
-        try:
-            saved = result.save(record)
-        except OSError as exc:
-            raise UsageError(f"cannot record to {record!r}: {exc.strerror or exc}") from None
-        # stderr: stdout is the program's output and value (or the JSON), nothing else.
-        print(f"recorded to {saved}", file=sys.stderr)
-    return code
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from kernelgate import Gateway
-    from kernelgate.demo import BINDINGS, DEMO_PROGRAM
-
-    if not args.json:
-        print("-- program --")
-        print(DEMO_PROGRAM.rstrip())
-        print("\n-- output --")
-    gw = Gateway(bindings=BINDINGS, pool_size=0)
-    result = run_stoppable(lambda: _run_once(gw, DEMO_PROGRAM, None if args.json else _print_live))
-    return _report(result, args.json, show_calls=True)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kernelgate",
-        description="Run programs that AI agents write, each in a fresh CPython child.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser(
-        "run", help="run a program file (or - for stdin) and print what it printed and returned"
-    )
-    run.add_argument("program", help="path of a Python program, or - to read it from stdin")
-    run.add_argument(
-        "--bindings",
-        metavar="MODULE:ATTR",
-        help="a dict of callables, or a module (its public functions): MODULE:ATTR, where "
-        "MODULE is a file (./tools.py), a module in --bindings-path or the working directory "
-        "(tools.py there), or an installed module",
-    )
-    add_bindings_path_argument(run)
-    add_limit_arguments(run)
-    run.add_argument("--json", action="store_true", help="print RunResult.to_dict() as JSON")
-    run.add_argument(
-        "--record",
-        metavar="PATH",
-        help="also save the run as a notebook: a name ending in .ipynb, in a directory that "
-        "exists (says where on stderr)",
-    )
-    run.set_defaults(func=_cmd_run)
-    demo = sub.add_parser("demo", help="run a sample agent program against demo bindings")
-    demo.add_argument("--json", action="store_true", help="print RunResult.to_dict() as JSON")
-    demo.set_defaults(func=_cmd_demo)
-    for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if not exc.name or not name.startswith(exc.name):
-                raise
-            continue
-        module.register(sub)
-    return parser
-
-
-def _positive_float(text: str) -> float:
-    """Seconds for ``--timeout``: positive and finite (``inf`` and ``nan`` are refused)."""
+def positive_seconds(text: str) -> float:
+    """The one parser of ``--timeout`` seconds, for every subcommand: positive and finite
+    (``inf`` and ``nan`` are refused)."""
     try:
         value = float(text)
     except ValueError:
@@ -626,35 +459,3 @@ def _positive_float(text: str) -> float:
             f"expected a positive number of seconds (finite, e.g. 30 or 2.5), got {text!r}"
         )
     return value
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return 2
-    try:
-        return int(args.func(args))
-    except UsageError as exc:
-        print(f"kernelgate: error: {exc}", file=sys.stderr)
-        return 2
-    except Stopped as exc:
-        print(
-            f"kernelgate: stopped by {exc}: the run was cancelled, its processes killed and "
-            "its files removed",
-            file=sys.stderr,
-        )
-        return 128 + exc.signum
-    except KeyboardInterrupt:  # before or after a run: nothing of one is left to tear down
-        print("kernelgate: stopped by SIGINT", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # The reader of stdout went away (``| head``): no traceback, and none at exit when
-        # Python flushes stdout again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernelgate.cli import (
+from .common import (
     UsageError,
     add_bindings_path_argument,
     add_limit_arguments,
@@ -84,7 +84,7 @@ def register(subparsers: Any) -> None:
 
 def _load(path: str, cell: int | None) -> Any:
 
-    from .store import NotARunError, load_run
+    from kernelgate.notebooks.store import NotARunError, load_run
 
     try:
         return load_run(path, cell)
@@ -95,9 +95,8 @@ def _load(path: str, cell: int | None) -> Any:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from kernelgate import Limits
-
-    from .replay import replay_async
+    from kernelgate.model.limits import Limits
+    from kernelgate.notebooks.replay import replay_async
 
     if args.live_any and not args.live:
         raise UsageError("--live-any goes with --live (and --bindings)")
@@ -145,8 +144,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def _cmd_timeline(args: argparse.Namespace) -> int:
 
-    from .store import atomic_write
-    from .timeline import timeline_summary, timeline_svg
+    from kernelgate.notebooks.store import atomic_write
+    from kernelgate.notebooks.timeline import timeline_summary, timeline_svg
 
     run = _load(args.notebook, args.cell)
     svg = timeline_svg(run)

@@ -7,12 +7,14 @@ import os
 import sys
 from typing import Any
 
-from kernelgate.cli import (
+from kernelgate.model.limits import Limits
+
+from .common import (
     UsageError,
-    _positive_float,
     add_bindings_path_argument,
     bindings_search,
     load_bindings,
+    positive_seconds,
     resolve_bindings,
 )
 
@@ -36,14 +38,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_bindings_path_argument(parser)
     parser.add_argument(
-        "--timeout", type=_positive_float, metavar="S", help="wall-clock budget of each cell"
+        "--timeout", type=positive_seconds, metavar="S", help="wall-clock budget of each cell"
     )
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    from kernelgate.gateway.limits import Limits
-
-    from .server import run_kernel
+    from kernelgate.jupyter.server import run_kernel
 
     # Jupyter starts the kernel in the notebook's directory: only the kernelspec's
     # --bindings-path is searched, never the working directory.
@@ -61,7 +61,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 def _cmd_install(args: argparse.Namespace) -> int:
 
-    from .spec import install_kernel_spec
+    from kernelgate.jupyter.spec import install_kernel_spec
 
     if sum([bool(args.user), bool(args.sys_prefix), args.prefix is not None]) > 1:
         raise UsageError("choose at most one of --user, --sys-prefix and --prefix")
@@ -103,7 +103,7 @@ def _cmd_kernel(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``kernel install`` and ``kernel run`` to the ``kernelgate`` command."""
-    from .spec import DEFAULT_DISPLAY_NAME, DEFAULT_NAME
+    from kernelgate.jupyter.spec import DEFAULT_DISPLAY_NAME, DEFAULT_NAME
 
     kernel = subparsers.add_parser(
         "kernel",
@@ -139,7 +139,7 @@ def register(subparsers: Any) -> None:
     )
     add_bindings_path_argument(install)
     install.add_argument(
-        "--timeout", type=_positive_float, metavar="S", help="wall-clock budget of each cell"
+        "--timeout", type=positive_seconds, metavar="S", help="wall-clock budget of each cell"
     )
     install.add_argument(
         "--interrupt-mode",

@@ -30,8 +30,8 @@ import zmq.asyncio
 from jupyter_client.session import Session
 
 from kernelgate.gateway.gateway import Gateway
-from kernelgate.gateway.limits import Limits
-from kernelgate.gateway.result import CallRecord, ErrorInfo, RunResult
+from kernelgate.model.limits import Limits
+from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
 from kernelgate.wire.messages import (
     BINDINGS_TARGET,
     PROTOCOL_VERSION,
@@ -518,7 +518,7 @@ class KernelServer:
         JupyterLab sends a cell's metadata with each execute_request, and a saved (or
         crafted) notebook fills it in: a recorded run's ``kernelgate.limits`` arrive here
         as if asked for. So a request (``metadata.kernelgate.limits``, as
-        :class:`~kernelgate.gateway.kernel.remote.RemoteGateway` sends) may only lower
+        :class:`~kernelgate.jupyter.remote.RemoteGateway` sends) may only lower
         limits: each field is the smaller of the kernel's and the request's. The sandbox,
         memory, processes and frame sizes a cell gets are never more than the kernelspec's.
         """

@@ -36,7 +36,9 @@ def kernel_json(
         python or sys.executable,
         "-I",
         "-m",
-        "kernelgate.gateway.kernel",
+        "kernelgate.cli",
+        "kernel",
+        "run",
         "-f",
         "{connection_file}",
     ]
@@ -62,7 +64,7 @@ def _check_isolated_import(python: str) -> None:
 
     try:
         done = subprocess.run(
-            [python, "-I", "-c", "import kernelgate.gateway.kernel.cli"],
+            [python, "-I", "-c", "import kernelgate.cli.kernel, kernelgate.jupyter.server"],
             capture_output=True,
             text=True,
             timeout=60,

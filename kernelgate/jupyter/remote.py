@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kernelgate.gateway.bindings import BindingRegistry
-from kernelgate.gateway.limits import Limits
-from kernelgate.gateway.result import CallRecord, ErrorInfo, RunResult
 from kernelgate.gateway.run import CallListener, OutputListener
 from kernelgate.gateway.sanitize import sanitize_output
+from kernelgate.model.limits import Limits
+from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
 from kernelgate.wire.messages import BINDINGS_TARGET, CALL_MIME, execute_request_content, iso_now
 from kernelgate.wire.values import NotJSONError, check_json
 

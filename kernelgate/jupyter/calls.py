@@ -2,7 +2,7 @@
 
 The kernel shows each call as it completes with :func:`call_display` (the saved runs'
 builder, :func:`kernelgate.notebooks.render.call_output`); a client rebuilds the
-:class:`~kernelgate.gateway.result.CallRecord` from that output with
+:class:`~kernelgate.model.result.CallRecord` from that output with
 :func:`call_record_from_data`.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelgate.gateway.result import CallRecord
+from kernelgate.model.result import CallRecord
 from kernelgate.notebooks.render import call_output as call_display
 from kernelgate.notebooks.store import NotARunError, call_record_from_json
 

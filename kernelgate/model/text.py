@@ -1,0 +1,65 @@
+"""Text that can always be shown and sent: cut to a limit with a marker, lone surrogates
+escaped. Both sides use it: the child for what a program's objects say about themselves,
+the host for what a binding's exception says. Stdlib only; nothing here raises.
+
+>>> safe_str(ValueError("x" * 100), 50)
+'xxxxxxxxxx... [90 more characters cut]'
+>>> escape_text("bad \\ud800 text")
+'bad \\\\ud800 text'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["MAX_NAME", "cap_text", "escape_text", "safe_str", "type_name"]
+
+#: Longest class name a diagnostic shows (the host keeps no more either).
+MAX_NAME = 200
+
+
+def escape_text(text: str) -> str:
+    """``text`` with each lone surrogate (no UTF-8 form) written as its escape, ``\\udcff``."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def safe_str(obj: Any, limit: int) -> str:
+    """``str(obj)`` cut to ``limit`` characters with a marker, lone surrogates escaped
+    (``\\ud800``) so it can always be sent; never raises (``str()`` is the object's own
+    code: in the child, the program's)."""
+    try:
+        text = str(obj)
+        if type(text) is not str:
+            raise TypeError
+    except BaseException:
+        return f"<{type_name(obj)}: str() failed>"
+    return cap_text(text, limit)
+
+
+def cap_text(text: str, limit: int) -> str:
+    """``text`` with lone surrogates escaped, cut to ``limit`` characters (the marker
+    saying how many were cut included)."""
+    if len(text) > limit:
+        keep = max(0, limit - 40)
+        text = text[:keep] + f"... [{len(text) - keep} more characters cut]"
+    try:
+        return escape_text(text)
+    except BaseException:
+        return "<text could not be shown>"
+
+
+def type_name(obj: Any) -> str:
+    """The qualified name of ``obj``'s class, cut to :data:`MAX_NAME`; never raises."""
+    try:
+        name = type(obj).__qualname__
+        if type(name) is not str:
+            return "object"
+        return cap_text(name, MAX_NAME)
+    except BaseException:
+        return "object"
