@@ -228,7 +228,7 @@ class Teardown:
     def watch(self) -> None:
         """Notice the child's exit: its pidfd, or (without one) its zygote's report."""
         self._channel.open(self._on_exit)
-        if self._child.pidfd < 0:
+        if self._child.pidfd < 0 and self._child.reaped_by_zygote:
             self._child.on_status(self._on_exit)
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> None:
