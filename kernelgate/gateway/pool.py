@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import secrets
+import select
 import signal
 import socket
 import types
@@ -217,12 +218,32 @@ class Zygote:
 
     #: Set once the zygote is reaped: its pid may then be another process's.
     _reaped = False
+    #: A pidfd of the zygote, opened the first time :meth:`gone` asks.
+    _pidfd = -1
+
+    def gone(self) -> bool:
+        """Whether the zygote is dead: its socket says so, or its process has exited. (A
+        child it forked holds the socket open until it closes its copy as it boots, and
+        it dies with the zygote: it must not be handed to a run.) Never waits."""
+        self.poll()
+        if not self.dead and not self._reaped:
+            if self._pidfd < 0:
+                try:
+                    self._pidfd = os.pidfd_open(self.pid)
+                except OSError:
+                    return self.dead
+            if select.select([self._pidfd], [], [], 0)[0]:
+                self._died()
+        return self.dead
 
     def _kill(self) -> bool:
         """Stop talking to the zygote and kill it; False if it is reaped already."""
         if not self.dead:
             self._died()
         self.sock.close()
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
         if self._reaped:
             return False
         self._reaped = True  # by the caller, next
@@ -410,8 +431,7 @@ class WarmPool:
             candidate = self._ready.pop(0)
             # Children die with their zygote (PR_SET_PDEATHSIG): once it is gone, so are
             # they, even if their own death is still on its way.
-            candidate.zygote.poll()
-            if not candidate.zygote.dead and candidate.alive():
+            if not candidate.zygote.gone() and candidate.alive():
                 child = candidate
                 break
             self._discard_later(candidate)

@@ -59,6 +59,20 @@ def waits_on_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield seen
 
 
+async def killed(pid: int) -> None:
+    """SIGKILL ``pid`` and wait until it has exited (its pidfd is readable)."""
+    loop = asyncio.get_running_loop()
+    gone: asyncio.Future[None] = loop.create_future()
+    pidfd = os.pidfd_open(pid)
+    try:
+        loop.add_reader(pidfd, lambda: gone.done() or gone.set_result(None))
+        os.kill(pid, signal.SIGKILL)
+        await gone
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+
+
 def test_no_ending_of_a_run_or_its_pool_waits_on_the_loop(
     make_gateway: Any, waits_on_loop: list[str], request: pytest.FixtureRequest
 ) -> None:
@@ -87,9 +101,10 @@ def test_no_ending_of_a_run_or_its_pool_waits_on_the_loop(
         with pytest.raises(asyncio.CancelledError):
             await live
         await filled(gw)
-        # A dead zygote: its idle children are discarded, a new one is started.
+        # A dead zygote: its idle children (some perhaps still booting, holding its socket
+        # open) are discarded, a new one is started.
         assert gw._pool is not None and gw._pool._zygote is not None
-        os.kill(gw._pool._zygote.pid, signal.SIGKILL)
+        await killed(gw._pool._zygote.pid)
         statuses.append((await gw.run("print(2)")).status)
         await gw.aclose()
         return statuses
