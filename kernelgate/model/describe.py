@@ -69,6 +69,8 @@ def type_hint(schema: Any, root: Mapping[str, Any] | None = None, depth: int = 0
     'int | None'
     >>> type_hint({"enum": ["sum", "mean"]})
     "Literal['sum', 'mean']"
+    >>> type_hint({"type": "object", "properties": {"count": {"type": "integer"}}})
+    "{'count': int}"
     """
     if not isinstance(schema, Mapping) or depth > 8:
         return "Any"
@@ -113,8 +115,13 @@ def type_hint(schema: Any, root: Mapping[str, Any] | None = None, depth: int = 0
             f"list[{type_hint(items, root, depth + 1)}]" if isinstance(items, Mapping) else "list"
         )
     if kind == "object":
+        props = schema.get("properties")
+        if isinstance(props, Mapping) and 0 < len(props) <= 10:
+            # Not Python, but the shortest way to tell a model which keys come back.
+            fields = (f"{k!r}: {type_hint(v, root, depth + 1)}" for k, v in props.items())
+            return "{" + ", ".join(fields) + "}"
         extra = schema.get("additionalProperties")
-        if isinstance(extra, Mapping) and not schema.get("properties"):
+        if isinstance(extra, Mapping):
             return f"dict[str, {type_hint(extra, root, depth + 1)}]"
         return "dict[str, Any]"
     return "Any"

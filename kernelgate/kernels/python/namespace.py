@@ -336,7 +336,7 @@ def program_help(original: Any) -> Callable[..., Any]:
 
     def help(*args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs and isinstance(args[0], (Namespace, Binding)):
-            print(args[0]._kg_help())
+            print(args[0]._kg_help().rstrip("\n"))
             return None
         if original is None:
             print("help() is not available in this interpreter (it was started without site)")
