@@ -89,8 +89,11 @@ def _say(text: str) -> None:
 async def _serve(args: argparse.Namespace, namespaces: dict[str, Any], record: Any) -> int:
     # Imported here: the SDK is the kernelgate[mcp] extra and slow to import; the rest of
     # the command line needs neither.
-    from kernelgate.mcp.client import connect
-    from kernelgate.mcp.server import build_server, listen, serve_http, serve_stdio
+    try:
+        from kernelgate.mcp.client import connect
+        from kernelgate.mcp.server import build_server, listen, serve_http, serve_stdio
+    except ImportError as exc:
+        raise UsageError(f"kernelgate mcp: {exc} (pip install 'kernelgate[mcp]')") from None
 
     async with AsyncExitStack() as stack:
         for name, command in args.mcp:
@@ -120,12 +123,12 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     if not args.bindings and not args.mcp:
         raise UsageError("give --bindings MODULE:ATTR, --mcp NAME=COMMAND, or both")
     if args.http is not None:
-        # Lazy, pointing down: the SDK is slow to import and only serving needs it.
-        from kernelgate.mcp.server import check_loopback
-
         try:
+            # Lazy, pointing down: the SDK is slow to import and only serving needs it.
+            from kernelgate.mcp.server import check_loopback
+
             check_loopback(args.http[0])
-        except ValueError as exc:
+        except (ValueError, ImportError) as exc:
             raise UsageError(str(exc)) from None
     namespaces: dict[str, Any] = (
         load_bindings(args.bindings, bindings_search(args), fallback=[os.getcwd()])

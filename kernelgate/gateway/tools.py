@@ -124,7 +124,8 @@ def _json(value: Any) -> str:
 
 
 def _block(label: str, body: str) -> str:
-    return f"{label}:\n{body.rstrip(chr(10))}" if body else ""
+    body = body.rstrip("\n")
+    return f"{label}:\n{body}" if body else ""
 
 
 def _cut(text: str, keep: int, max_chars: int) -> str:

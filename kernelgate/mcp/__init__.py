@@ -10,6 +10,13 @@ the notebooks (a session log), never the other way round.
 
 from __future__ import annotations
 
+try:
+    import mcp as _sdk  # noqa: F401  (the SDK: say how to get it, not just that it is missing)
+except ImportError as exc:  # pragma: no cover - the extra is installed wherever tests run
+    raise ImportError(
+        "kernelgate.mcp needs the official MCP SDK: pip install 'kernelgate[mcp]'"
+    ) from exc
+
 from .client import McpServerError, McpToolError, connect
 
 __all__ = ["McpServerError", "McpToolError", "connect"]
