@@ -30,10 +30,30 @@ True
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["arguments_object", "check_bound", "check_value", "check_schema", "schema_error"]
+
+#: The keywords :meth:`_Checker._keywords` looks at: a schema with none skips it.
+_KEYWORDS = frozenset(
+    {
+        "const",
+        "enum",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+    }
+)
 
 #: Deepest nesting of schemas followed (``$ref`` cycles end here, not in a RecursionError).
 _MAX_DEPTH = 64
@@ -97,9 +117,9 @@ class _Checker:
         return node
 
     def check(self, value: Any, schema: Any, path: str, depth: int) -> str | None:
-        if schema is True or not isinstance(schema, Mapping):
-            return None  # true, or not a schema: anything fits
-        if depth > _MAX_DEPTH:
+        # Schemas arrive as parsed JSON: plain dicts (``check_schema`` makes the host's so
+        # too). Anything else (``true``, not a schema) lets every value through.
+        if type(schema) is not dict or not schema or depth > _MAX_DEPTH:
             return None
         if "$ref" in schema:
             target = self.resolve(schema["$ref"])
@@ -108,12 +128,27 @@ class _Checker:
                 if error:
                     return error
         types = schema.get("type")
-        if isinstance(types, str):
-            types = [types]
-        if isinstance(types, list) and types:
-            if not any(_is_type(value, t) for t in types if isinstance(t, str)):
-                wanted = " or ".join(str(t) for t in types)
+        if types is not None:
+            if type(types) is str:
+                fits = _is_type(value, types)
+            else:
+                fits = not isinstance(types, list) or not types
+                fits = fits or any(_is_type(value, t) for t in types if isinstance(t, str))
+            if not fits:
+                wanted = types if type(types) is str else " or ".join(str(t) for t in types)
                 return f"{_where(path)}: expected {wanted}, got {_shown(value)}"
+        if not _KEYWORDS.isdisjoint(schema):
+            error = self._keywords(value, schema, path, depth)
+            if error:
+                return error
+        if type(value) is dict:
+            return self._object(value, schema, path, depth)
+        if isinstance(value, (list, tuple)):
+            return self._array(value, schema, path, depth)
+        return None
+
+    def _keywords(self, value: Any, schema: dict[str, Any], path: str, depth: int) -> str | None:
+        """const, enum, bounds and the combinators (most schemas have none of them)."""
         if "const" in schema and not _same(value, schema["const"]):
             return f"{_where(path)}: must be {schema['const']!r}, got {_shown(value)}"
         enum = schema.get("enum")
@@ -135,10 +170,6 @@ class _Checker:
                 error = self.check(value, sub, path, depth + 1)
                 if error:
                     return error
-        if isinstance(value, dict):
-            return self._object(value, schema, path, depth)
-        if isinstance(value, (list, tuple)):
-            return self._array(value, schema, path, depth)
         return None
 
     def _bounds(self, value: Any, schema: Mapping[str, Any], path: str) -> str | None:
@@ -172,7 +203,7 @@ class _Checker:
         self, value: dict[Any, Any], schema: Mapping[str, Any], path: str, depth: int
     ) -> str | None:
         props = schema.get("properties")
-        props = props if isinstance(props, Mapping) else {}
+        props = props if type(props) is dict else {}
         required = schema.get("required")
         if isinstance(required, list):
             for name in required:
@@ -291,4 +322,9 @@ def check_schema(schema: Any) -> dict[str, Any]:
     error = schema_error(schema)
     if error:
         raise ValueError(error)
-    return dict(schema)
+    try:
+        # Plain dicts all the way down (what the child gets too), and JSON for certain.
+        checked: dict[str, Any] = json.loads(json.dumps(schema, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"an argument schema must be JSON: {exc}") from None
+    return checked
