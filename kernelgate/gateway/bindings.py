@@ -8,7 +8,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from kernelgate.model.schema import check_bound, check_value
 from kernelgate.wire.messages import binding_label
+
+from .schemas import schema_of
 
 __all__ = ["Binding", "BindingRegistry", "RESERVED_NAMES", "inline"]
 
@@ -40,8 +43,11 @@ class Binding:
     is_async: bool = field(default=False, init=False, repr=False, compare=False)
     #: A synchronous binding marked with :func:`inline`: called on the event loop.
     inline: bool = field(default=False, init=False, repr=False, compare=False)
+    #: A JSON Schema for the arguments (:func:`kernelgate.input_schema`), checked too.
+    schema: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "schema", schema_of(self.fn))
         if self.signature is not None:
             object.__setattr__(self, "_simple", _simple_parameters(self.signature))
         fn = self.fn
@@ -74,20 +80,34 @@ class Binding:
                 [p.name, p.kind.name, p.default is not inspect.Parameter.empty]
                 for p in self.signature.parameters.values()
             ]
-        return {"params": params, "signature": self.signature_text, "doc": self.doc}
+        spec: dict[str, Any] = {
+            "params": params,
+            "signature": self.signature_text,
+            "doc": self.doc,
+        }
+        if self.schema is not None:
+            spec["schema"] = self.schema
+        return spec
 
     def check_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> None:
         """Raise ``TypeError`` if ``fn(*args, **kwargs)`` does not fit the signature."""
         if self.signature is not None:
             simple = self._simple
-            if simple is not None and _fits(simple, args, kwargs):
+            if simple is not None and self.schema is None and _fits(simple, args, kwargs):
                 return  # the usual case, without Signature.bind (6 us -> under 1 us)
             try:
-                self.signature.bind(*args, **kwargs)
+                bound = self.signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise TypeError(
                     f"{self.label}() {exc}; its signature is {self.name}{self.signature_text}"
                 ) from None
+            error = check_bound(self.schema, bound) if self.schema is not None else None
+        else:
+            error = check_value(kwargs, self.schema) if self.schema is not None else None
+        if error:
+            raise TypeError(
+                f"{self.label}() {error}; its signature is {self.name}{self.signature_text}"
+            )
 
 
 def inline(fn: F) -> F:

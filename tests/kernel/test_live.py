@@ -180,7 +180,7 @@ def test_complete_and_inspect_see_client_bindings(kc: BlockingKernelClient, gate
     kc.inspect("gate.wait")
     reply = kc.get_shell_msg(timeout=10)
     text = reply["content"]["data"]["text/plain"]
-    assert text.startswith("gate.wait(token: str = 'go') -> str")
+    assert text.startswith("async def wait(token: str = 'go') -> str")
     assert "Wait until the test lets the program go on." in text
 
 

@@ -141,9 +141,9 @@ def test_complete_in_the_middle_and_types() -> None:
 @pytest.mark.parametrize(
     ("code", "pos", "head"),
     [
-        ("tools.search", None, "tools.search(query: str, limit: int = 3)"),
-        ("await tools.search('x', limit=", None, "tools.search(query: str"),
-        ("tools.fetch('a')", 3, "namespace tools: 3 binding(s)"),
+        ("tools.search", None, "async def search(query: str, limit: int = 3)"),
+        ("await tools.search('x', limit=", None, "async def search(query: str"),
+        ("tools.fetch('a')", 3, "# Bindings are async"),
         ("print", None, "print("),
         ("ToolError", None, "ToolError(message"),
         ("display", None, "display(*objs)"),
