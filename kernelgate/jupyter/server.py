@@ -30,6 +30,7 @@ import zmq.asyncio
 from jupyter_client.session import Session
 
 from kernelgate.gateway.gateway import Gateway
+from kernelgate.model.codec import encode_metadata
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
 from kernelgate.wire.messages import (
@@ -99,27 +100,6 @@ def _launcher_pid() -> int | None:
 
 def _error_reply(ename: str, evalue: str) -> dict[str, Any]:
     return {"status": "error", "ename": ename, "evalue": evalue, "traceback": []}
-
-
-def _run_metadata(result: RunResult) -> dict[str, Any]:
-    return {
-        "run_status": result.status,
-        "run_id": result.run_id,
-        "started_at": result.started_at,
-        "duration_s": result.duration_s,
-        "exit_code": result.exit_code,
-        "signal": result.signal,
-        "calls": len(result.calls),
-        "interpreter": result.interpreter,
-        "limits": result.limits,
-        "bindings": result.bindings,
-        # Present when the core reports them (isolation level, resource usage).
-        **{
-            name: getattr(result, name)
-            for name in ("isolation", "usage")
-            if getattr(result, name, None) not in (None, "", {})
-        },
-    }
 
 
 class _Cell:
@@ -567,7 +547,7 @@ class KernelServer:
                 )
             finally:
                 self._cell = None
-            metadata: dict[str, Any] = {"kernelgate": _run_metadata(result)}
+            metadata: dict[str, Any] = {"kernelgate": encode_metadata(result)}
             if result.ok:
                 reply = execute_reply_content("ok", cell.count)
                 reply["user_expressions"] = {

@@ -21,7 +21,7 @@ from xml.sax.saxutils import escape, quoteattr
 from kernelgate.model.result import CallRecord, RunResult
 
 from ._values import fmt_duration
-from .render import call_label, call_line
+from .calls import call_label, call_line
 
 __all__ = [
     "timeline_svg",
