@@ -206,7 +206,10 @@ def _parse(source: str) -> ast.FunctionDef | None:
         return None
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
         return None
-    return tree.body[0]
+    fn = tree.body[0]
+    if fn.decorator_list or len(fn.body) != 1 or not isinstance(fn.body[0], ast.Pass):
+        return None  # the text closed the parameter list and went on
+    return fn
 
 
 def _blank_reprs(text: str) -> str:
