@@ -1,27 +1,39 @@
 """The host: starts and supervises children, dispatches binding calls, enforces limits.
 
-``Gateway`` is imported when first used (PEP 562): the layers above take single modules
-of this package (``sanitize``, ``bindings``) without loading the runtime (pool, sandbox,
-run) behind it.
+Exports are lazy (PEP 562): :mod:`kernelgate.notebooks` uses
+:mod:`kernelgate.gateway.sanitize` alone, and importing it must not start the runtime
+(pool, sandbox, runs).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
-
-from kernelgate.model.limits import Limits
-from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
-
-if TYPE_CHECKING:
-    from .gateway import Gateway
 
 __all__ = ["CallRecord", "ErrorInfo", "Gateway", "Limits", "RunResult"]
 
+_EXPORTS = {
+    "Gateway": "kernelgate.gateway.gateway",
+    "Limits": "kernelgate.model.limits",
+    "RunResult": "kernelgate.model.result",
+    "CallRecord": "kernelgate.model.result",
+    "ErrorInfo": "kernelgate.model.result",
+}
+
+if TYPE_CHECKING:
+    from kernelgate.gateway.gateway import Gateway
+    from kernelgate.model.limits import Limits
+    from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
+
 
 def __getattr__(name: str) -> Any:
-    if name == "Gateway":
-        from .gateway import Gateway  # lazy, pointing down: see the module docstring
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernelgate.gateway' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        globals()["Gateway"] = Gateway
-        return Gateway
-    raise AttributeError(f"module 'kernelgate.gateway' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -347,7 +347,7 @@ def test_cli_install_and_kernelspec_list(tmp_path: pathlib.Path) -> None:
 
 def test_cli_misuse(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert kernelgate_main(["kernel"]) == 2
-    assert "install or run" in capsys.readouterr().err
+    assert "install, uninstall, list or run" in capsys.readouterr().err
     bad = ["kernel", "install", "--prefix", str(tmp_path), "--bindings", "no_such_module:X"]
     assert kernelgate_main(bad) == 2
     assert "cannot import" in capsys.readouterr().err
