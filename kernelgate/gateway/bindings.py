@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kernelgate.model.schema import check_bound, check_value
+from kernelgate.model.signatures import signature_of, spec_from_signature
+from kernelgate.model.signatures import signature_text as _signature_text
 from kernelgate.wire.messages import binding_label
 
 from .schemas import schema_of
@@ -19,11 +21,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Globals every program has; a namespace may not shadow them.
 RESERVED_NAMES = frozenset({"ToolError", "display", "__builtins__", "__name__", "__doc__"})
-
-_ANYTHING = (
-    ("args", "VAR_POSITIONAL", False),
-    ("kwargs", "VAR_KEYWORD", False),
-)
 
 
 @dataclass(frozen=True)
@@ -63,28 +60,16 @@ class Binding:
 
     @property
     def signature_text(self) -> str:
-        if self.signature is None:
-            return "(*args, **kwargs)"
-        return str(_unquoted(self.signature))
+        return _signature_text(self.signature)
 
     @property
     def doc(self) -> str:
         return inspect.getdoc(self.fn) or ""
 
     def spec(self) -> dict[str, Any]:
-        """What the child needs to check calls: parameters (no default values), text, doc."""
-        if self.signature is None:
-            params: list[list[Any]] = [list(p) for p in _ANYTHING]
-        else:
-            params = [
-                [p.name, p.kind.name, p.default is not inspect.Parameter.empty]
-                for p in self.signature.parameters.values()
-            ]
-        spec: dict[str, Any] = {
-            "params": params,
-            "signature": self.signature_text,
-            "doc": self.doc,
-        }
+        """What the child needs to check calls: parameters (no default values), text, doc
+        (see :mod:`kernelgate.model.signatures`), and the binding's JSON Schema if it has one."""
+        spec = spec_from_signature(self.signature, self.doc)
         if self.schema is not None:
             spec["schema"] = self.schema
         return spec
@@ -164,31 +149,6 @@ def _fits(simple: tuple[tuple[str, ...], int], args: list[Any], kwargs: dict[str
     return True
 
 
-class _Annotation:
-    """Shows a string annotation (``from __future__ import annotations``) unquoted."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-def _unquoted(sig: inspect.Signature) -> inspect.Signature:
-    def fix(annotation: Any) -> Any:
-        return _Annotation(annotation) if isinstance(annotation, str) else annotation
-
-    params = [p.replace(annotation=fix(p.annotation)) for p in sig.parameters.values()]
-    return sig.replace(parameters=params, return_annotation=fix(sig.return_annotation))
-
-
-def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
-    try:
-        return inspect.signature(fn)
-    except (ValueError, TypeError):
-        return None  # some builtins have none: accept any arguments, let the call decide
-
-
 def _check_namespace_name(ns: Any) -> str:
     if not isinstance(ns, str) or not ns.isidentifier() or keyword.iskeyword(ns):
         raise ValueError(
@@ -251,7 +211,7 @@ class BindingRegistry:
                     raise TypeError(
                         f"binding {ns}.{name} must be callable, got {type(fn).__name__}"
                     )
-                table[name] = Binding(ns, name, fn, _signature(fn))
+                table[name] = Binding(ns, name, fn, signature_of(fn))
             self._bindings[ns] = table
 
     @classmethod

@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
+from kernelgate.model.signatures import PARAMETER_KINDS, signature_from_spec
 from kernelgate.wire.messages import binding_label
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
@@ -28,25 +29,6 @@ __all__ = [
     "signature_from_spec",
     "program_help",
 ]
-
-#: The ``kind`` names a binding spec uses (``inspect.Parameter`` kinds, by name).
-PARAMETER_KINDS = {
-    "POSITIONAL_ONLY": inspect.Parameter.POSITIONAL_ONLY,
-    "POSITIONAL_OR_KEYWORD": inspect.Parameter.POSITIONAL_OR_KEYWORD,
-    "VAR_POSITIONAL": inspect.Parameter.VAR_POSITIONAL,
-    "KEYWORD_ONLY": inspect.Parameter.KEYWORD_ONLY,
-    "VAR_KEYWORD": inspect.Parameter.VAR_KEYWORD,
-}
-
-
-class _Default:
-    """Stands for a host-side default value, which never crosses the wire."""
-
-    def __repr__(self) -> str:
-        return "..."
-
-
-_DEFAULT = _Default()
 
 
 class ToolError(Exception):
@@ -76,19 +58,6 @@ def _rebuild_tool_error(message: str, tool: str, ename: str) -> ToolError:
     return ToolError(message, tool=tool, ename=ename)
 
 
-def signature_from_spec(spec: dict[str, Any]) -> inspect.Signature:
-    params = []
-    for name, kind, has_default in spec.get("params", []):
-        params.append(
-            inspect.Parameter(
-                name,
-                PARAMETER_KINDS[kind],
-                default=_DEFAULT if has_default else inspect.Parameter.empty,
-            )
-        )
-    return inspect.Signature(params)
-
-
 class Binding:
     """One host function as the program calls it: ``await tools.name(...)``."""
 
@@ -102,7 +71,9 @@ class Binding:
     ) -> None:
         self._namespace = namespace
         self._name = name
-        self._signature = signature_from_spec(spec)
+        # Calls are checked by the params alone: parsing the shown text would cost every
+        # run's start-up time for annotations the program rarely looks at.
+        self._signature = signature_from_spec(spec, text=False)
         self._call = call
         self.__doc__ = spec.get("doc") or None
         self._label = binding_label(namespace, name)
