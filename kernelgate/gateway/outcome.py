@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import signal as signal_module
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from kernelgate.model.limits import Limits
-from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
+from kernelgate.model.result import CallRecord, ErrorInfo, RunResult, Status
 from kernelgate.wire.events import ExecuteReply
 
 __all__ = [
@@ -57,7 +57,7 @@ MAX_TEXT_PLAIN = 64 * 1024
 class Verdict:
     """The host's decision about how a run ends: a status, and why (``ename: message``)."""
 
-    status: str
+    status: Status
     ename: str
     message: str
 
@@ -416,7 +416,7 @@ def build_result(end: Ending) -> RunResult:
     note = ""
     outputs = list(end.outputs)
     if verdict is None and end.reply is not None:
-        status = end.reply.run_status
+        status = cast(Status, end.reply.run_status)  # the wire checked it: CHILD_STATUSES
         if status == "ok":
             value = end.value
             note = _note(end)

@@ -44,7 +44,7 @@ from kernelgate.wire.messages import binding_label
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
 from .display import mime_bundle, plain_repr
-from .namespace import Binding, Namespace, ToolError
+from .namespace import Binding, Namespace, ToolError, program_help
 from .program import (
     FILENAME,
     LAST_EXPRESSION,
@@ -328,6 +328,7 @@ class Child:
             "__builtins__": builtins,
             "ToolError": ToolError,
             "display": self.display,
+            "help": program_help(builtins.__dict__.get("help")),
         }
         arg_budget = self.max_frame_bytes - _FRAME_OVERHEAD
         for ns, specs in self.namespaces.items():
