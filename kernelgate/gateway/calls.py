@@ -26,7 +26,7 @@ import contextvars
 import functools
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from kernelgate.model.constants import FRAME_OVERHEAD
@@ -139,19 +139,20 @@ class CallDispatcher:
         async with self._slots:
             started = time.monotonic()
             record.start_s = started - self._t0
+            pending: Any = None
+            error: BaseException | None = None
             try:
                 if self._policy is not None:
                     await self._check_policy(record)
                 if self._handler is not None:
-                    pending: Any = self._handler(binding, record.args, record.kwargs)
+                    pending = self._handler(binding, record.args, record.kwargs)
                 else:
                     pending = self._invoke(binding, record.args, record.kwargs)
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # SystemExit from a policy must not end the host
-                await self._answer_when_drained(record, started, None, exc)
-                return
-            await self._complete(record, started, pending)
+                error = exc
+            await self._complete(record, started, pending, error)
 
     async def _check_policy(self, record: CallRecord) -> None:
         assert self._policy is not None
@@ -184,11 +185,7 @@ class CallDispatcher:
         if not inspect.isawaitable(pending):
             self._answer(record, started, value=pending)
             return
-        self._spawn(self._in_slot(record, started, pending), pending)
-
-    async def _in_slot(self, record: CallRecord, started: float, pending: Awaitable[Any]) -> None:
-        async with self._slots:
-            await self._complete(record, started, pending)
+        self._spawn(self._complete(record, started, pending, None, self._slots), pending)
 
     def _invoke(self, binding: Binding, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call the binding: a coroutine function or an inline binding here, on the loop
@@ -210,17 +207,34 @@ class CallDispatcher:
             value = await value
         return value
 
-    async def _complete(self, record: CallRecord, started: float, pending: Any) -> None:
-        value: Any = pending
-        error: BaseException | None = None
-        if inspect.isawaitable(pending):
-            try:
-                value = await pending
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:  # SystemExit from a binding must not end the host
-                value, error = None, exc
-        await self._answer_when_drained(record, started, value, error)
+    async def _complete(
+        self,
+        record: CallRecord,
+        started: float,
+        pending: Any,
+        error: BaseException | None,
+        slot: asyncio.Semaphore | None = None,
+    ) -> None:
+        """Await the binding's value (in ``slot``, when given), then answer: once the
+        child reads its answers again, if it had stopped (back-pressure). One coroutine
+        per call on the fast path, as direct as the binding allows."""
+        if slot is not None:
+            await slot.acquire()
+        try:
+            value: Any = pending
+            if error is None and inspect.isawaitable(pending):
+                try:
+                    value = await pending
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # SystemExit from a binding must not end the host
+                    value, error = None, exc
+            if self._channel.backlogged:
+                await self._channel.drained()
+            self._answer(record, started, value, error)
+        finally:
+            if slot is not None:
+                slot.release()
 
     def _spawn(self, coro: Coroutine[Any, Any, None], pending: Any) -> None:
         task = self._loop.create_task(coro)
@@ -240,13 +254,6 @@ class CallDispatcher:
             self._channel.resume_control()
 
     # -- 5. the answer -------------------------------------------------------------------
-
-    async def _answer_when_drained(
-        self, record: CallRecord, started: float, value: Any, error: BaseException | None
-    ) -> None:
-        if self._channel.backlogged:
-            await self._channel.drained()
-        self._answer(record, started, value, error)
 
     def _answer(
         self,
