@@ -26,6 +26,7 @@ import pytest
 from kernelgate import Gateway, Limits
 from kernelgate.gateway.sandbox import LEVELS, PidsCgroup, probe_support
 from kernelgate.kernels.python import sandbox as child_sandbox
+from kernelgate.kernels.python import userns as child_userns
 
 from .asuser import HOST_FD, AsUser, make_as_user, unavailable
 
@@ -616,7 +617,7 @@ def test_init_reports_only_an_ending_of_a_traced_program():
                 ctypes.CDLL(None).ptrace(0, 0, None, None)
                 os.kill(os.getpid(), signal.SIGSTOP)
                 os._exit(0)
-            child_sandbox._init(prog, status_w)
+            child_userns.serve_as_init(prog, status_w)
         finally:
             os._exit(99)
     os.close(status_w)
