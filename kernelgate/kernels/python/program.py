@@ -146,17 +146,43 @@ def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType
     for stmt in body:
         bound.visit(stmt)
     module = _as_factory(body, futures, bound.names)
-    code = compile(module, filename, "exec", dont_inherit=True)
+    try:
+        code = compile(module, filename, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        if exc.msg == "'return' with value in async generator":
+            # A top-level yield made the wrapper a generator: say what Python says of it.
+            raise _yield_outside_function(source, body, filename) from None
+        raise
     namespace: dict[str, Any] = {}
     exec(code, namespace)
     make = namespace["__kernelgate_factory__"]
     fn = make(LAST_EXPRESSION)
     if fn.__code__.co_flags & _CO_ASYNC_GENERATOR:
-        raise SyntaxError("'yield' outside function", (filename, 1, 1, None))
+        raise _yield_outside_function(source, body, filename)
     fn.__code__ = fn.__code__.replace(co_name="<module>", **_qualname("<module>"))
     lines = source.splitlines(keepends=True)
     linecache.cache[filename] = (len(source), None, lines, filename)
     return fn  # type: ignore[no-any-return]
+
+
+def _yield_outside_function(source: str, body: list[ast.stmt], filename: str) -> SyntaxError:
+    """Python's own error for a ``yield`` in the program's top-level scope, at its line."""
+    todo: list[ast.AST] = list(reversed(body))
+    where: ast.AST | None = None
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            where = node
+            break
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue  # a scope of its own
+        todo.extend(reversed(list(ast.iter_child_nodes(node))))
+    line = getattr(where, "lineno", 1)
+    lines = source.splitlines()
+    text = lines[line - 1] if 0 < line <= len(lines) else None
+    return SyntaxError(
+        "'yield' outside function", (filename, line, getattr(where, "col_offset", 0) + 1, text)
+    )
 
 
 def _as_factory(body: list[ast.stmt], futures: list[ast.stmt], names: list[str]) -> ast.Module:
