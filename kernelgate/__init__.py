@@ -26,6 +26,8 @@ _EXPORTS = {
     "ErrorInfo": "kernelgate.model.result",
     "RemoteGateway": "kernelgate.jupyter.remote",
     "inline": "kernelgate.gateway.bindings",
+    "input_schema": "kernelgate.gateway.schemas",
+    "ToolOutput": "kernelgate.gateway.tools",
 }
 
 __all__ = [
@@ -35,13 +37,17 @@ __all__ = [
     "Limits",
     "RemoteGateway",
     "RunResult",
+    "ToolOutput",
     "__version__",
     "inline",
+    "input_schema",
 ]
 
 if TYPE_CHECKING:
     from kernelgate.gateway.bindings import inline
     from kernelgate.gateway.gateway import Gateway
+    from kernelgate.gateway.schemas import input_schema
+    from kernelgate.gateway.tools import ToolOutput
     from kernelgate.jupyter.remote import RemoteGateway
     from kernelgate.model.limits import Limits
     from kernelgate.model.result import CallRecord, ErrorInfo, RunResult

@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from . import kernel, notebooks, run
+from . import kernel, mcp, notebooks, run
 from .common import Stopped, UsageError
 
 __all__ = ["main", "build_parser", "UsageError"]
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run programs that AI agents write, each in a fresh CPython child.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (run, notebooks, kernel):
+    for module in (run, notebooks, kernel, mcp):
         module.register(sub)
     return parser
 

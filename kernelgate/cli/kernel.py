@@ -1,8 +1,9 @@
-"""``kernelgate kernel install`` and ``kernelgate kernel run`` (the kernelspec's argv)."""
+"""``kernelgate kernel install|uninstall|list|run`` (``run`` is the kernelspec's argv)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Any
@@ -96,13 +97,58 @@ def _cmd_install(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_kernel(args: argparse.Namespace) -> int:
+def _cmd_uninstall(args: argparse.Namespace) -> int:
+    from kernelgate.jupyter.spec import uninstall_kernel_spec
 
-    raise UsageError("kernel: choose a subcommand: install or run (see 'kernelgate kernel -h')")
+    prefix = sys.prefix if args.sys_prefix else args.prefix
+    anywhere = not (args.user or prefix is not None)
+    try:
+        path = uninstall_kernel_spec(
+            args.name, user=bool(args.user), prefix=prefix, any_place=anywhere
+        )
+    except (LookupError, ValueError) as exc:
+        raise UsageError(str(exc.args[0] if exc.args else exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot remove the kernelspec: {exc} (run as its owner)") from None
+    print(f"Removed kernelspec {args.name} from {path}")
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from kernelgate.jupyter.spec import installed_kernels
+
+    kernels = installed_kernels()
+    if args.json:
+        print(json.dumps(kernels, indent=2))
+        return 0
+    if not kernels:
+        print("No kernelgate kernel is installed; see 'kernelgate kernel install -h'.")
+        return 0
+    width = max(len(k["name"]) for k in kernels)
+    for k in kernels:
+        extra = f", timeout {k['timeout']} s" if k["timeout"] else ""
+        bindings = k["bindings"] or "no bindings (an empty tools namespace)"
+        print(f"{k['name']:<{width}}  {bindings}{extra}  [{k['resource_dir']}]")
+    return 0
+
+
+def _cmd_kernel(args: argparse.Namespace) -> int:
+    raise UsageError(
+        "kernel: choose a subcommand: install, uninstall, list or run (see 'kernelgate kernel -h')"
+    )
+
+
+def _add_place_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help=f"{verb} for the current user")
+    where.add_argument(
+        "--sys-prefix", action="store_true", help=f"{verb} in this Python's environment"
+    )
+    where.add_argument("--prefix", metavar="P", help=f"{verb} in P/share/jupyter/kernels")
 
 
 def register(subparsers: Any) -> None:
-    """Add ``kernel install`` and ``kernel run`` to the ``kernelgate`` command."""
+    """Add ``kernel install``, ``uninstall``, ``list`` and ``run`` to ``kernelgate``."""
     from kernelgate.jupyter.spec import DEFAULT_DISPLAY_NAME, DEFAULT_NAME
 
     kernel = subparsers.add_parser(
@@ -147,13 +193,32 @@ def register(subparsers: Any) -> None:
         default="signal",
         help="how frontends interrupt: SIGINT to the kernel, or interrupt_request (default signal)",
     )
-    where = install.add_mutually_exclusive_group()
-    where.add_argument("--user", action="store_true", help="install for the current user")
-    where.add_argument(
-        "--sys-prefix", action="store_true", help="install into this Python's environment"
-    )
-    where.add_argument("--prefix", metavar="P", help="install into P/share/jupyter/kernels")
+    _add_place_arguments(install, "install")
     install.set_defaults(func=_cmd_install)
+
+    uninstall = sub.add_parser(
+        "uninstall",
+        help="remove an installed kernelgate kernelspec",
+        description="Remove a kernelgate kernelspec: the one Jupyter would start, or the one "
+        "in the place --user, --sys-prefix or --prefix names. Kernelspecs of other kernels "
+        "are never removed.",
+    )
+    uninstall.add_argument(
+        "--name",
+        default=DEFAULT_NAME,
+        metavar="N",
+        help=f"kernelspec name (default {DEFAULT_NAME})",
+    )
+    _add_place_arguments(uninstall, "remove")
+    uninstall.set_defaults(func=_cmd_uninstall)
+
+    listing = sub.add_parser(
+        "list",
+        help="show the installed kernelgate kernels and their bindings",
+        description="Show every kernelgate kernelspec Jupyter finds: name, bindings, where.",
+    )
+    listing.add_argument("--json", action="store_true", help="print them as JSON")
+    listing.set_defaults(func=_cmd_list)
 
     run = sub.add_parser(
         "run",

@@ -1,10 +1,39 @@
-"""The host: starts and supervises children, dispatches binding calls, enforces limits."""
+"""The host: starts and supervises children, dispatches binding calls, enforces limits.
+
+Exports are lazy (PEP 562): :mod:`kernelgate.notebooks` uses
+:mod:`kernelgate.gateway.sanitize` alone, and importing it must not start the runtime
+(pool, sandbox, runs).
+"""
 
 from __future__ import annotations
 
-from kernelgate.model.limits import Limits
-from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
-
-from .gateway import Gateway
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["CallRecord", "ErrorInfo", "Gateway", "Limits", "RunResult"]
+
+_EXPORTS = {
+    "Gateway": "kernelgate.gateway.gateway",
+    "Limits": "kernelgate.model.limits",
+    "RunResult": "kernelgate.model.result",
+    "CallRecord": "kernelgate.model.result",
+    "ErrorInfo": "kernelgate.model.result",
+}
+
+if TYPE_CHECKING:
+    from kernelgate.gateway.gateway import Gateway
+    from kernelgate.model.limits import Limits
+    from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernelgate.gateway' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

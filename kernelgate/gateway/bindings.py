@@ -8,7 +8,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from kernelgate.model.schema import check_bound, check_value
+from kernelgate.model.signatures import signature_of, spec_from_signature
+from kernelgate.model.signatures import signature_text as _signature_text
 from kernelgate.wire.messages import binding_label
+
+from .schemas import schema_of
 
 __all__ = ["Binding", "BindingRegistry", "RESERVED_NAMES", "inline"]
 
@@ -16,11 +21,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Globals every program has; a namespace may not shadow them.
 RESERVED_NAMES = frozenset({"ToolError", "display", "__builtins__", "__name__", "__doc__"})
-
-_ANYTHING = (
-    ("args", "VAR_POSITIONAL", False),
-    ("kwargs", "VAR_KEYWORD", False),
-)
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,11 @@ class Binding:
     is_async: bool = field(default=False, init=False, repr=False, compare=False)
     #: A synchronous binding marked with :func:`inline`: called on the event loop.
     inline: bool = field(default=False, init=False, repr=False, compare=False)
+    #: A JSON Schema for the arguments (:func:`kernelgate.input_schema`), checked too.
+    schema: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "schema", schema_of(self.fn))
         if self.signature is not None:
             object.__setattr__(self, "_simple", _simple_parameters(self.signature))
         fn = self.fn
@@ -57,37 +60,39 @@ class Binding:
 
     @property
     def signature_text(self) -> str:
-        if self.signature is None:
-            return "(*args, **kwargs)"
-        return str(_unquoted(self.signature))
+        return _signature_text(self.signature)
 
     @property
     def doc(self) -> str:
         return inspect.getdoc(self.fn) or ""
 
     def spec(self) -> dict[str, Any]:
-        """What the child needs to check calls: parameters (no default values), text, doc."""
-        if self.signature is None:
-            params: list[list[Any]] = [list(p) for p in _ANYTHING]
-        else:
-            params = [
-                [p.name, p.kind.name, p.default is not inspect.Parameter.empty]
-                for p in self.signature.parameters.values()
-            ]
-        return {"params": params, "signature": self.signature_text, "doc": self.doc}
+        """What the child needs to check calls: parameters (no default values), text, doc
+        (see :mod:`kernelgate.model.signatures`), and the binding's JSON Schema if it has one."""
+        spec = spec_from_signature(self.signature, self.doc)
+        if self.schema is not None:
+            spec["schema"] = self.schema
+        return spec
 
     def check_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> None:
         """Raise ``TypeError`` if ``fn(*args, **kwargs)`` does not fit the signature."""
         if self.signature is not None:
             simple = self._simple
-            if simple is not None and _fits(simple, args, kwargs):
+            if simple is not None and self.schema is None and _fits(simple, args, kwargs):
                 return  # the usual case, without Signature.bind (6 us -> under 1 us)
             try:
-                self.signature.bind(*args, **kwargs)
+                bound = self.signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise TypeError(
                     f"{self.label}() {exc}; its signature is {self.name}{self.signature_text}"
                 ) from None
+            error = check_bound(self.schema, bound) if self.schema is not None else None
+        else:
+            error = check_value(kwargs, self.schema) if self.schema is not None else None
+        if error:
+            raise TypeError(
+                f"{self.label}() {error}; its signature is {self.name}{self.signature_text}"
+            )
 
 
 def inline(fn: F) -> F:
@@ -142,31 +147,6 @@ def _fits(simple: tuple[tuple[str, ...], int], args: list[Any], kwargs: dict[str
         if names[i] not in kwargs:
             return False
     return True
-
-
-class _Annotation:
-    """Shows a string annotation (``from __future__ import annotations``) unquoted."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-def _unquoted(sig: inspect.Signature) -> inspect.Signature:
-    def fix(annotation: Any) -> Any:
-        return _Annotation(annotation) if isinstance(annotation, str) else annotation
-
-    params = [p.replace(annotation=fix(p.annotation)) for p in sig.parameters.values()]
-    return sig.replace(parameters=params, return_annotation=fix(sig.return_annotation))
-
-
-def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
-    try:
-        return inspect.signature(fn)
-    except (ValueError, TypeError):
-        return None  # some builtins have none: accept any arguments, let the call decide
 
 
 def _check_namespace_name(ns: Any) -> str:
@@ -231,7 +211,7 @@ class BindingRegistry:
                     raise TypeError(
                         f"binding {ns}.{name} must be callable, got {type(fn).__name__}"
                     )
-                table[name] = Binding(ns, name, fn, _signature(fn))
+                table[name] = Binding(ns, name, fn, signature_of(fn))
             self._bindings[ns] = table
 
     @classmethod

@@ -6,18 +6,29 @@ import asyncio
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal, Protocol, overload, runtime_checkable
 
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import RunResult
 
+from . import describe as _describe
+from . import tools as _tools
 from .bindings import BindingRegistry
 from .pool import WarmPool, sweep_leftovers
 from .process import resolve_interpreter
 from .run import CallListener, OutputListener, Policy, Run
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox, probe_support
 
-__all__ = ["Gateway"]
+__all__ = ["Gateway", "Recorder"]
+
+
+@runtime_checkable
+class Recorder(Protocol):
+    """Where ``Gateway(record_to=...)`` puts every run: anything with ``append(result)``,
+    such as :class:`kernelgate.notebooks.SessionLog` (the whole session, one notebook)."""
+
+    def append(self, result: RunResult, /) -> Any: ...
+
 
 #: What the interpreter needs in an otherwise empty environment. The host's own variables
 #: never reach the child; ``Gateway(env=...)`` adds to (or overrides) these.
@@ -68,7 +79,7 @@ class Gateway:
         python: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         tmp_dir: str | os.PathLike[str] | None = None,
-        record_to: str | os.PathLike[str] | None = None,
+        record_to: str | os.PathLike[str] | Recorder | None = None,
         sandbox: str | None = None,
         strict: bool = False,
         policy: Policy | None = None,
@@ -90,7 +101,20 @@ class Gateway:
             child_env[key] = value
         self.env = child_env
         self.tmp_dir = os.fspath(tmp_dir) if tmp_dir is not None else None
-        self.record_to = os.fspath(record_to) if record_to is not None else None
+        # A directory gets a notebook per run; a recorder (SessionLog) every run in turn.
+        # The gateway takes the recorder rather than a path to a session log because
+        # notebooks sit above it: it may not import them.
+        self.record_to: str | Recorder | None
+        if record_to is None or isinstance(record_to, (str, os.PathLike)):
+            self.record_to = os.fspath(record_to) if record_to is not None else None
+        elif isinstance(record_to, Recorder):
+            self.record_to = record_to
+        else:
+            raise TypeError(
+                "record_to must be a directory (a notebook per run) or a recorder with "
+                "append(result), e.g. kernelgate.notebooks.SessionLog('session.ipynb'); "
+                f"got {type(record_to).__name__}"
+            )
         if sandbox is not None and sandbox not in LEVELS:
             raise ValueError(
                 f"sandbox={sandbox!r} is not a level; use one of {', '.join(LEVELS)} "
@@ -165,10 +189,62 @@ class Gateway:
             if run.finishing is not None:
                 self._finishing.add(run.finishing)
                 run.finishing.add_done_callback(self._finishing.discard)
-        if self.record_to is not None:
+        if isinstance(self.record_to, str):
             os.makedirs(self.record_to, exist_ok=True)
             result.save(os.path.join(self.record_to, f"{result.run_id}.ipynb"))
+        elif self.record_to is not None:
+            # A session log rewrites its notebook and fsyncs it: not on the event loop.
+            await asyncio.to_thread(self.record_to.append, result)
         return result
+
+    @overload
+    def describe(self, format: Literal["text"] = "text") -> str: ...
+    @overload
+    def describe(self, format: Literal["json"]) -> list[dict[str, Any]]: ...
+    def describe(self, format: str = "text") -> str | list[dict[str, Any]]:
+        """The bindings as a model is told about them: a Python stub (the text
+        ``help(tools)`` prints in a program), or per binding JSON with a JSON Schema of its
+        parameters (``format="json"``). See :mod:`kernelgate.gateway.describe`.
+
+        >>> def add(a: int, b: int) -> int:
+        ...     return a + b
+        >>> print(Gateway(bindings={"add": add}).describe().split("\\n\\n")[-1])
+        class tools:
+            async def add(a: int, b: int) -> int:
+                ...
+        <BLANKLINE>
+        """
+        return _describe.describe(self._registry, format)  # type: ignore[call-overload,no-any-return]
+
+    def tool_schema(self, api: str = "anthropic") -> dict[str, Any]:
+        """The ``run_code`` tool for ``api`` (``"anthropic"``, ``"openai"``, ``"mcp"``):
+        one required string ``code``; the description explains the program model and
+        embeds :meth:`describe`.
+
+        >>> Gateway().tool_schema("anthropic")["input_schema"]["required"]
+        ['code']
+        """
+        return _tools.tool_schema(self.describe(), api)
+
+    async def run_tool(
+        self, code: str, *, max_chars: int = _tools.MAX_CHARS, limits: Limits | None = None
+    ) -> _tools.ToolOutput:
+        """Run ``code`` (a model's ``run_code`` call) and return it as model-ready text:
+        ``.text`` (cut to ``max_chars`` with a marker), ``.is_error``, ``.result``.
+
+        >>> async def main():
+        ...     async with Gateway() as gw:
+        ...         return (await gw.run_tool("print('hi')\\nreturn 1")).text
+        >>> print(asyncio.run(main()))
+        printed:
+        hi
+        returned:
+        1
+        """
+        if not isinstance(code, str):
+            raise TypeError(f"code must be str (Python source), got {type(code).__name__}")
+        result = await self.run(code, limits=limits)
+        return _tools.tool_output(result, max_chars)
 
     def _new_run(self, program: str, limits: Limits | None, **kwargs: Any) -> Run:
         if self._closed:

@@ -18,11 +18,11 @@ import signal as signal_module
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, cast
 
 from kernelgate.model.constants import FRAME_OVERHEAD as _FRAME_OVERHEAD
 from kernelgate.model.limits import Limits
-from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
+from kernelgate.model.result import CallRecord, ErrorInfo, RunResult, Status
 from kernelgate.model.text import safe_str
 from kernelgate.wire.connection import HOST, Connection
 from kernelgate.wire.errors import LocalProtocolError, RemoteProtocolError
@@ -133,7 +133,7 @@ class Run:
         self._conn = Connection(HOST, session=self.run_id, max_frame_bytes=limits.max_frame_bytes)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._t0 = 0.0
-        self._decided: tuple[str, str, str] | None = None  # (status, ename, message)
+        self._decided: tuple[Status, str, str] | None = None  # (status, ename, message)
         self._reply: ExecuteReply | None = None
         self._result_output: dict[str, Any] | None = None
         self._value: Any = None
@@ -313,7 +313,7 @@ class Run:
 
     # -- deciding the outcome ----------------------------------------------------------------
 
-    def _decide(self, status: str, ename: str, message: str) -> None:
+    def _decide(self, status: Status, ename: str, message: str) -> None:
         if self._decided is None and self._reply is None:
             self._decided = (status, ename, message)
 
@@ -969,7 +969,7 @@ class Run:
             error = ErrorInfo(ename, message)
         elif self._reply is not None:
             reply = self._reply
-            status = reply.run_status
+            status = cast(Status, reply.run_status)  # the wire checked it: CHILD_STATUSES
             result_data = (self._result_output or {}).get("data") or {}
             if status == "ok" and result_data and "application/json" not in result_data:
                 note = (

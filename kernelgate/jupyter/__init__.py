@@ -3,13 +3,15 @@
 Every cell is one single-shot program in a fresh child, run through the same core as
 :meth:`kernelgate.Gateway.run`. Modules:
 
-- :mod:`.server` -- the kernel process (asyncio + pyzmq, ``jupyter_client.session.Session``);
+- :mod:`.server` -- the kernel process: requests, lifetime (asyncio + pyzmq);
+- :mod:`.channels` -- its sockets, signed with ``jupyter_client.session.Session``;
+- :mod:`.execute` -- running cells: the queue, outputs, the reply and its run metadata;
 - :mod:`.remote` -- :class:`~kernelgate.jupyter.remote.RemoteGateway`, a client
   whose own functions answer a kernel's binding calls over a ``kernelgate.bindings`` comm;
 - :mod:`.comms` -- that comm's messages, and the kernel's placeholders for client bindings;
 - :mod:`.calls` -- a binding call as a ``display_data`` output;
 - :mod:`.introspect` -- ``complete``, ``inspect`` and ``is_complete``;
-- :mod:`.spec` and :mod:`.cli` -- ``kernelgate kernel install`` / ``kernelgate kernel run``.
+- :mod:`.spec` -- the kernelspec (the command is :mod:`kernelgate.cli.kernel`).
 
 Nothing is imported here, so ``import kernelgate.jupyter.remote`` stays light.
 """

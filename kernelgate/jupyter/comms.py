@@ -27,14 +27,13 @@ of that client, so argument checks, limits and call records are the ones every r
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import inspect
 import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kernelgate.kernels.python.namespace import PARAMETER_KINDS
+from kernelgate.model.signatures import signature_from_spec
 
 __all__ = [
     "ClientBindings",
@@ -48,7 +47,6 @@ __all__ = [
     "cancel_data",
 ]
 
-_MAX_SIGNATURE_TEXT = 10_000
 _MAX_ENAME = 200
 
 
@@ -114,137 +112,6 @@ def remote_error(ename: str, evalue: str) -> RemoteCallError:
         if len(_ERROR_CLASSES) < 1000:
             _ERROR_CLASSES[name] = cls
     return cls(evalue)
-
-
-# -- signatures ----------------------------------------------------------------------------------
-
-
-class _Source:
-    """Stands for a default value or annotation by its source text (what ``str(sig)`` shows)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-_ELLIPSIS = _Source("...")
-
-
-def _params_of(sig: inspect.Signature) -> list[tuple[str, str, bool]]:
-    return [
-        (p.name, p.kind.name, p.default is not inspect.Parameter.empty)
-        for p in sig.parameters.values()
-    ]
-
-
-def _signature_from_text(text: str) -> inspect.Signature | None:
-    if not text.startswith("(") or len(text) > _MAX_SIGNATURE_TEXT:
-        return None
-    try:
-        tree = ast.parse(f"def _f{text}:\n    pass\n")
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
-        return None
-    fn = tree.body[0]
-    a = fn.args
-
-    def source(node: ast.expr | None) -> Any:
-        return inspect.Parameter.empty if node is None else _Source(ast.unparse(node))
-
-    params: list[inspect.Parameter] = []
-    positional = [*a.posonlyargs, *a.args]
-    first_default = len(positional) - len(a.defaults)
-    try:
-        for i, arg in enumerate(positional):
-            kind = (
-                inspect.Parameter.POSITIONAL_ONLY
-                if i < len(a.posonlyargs)
-                else inspect.Parameter.POSITIONAL_OR_KEYWORD
-            )
-            default = source(a.defaults[i - first_default]) if i >= first_default else None
-            params.append(
-                inspect.Parameter(
-                    arg.arg,
-                    kind,
-                    default=inspect.Parameter.empty if default is None else default,
-                    annotation=source(arg.annotation),
-                )
-            )
-        if a.vararg is not None:
-            params.append(
-                inspect.Parameter(
-                    a.vararg.arg,
-                    inspect.Parameter.VAR_POSITIONAL,
-                    annotation=source(a.vararg.annotation),
-                )
-            )
-        for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
-            params.append(
-                inspect.Parameter(
-                    arg.arg,
-                    inspect.Parameter.KEYWORD_ONLY,
-                    default=source(kw_default),
-                    annotation=source(arg.annotation),
-                )
-            )
-        if a.kwarg is not None:
-            params.append(
-                inspect.Parameter(
-                    a.kwarg.arg,
-                    inspect.Parameter.VAR_KEYWORD,
-                    annotation=source(a.kwarg.annotation),
-                )
-            )
-        return inspect.Signature(params, return_annotation=source(fn.returns))
-    except ValueError:
-        return None
-
-
-def signature_from_spec(spec: Mapping[str, Any]) -> inspect.Signature:
-    """The signature a spec announces: its ``params``, shown as its ``signature`` text.
-
-    ``params`` (``[[name, kind, has_default], ...]``) decide what calls are accepted; the
-    ``signature`` text, when it parses to the same parameters, supplies what ``str()``
-    shows (annotations and default values), so ``inspect`` in a notebook shows the
-    client's own ``search(query: str, limit: int = 3)``.
-    """
-    raw = spec.get("params")
-    if not isinstance(raw, list):
-        raise ValueError("a binding spec needs 'params': [[name, kind, has_default], ...]")
-    params: list[inspect.Parameter] = []
-    wanted: list[tuple[str, str, bool]] = []
-    for item in raw:
-        if (
-            not isinstance(item, (list, tuple))
-            or len(item) != 3
-            or not isinstance(item[0], str)
-            or item[1] not in PARAMETER_KINDS
-        ):
-            raise ValueError(f"a binding parameter must be [name, kind, has_default], got {item!r}")
-        name, kind, has_default = item[0], item[1], bool(item[2])
-        wanted.append((name, kind, has_default))
-        params.append(
-            inspect.Parameter(
-                name,
-                PARAMETER_KINDS[kind],
-                default=_ELLIPSIS if has_default else inspect.Parameter.empty,
-            )
-        )
-    try:
-        fallback = inspect.Signature(params)
-    except ValueError as exc:
-        raise ValueError(f"the announced parameters are not a valid signature: {exc}") from None
-    text = spec.get("signature")
-    if isinstance(text, str):
-        parsed = _signature_from_text(text)
-        if parsed is not None and _params_of(parsed) == wanted:
-            return parsed
-    return fallback
 
 
 # -- the kernel side -----------------------------------------------------------------------------

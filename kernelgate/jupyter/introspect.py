@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernelgate.gateway.bindings import Binding
+from kernelgate.model.describe import render_binding, render_stub
 
 __all__ = ["complete", "inspect_code", "is_complete"]
 
@@ -149,21 +150,12 @@ def _callee_before(code: str, pos: int) -> str:
 def _describe(token: str, namespaces: Namespaces) -> str | None:
     parts = token.split(".")
     if parts[0] in namespaces:
+        # The text describe() gives a model and help() prints in a program: one renderer.
         table = namespaces[parts[0]]
         if len(parts) == 1:
-            lines = [
-                f"namespace {parts[0]}: {len(table)} binding(s), called as "
-                f"'await {parts[0]}.name(...)'",
-                "",
-            ]
-            for name in sorted(table):
-                lines.append(f"  {table[name].label}{table[name].signature_text}")
-            return "\n".join(lines)
+            return render_stub({parts[0]: {name: b.spec() for name, b in table.items()}})
         if len(parts) == 2 and parts[1] in table:
-            binding = table[parts[1]]
-            text = f"{binding.label}{binding.signature_text}\n\nawait {binding.label}(...)"
-            doc = binding.doc
-            return f"{text}\n\n{doc}" if doc else text
+            return render_binding(parts[0], parts[1], table[parts[1]].spec())
         return None
     if len(parts) == 1 and parts[0] in _GLOBAL_DOCS:
         sig, doc = _GLOBAL_DOCS[parts[0]]

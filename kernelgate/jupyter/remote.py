@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import inspect
 import logging
 import time
@@ -26,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from kernelgate.gateway.bindings import BindingRegistry
 from kernelgate.gateway.run import CallListener, OutputListener
 from kernelgate.gateway.sanitize import sanitize_output
+from kernelgate.model.codec import NotARunError, decode_metadata, streams_and_value
 from kernelgate.model.limits import Limits
-from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
+from kernelgate.model.result import CallRecord, ErrorInfo, RunResult, Status
 from kernelgate.wire.messages import BINDINGS_TARGET, CALL_MIME, execute_request_content, iso_now
 from kernelgate.wire.values import NotJSONError, check_json
 
@@ -42,6 +42,8 @@ __all__ = ["RemoteGateway"]
 log = logging.getLogger("kernelgate.remote")
 
 _ALIVE_CHECK_SECONDS = 1.0
+#: What a malformed field in a kernel's run metadata means.
+_KERNEL_BLAME = "the kernel sent run metadata this kernelgate does not read; is it one?"
 _CLOSE_GRACE = 10.0
 
 
@@ -56,8 +58,6 @@ class _RemoteRun:
         self.on_call = on_call
         self.outputs: list[dict[str, Any]] = []
         self.calls: list[CallRecord] = []
-        self.text: dict[str, list[str]] = {"stdout": [], "stderr": []}
-        self.value: Any = None
         self.reply: dict[str, Any] | None = None
         self.started = False
         self.idle = False
@@ -93,7 +93,6 @@ class _RemoteRun:
         elif kind == "stream":
             name = "stderr" if content.get("name") == "stderr" else "stdout"
             text = str(content.get("text", ""))
-            self.text[name].append(text)
             self._add({"output_type": "stream", "name": name, "text": text})
         elif kind == "display_data":
             data = content.get("data") or {}
@@ -115,7 +114,6 @@ class _RemoteRun:
             )
         elif kind == "execute_result":
             data = content.get("data") or {}
-            self.value = data.get("application/json")
             self._add(
                 {
                     "output_type": "execute_result",
@@ -142,48 +140,50 @@ class _RemoteRun:
         if self.reply is not None and self.idle:
             self.done.set()
 
-    def result(self, registry: BindingRegistry, failure: ErrorInfo | None = None) -> RunResult:
+    def result(self, failure: ErrorInfo | None = None) -> RunResult:
+        """The run, from what the kernel sent: outputs and calls as they arrived, the rest
+        from the ``execute_reply``'s run metadata (the one codec recordings use)."""
         reply = self.reply or {}
         content = reply.get("content") or {}
-        meta = (reply.get("metadata") or {}).get("kernelgate") or {}
-        error: ErrorInfo | None = None
         if failure is not None:
-            status, error = "worker_exit", failure
-        elif content.get("status") == "ok":
-            status = str(meta.get("run_status") or "ok")
-        elif content.get("status") == "aborted":
-            status = "interrupted"
-            error = ErrorInfo("Aborted", "the kernel aborted this request (an earlier one failed)")
-        else:
-            status = str(meta.get("run_status") or "exception")
-            ename = str(content.get("ename", "Error"))
-            evalue = str(content.get("evalue", ""))
-            traceback = [str(line) for line in content.get("traceback") or []]
-            if traceback == [f"{ename}: {evalue}"]:
-                traceback = []  # the kernel's one-line stand-in for a host-decided failure
-            error = ErrorInfo(ename, evalue, traceback)
-        fields: dict[str, Any] = dict(
+            return self._failed("worker_exit", failure)
+        if content.get("status") == "aborted":
+            why = "the kernel aborted this request (an earlier one failed)"
+            return self._failed("interrupted", ErrorInfo("Aborted", why))
+        metadata = reply.get("metadata")
+        meta = metadata.get("kernelgate") if isinstance(metadata, dict) else None
+        if meta is None:
+            why = "its execute_reply carries no kernelgate run metadata: is it a kernelgate kernel?"
+            return self._failed("protocol", ErrorInfo("ProtocolError", f"the kernel {why}"))
+        try:
+            decoded = decode_metadata(meta, "the kernel's execute_reply", blame=_KERNEL_BLAME)
+        except NotARunError as exc:
+            return self._failed("protocol", ErrorInfo("ProtocolError", str(exc)))
+        stdout, stderr, value = streams_and_value(self.outputs, decoded.fields["status"])
+        return RunResult(
+            **decoded.fields,
+            value=value,
+            stdout=stdout,
+            stderr=stderr,
+            outputs=self.outputs,
+            calls=self.calls,
+            program=self.program,
+        )
+
+    def _failed(self, status: Status, error: ErrorInfo) -> RunResult:
+        """A run the kernel did not report: what arrived, and why it ended."""
+        stdout, stderr, _ = streams_and_value(self.outputs, status)
+        return RunResult(
             status=status,
-            value=self.value if status == "ok" else None,
-            stdout="".join(self.text["stdout"]),
-            stderr="".join(self.text["stderr"]),
+            stdout=stdout,
+            stderr=stderr,
             outputs=self.outputs,
             error=error,
             calls=self.calls,
-            duration_s=float(meta.get("duration_s") or (time.monotonic() - self.t0)),
-            exit_code=meta.get("exit_code"),
-            signal=meta.get("signal"),
-            run_id=str(meta.get("run_id") or ""),
-            started_at=str(meta.get("started_at") or self.started_at),
+            duration_s=time.monotonic() - self.t0,
+            started_at=self.started_at,
             program=self.program,
-            interpreter=str(meta.get("interpreter") or ""),
-            limits=dict(meta.get("limits") or {}),
-            bindings=dict(meta.get("bindings") or registry.signatures()),
-            isolation=str(meta.get("isolation") or ""),
-            usage=dict(meta.get("usage") or {}),
         )
-        known = {f.name for f in dataclasses.fields(RunResult)}
-        return RunResult(**{k: v for k, v in fields.items() if k in known})
 
 
 class RemoteGateway:
@@ -345,7 +345,7 @@ class RemoteGateway:
             raise
         finally:
             self._runs.pop(msg_id, None)
-        return run.result(self._registry, failure)
+        return run.result(failure)
 
     def interrupt(self) -> int:
         """Interrupt the kernel's running cell (``interrupt_request`` on control).

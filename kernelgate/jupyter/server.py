@@ -1,58 +1,36 @@
 """The kernelgate kernel: the Jupyter messaging protocol (5.3) over pyzmq on asyncio.
 
-Shell, control and stdin are ROUTER sockets, iopub is PUB, heartbeat is REP; every message
-is signed and checked by one ``jupyter_client.session.Session`` (one session id for every
-message the kernel sends), and built with :class:`~kernelgate.wire.messages.MessageFactory`
-and the content builders of :mod:`kernelgate.wire.messages`.
-
-Each ``execute_request`` is one program run by :meth:`kernelgate.Gateway.run` in a fresh
-child: its outputs go to iopub as they happen (``on_output``), each binding call as a
-``display_data`` output when it completes (``on_call``). Cells run one at a time in a task
-of their own, so the shell socket keeps being read while a cell runs: ``complete``,
-``inspect`` and, above all, the ``comm_msg`` answers of client-answered bindings are
-handled at once, never queued behind the ``execute_request``.
+:class:`KernelServer` answers requests and owns the kernel's lifetime (start, signals, the
+launcher going away, shutdown); :mod:`.channels` holds its sockets and signs its
+messages; :mod:`.execute` runs cells. Each ``execute_request`` is one program run by
+:meth:`kernelgate.Gateway.run` in a fresh child; cells run one at a time in a task of their
+own, so the shell socket keeps being read while a cell runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import logging
 import os
 import platform
 import signal
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import zmq
-import zmq.asyncio
-from jupyter_client.session import Session
 
 from kernelgate.gateway.gateway import Gateway
 from kernelgate.model.limits import Limits
-from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
-from kernelgate.wire.messages import (
-    BINDINGS_TARGET,
-    PROTOCOL_VERSION,
-    MessageFactory,
-    display_data_content,
-    error_content,
-    execute_reply_content,
-    execute_result_content,
-    stream_content,
-)
+from kernelgate.wire.messages import BINDINGS_TARGET, PROTOCOL_VERSION
 
-from .calls import call_display
+from .channels import Channels, Message
 from .comms import ClientBindings, ready_data
+from .execute import Executor, error_reply
 from .introspect import complete, inspect_code, is_complete
 
 __all__ = ["KernelServer", "run_kernel", "kernel_info_content", "LANGUAGE_INFO"]
 
 log = logging.getLogger("kernelgate.kernel")
-
-Message = dict[str, Any]
-Handler = Callable[[Message, list[bytes]], Awaitable[None]]
 
 LANGUAGE_INFO: dict[str, Any] = {
     "name": "python",
@@ -65,9 +43,7 @@ LANGUAGE_INFO: dict[str, Any] = {
 }
 
 _SHUTDOWN_GRACE = 10.0
-_INTERRUPT_RETRY = 0.01
 _PARENT_POLL = 1.0
-_LINGER_MS = 1000
 
 
 def kernel_info_content() -> dict[str, Any]:
@@ -97,43 +73,6 @@ def _launcher_pid() -> int | None:
     return pid if pid > 1 and pid == os.getppid() else None
 
 
-def _error_reply(ename: str, evalue: str) -> dict[str, Any]:
-    return {"status": "error", "ename": ename, "evalue": evalue, "traceback": []}
-
-
-def _run_metadata(result: RunResult) -> dict[str, Any]:
-    return {
-        "run_status": result.status,
-        "run_id": result.run_id,
-        "started_at": result.started_at,
-        "duration_s": result.duration_s,
-        "exit_code": result.exit_code,
-        "signal": result.signal,
-        "calls": len(result.calls),
-        "interpreter": result.interpreter,
-        "limits": result.limits,
-        "bindings": result.bindings,
-        # Present when the core reports them (isolation level, resource usage).
-        **{
-            name: getattr(result, name)
-            for name in ("isolation", "usage")
-            if getattr(result, name, None) not in (None, "", {})
-        },
-    }
-
-
-class _Cell:
-    """What the frontend has been shown of the running cell."""
-
-    __slots__ = ("count", "error_sent", "gateway", "parent")
-
-    def __init__(self, parent: Message, count: int, gateway: Gateway) -> None:
-        self.parent = parent
-        self.count = count
-        self.error_sent = False
-        self.gateway = gateway
-
-
 class _Client:
     __slots__ = ("bindings", "gateway")
 
@@ -157,117 +96,43 @@ class KernelServer:
         limits: Limits | None = None,
         python: str | None = None,
     ) -> None:
-        self.connection_info = dict(connection_info)
-        key = self.connection_info.get("key", "")
-        self.session = Session(
-            key=key.encode() if isinstance(key, str) else bytes(key),
-            signature_scheme=self.connection_info.get("signature_scheme", "hmac-sha256"),
-            username="kernel",
-        )
-        self.messages = MessageFactory(self.session.session, username="kernel")
+        self.channels = Channels(dict(connection_info))
+        self.connection_info = self.channels.connection_info
         self.namespaces = {ns: dict(t) for ns, t in (namespaces or {"tools": {}}).items()}
         self.limits = limits or Limits()
         self.python = python
         self.gateway = Gateway(namespaces=self.namespaces, limits=self.limits, python=python)
-        self.execution_count = 0
+        self.executor = Executor(self.channels, self.limits, self._gateway_for)
         self._clients: dict[str, _Client] = {}
-        self._queue: collections.deque[tuple[Message, list[bytes]]] = collections.deque()
-        self._executor: asyncio.Task[None] | None = None
-        self._cell: _Cell | None = None
         self._stop: asyncio.Event | None = None
-        self._closing = False
-        self._sockets: dict[str, zmq.asyncio.Socket] = {}
 
-    # -- sockets ---------------------------------------------------------------------------
+    @property
+    def execution_count(self) -> int:
+        return self.executor.execution_count
 
-    def _address(self, port: int) -> str:
-        transport = self.connection_info.get("transport", "tcp")
-        ip = self.connection_info.get("ip", "127.0.0.1")
-        if transport == "ipc":
-            return f"ipc://{ip}-{port}"
-        return f"{transport}://{ip}:{port}"
-
-    def _bind(self, ctx: zmq.asyncio.Context, name: str, kind: int) -> zmq.asyncio.Socket:
-        sock = ctx.socket(kind)
-        sock.setsockopt(zmq.LINGER, _LINGER_MS)
-        if kind == zmq.ROUTER:
-            sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        port = int(self.connection_info.get(f"{name}_port", 0))
-        if port:
-            sock.bind(self._address(port))
-        else:
-            transport = self.connection_info.get("transport", "tcp")
-            ip = self.connection_info.get("ip", "127.0.0.1")
-            self.connection_info[f"{name}_port"] = sock.bind_to_random_port(f"{transport}://{ip}")
-        self._sockets[name] = sock
-        return sock
-
-    def _send(self, name: str, msg: Message, idents: list[bytes] | None = None) -> None:
-        sock = self._sockets.get(name)
-        if sock is None or sock.closed:
-            return
-        try:
-            frames = self.session.serialize(msg, idents)
-        except (TypeError, ValueError) as exc:
-            log.warning("could not serialize a %s message: %s", msg["header"]["msg_type"], exc)
-            return
-        sent = sock.send_multipart(frames)
-        if isinstance(sent, asyncio.Future):
-            sent.add_done_callback(self._sent)
-
-    def _sent(self, future: asyncio.Future[Any]) -> None:
-        if not future.cancelled() and future.exception() is not None:
-            log.warning("a message could not be sent: %s", future.exception())
-
-    def publish(
-        self,
-        msg_type: str,
-        content: dict[str, Any],
-        parent: Message | None,
-        metadata: dict[str, Any] | None = None,
-    ) -> None:
-        """Send ``msg_type`` on iopub with ``parent`` (a request's header) as parent."""
-        msg = self.messages.message(msg_type, content, parent_header=parent, metadata=metadata)
-        topic = f"kernel.{self.session.session}.{msg_type}".encode()
-        self._send("iopub", msg, [topic])
-
-    def reply(
-        self,
-        channel: str,
-        msg_type: str,
-        content: dict[str, Any],
-        request: Message,
-        idents: list[bytes],
-        metadata: dict[str, Any] | None = None,
-    ) -> None:
-        msg = self.messages.message(
-            msg_type, content, parent_header=request["header"], metadata=metadata
-        )
-        self._send(channel, msg, idents)
-
-    # -- the loop --------------------------------------------------------------------------
+    # -- lifetime ----------------------------------------------------------------------------
 
     async def serve(self) -> None:
         """Bind, serve every channel, and return once shut down (no child left behind)."""
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        ctx = zmq.asyncio.Context()
+        channels = self.channels
         signals = []
         for sig, callback in ((signal.SIGINT, self.interrupt), (signal.SIGTERM, self.stop)):
             loop.add_signal_handler(sig, callback)
             signals.append(sig)
         tasks: list[asyncio.Task[None]] = []
         try:
-            self._bind(ctx, "iopub", zmq.PUB)
-            shell = self._bind(ctx, "shell", zmq.ROUTER)
-            control = self._bind(ctx, "control", zmq.ROUTER)
-            self._bind(ctx, "stdin", zmq.ROUTER)
-            hb = self._bind(ctx, "hb", zmq.REP)
-            self.publish("status", {"execution_state": "starting"}, None)
+            channels.bind("iopub", zmq.PUB)
+            shell = channels.bind("shell", zmq.ROUTER)
+            control = channels.bind("control", zmq.ROUTER)
+            channels.bind("stdin", zmq.ROUTER)
+            hb = channels.bind("hb", zmq.REP)
+            channels.publish("status", {"execution_state": "starting"}, None)
             tasks = [
-                asyncio.create_task(self._serve_channel(shell, self._on_shell)),
-                asyncio.create_task(self._serve_channel(control, self._on_control)),
-                asyncio.create_task(self._heartbeat(hb)),
+                asyncio.create_task(channels.serve(shell, self._on_shell)),
+                asyncio.create_task(channels.serve(control, self._on_control)),
+                asyncio.create_task(channels.heartbeat(hb)),
             ]
             parent = _launcher_pid()
             if parent is not None:
@@ -280,40 +145,23 @@ class KernelServer:
             await asyncio.gather(*tasks, return_exceptions=True)
             for sig in signals:
                 loop.remove_signal_handler(sig)
-            for sock in self._sockets.values():
-                sock.close(linger=_LINGER_MS)
-            ctx.term()
+            channels.close()
 
     def stop(self) -> None:
         """Shut down: the running cell is interrupted, queued ones are aborted."""
         if self._stop is not None:
             self._stop.set()
 
+    def interrupt(self) -> None:
+        """Stop the running cell (it ends with status ``"interrupted"``)."""
+        self.executor.interrupt()
+
     async def _shut_down(self) -> None:
-        self._closing = True
-        self._abort_queue()
-        self.interrupt()
-        if self._executor is not None:
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._executor), _SHUTDOWN_GRACE)
+        await self.executor.close(_SHUTDOWN_GRACE)
         for client in self._clients.values():
             client.bindings.close("the kernel is shutting down")
         gateways = [self.gateway, *(c.gateway for c in self._clients.values())]
         await asyncio.gather(*(gw.aclose() for gw in gateways), return_exceptions=True)
-
-    async def _serve_channel(self, sock: zmq.asyncio.Socket, handler: Handler) -> None:
-        while True:
-            frames = await sock.recv_multipart()
-            try:
-                idents, rest = self.session.feed_identities(frames)
-                msg = self.session.deserialize(rest)
-            except Exception as exc:  # unsigned, replayed or malformed: drop it
-                log.warning("dropped an invalid message: %s", exc)
-                continue
-            try:
-                await handler(msg, idents)
-            except Exception:
-                log.exception("error handling %s", msg.get("msg_type"))
 
     async def _watch_parent(self, parent: int) -> None:
         """Shut down when the process that launched the kernel is gone (as ipykernel does)."""
@@ -322,86 +170,75 @@ class KernelServer:
         log.warning("the process that started the kernel (pid %d) is gone; shutting down", parent)
         self.stop()
 
-    async def _heartbeat(self, sock: zmq.asyncio.Socket) -> None:
-        while True:
-            frames = await sock.recv_multipart()
-            await sock.send_multipart(frames)
-
-    # -- shell -----------------------------------------------------------------------------
+    # -- requests ----------------------------------------------------------------------------
 
     async def _on_shell(self, msg: Message, idents: list[bytes]) -> None:
         msg_type = msg["header"].get("msg_type", "")
         if msg_type == "execute_request":
-            self._queue.append((msg, idents))
-            if self._closing:
-                self._abort_queue()
-            elif self._executor is None or self._executor.done():
-                self._executor = asyncio.create_task(self._execute_queue())
+            self.executor.submit(msg, idents)
             return
-        self.publish("status", {"execution_state": "busy"}, msg["header"])
+        publish = self.channels.publish
+        publish("status", {"execution_state": "busy"}, msg["header"])
         try:
             self._handle_request("shell", msg_type, msg, idents)
         finally:
-            self.publish("status", {"execution_state": "idle"}, msg["header"])
+            publish("status", {"execution_state": "idle"}, msg["header"])
 
     async def _on_control(self, msg: Message, idents: list[bytes]) -> None:
         msg_type = msg["header"].get("msg_type", "")
-        self.publish("status", {"execution_state": "busy"}, msg["header"])
+        publish = self.channels.publish
+        publish("status", {"execution_state": "busy"}, msg["header"])
         try:
             if msg_type == "interrupt_request":
                 self.interrupt()
-                self.reply("control", "interrupt_reply", {"status": "ok"}, msg, idents)
+                self.channels.reply("control", "interrupt_reply", {"status": "ok"}, msg, idents)
             else:
                 self._handle_request("control", msg_type, msg, idents)
         finally:
-            self.publish("status", {"execution_state": "idle"}, msg["header"])
+            publish("status", {"execution_state": "idle"}, msg["header"])
 
-    def _handle_request(
-        self, channel: str, msg_type: str, msg: Message, idents: list[bytes]
-    ) -> None:
-        content = msg.get("content") or {}
-        header = msg["header"]
-        if msg_type == "kernel_info_request":
-            self.reply(channel, "kernel_info_reply", kernel_info_content(), msg, idents)
-        elif msg_type == "shutdown_request":
-            restart = bool(content.get("restart", False))
-            self.reply(channel, "shutdown_reply", {"status": "ok", "restart": restart}, msg, idents)
-            self.stop()
-        elif channel == "control":
-            self._unknown(channel, msg_type, msg, idents)
-        elif msg_type == "complete_request":
-            reply = complete(
-                str(content.get("code", "")),
-                content.get("cursor_pos"),
-                self._gateway_for(header).registry.namespaces,
-            )
-            self.reply(channel, "complete_reply", reply, msg, idents)
-        elif msg_type == "inspect_request":
-            reply = inspect_code(
-                str(content.get("code", "")),
-                content.get("cursor_pos"),
-                self._gateway_for(header).registry.namespaces,
-            )
-            self.reply(channel, "inspect_reply", reply, msg, idents)
-        elif msg_type == "is_complete_request":
-            reply = is_complete(str(content.get("code", "")))
-            self.reply(channel, "is_complete_reply", reply, msg, idents)
-        elif msg_type == "history_request":
-            self.reply(channel, "history_reply", {"status": "ok", "history": []}, msg, idents)
-        elif msg_type == "comm_info_request":
+    def _answer(self, msg_type: str, content: dict[str, Any], header: Message) -> Any:
+        """The reply content of a shell request (``None``: not one of these)."""
+        code = str(content.get("code", ""))
+        if msg_type == "complete_request":
+            namespaces = self._gateway_for(header).registry.namespaces
+            return complete(code, content.get("cursor_pos"), namespaces)
+        if msg_type == "inspect_request":
+            namespaces = self._gateway_for(header).registry.namespaces
+            return inspect_code(code, content.get("cursor_pos"), namespaces)
+        if msg_type == "is_complete_request":
+            return is_complete(code)
+        if msg_type == "history_request":
+            return {"status": "ok", "history": []}
+        if msg_type == "comm_info_request":
             target = content.get("target_name")
             comms = {
                 comm_id: {"target_name": BINDINGS_TARGET}
                 for comm_id in self._clients
                 if target in (None, BINDINGS_TARGET)
             }
-            self.reply(channel, "comm_info_reply", {"status": "ok", "comms": comms}, msg, idents)
-        elif msg_type == "connect_request":
+            return {"status": "ok", "comms": comms}
+        if msg_type == "connect_request":
             ports = {
                 f"{name}_port": int(self.connection_info.get(f"{name}_port", 0))
                 for name in ("shell", "iopub", "stdin", "hb", "control")
             }
-            self.reply(channel, "connect_reply", {"status": "ok", **ports}, msg, idents)
+            return {"status": "ok", **ports}
+        return None
+
+    def _handle_request(
+        self, channel: str, msg_type: str, msg: Message, idents: list[bytes]
+    ) -> None:
+        content = msg.get("content") or {}
+        reply = self.channels.reply
+        if msg_type == "kernel_info_request":
+            reply(channel, "kernel_info_reply", kernel_info_content(), msg, idents)
+        elif msg_type == "shutdown_request":
+            restart = bool(content.get("restart", False))
+            reply(channel, "shutdown_reply", {"status": "ok", "restart": restart}, msg, idents)
+            self.stop()
+        elif channel == "control":
+            self._unknown(channel, msg_type, msg, idents)
         elif msg_type == "comm_open":
             self._comm_open(msg)
         elif msg_type == "comm_msg":
@@ -411,36 +248,39 @@ class KernelServer:
         elif msg_type == "comm_close":
             self._comm_close(str(content.get("comm_id")), "the client closed the bindings comm")
         else:
-            self._unknown(channel, msg_type, msg, idents)
+            answer = self._answer(msg_type, content, msg["header"])
+            if answer is None:
+                self._unknown(channel, msg_type, msg, idents)
+            else:
+                reply_type = msg_type[: -len("_request")] + "_reply"
+                reply(channel, reply_type, answer, msg, idents)
 
     def _unknown(self, channel: str, msg_type: str, msg: Message, idents: list[bytes]) -> None:
         if msg_type.endswith("_request"):
             reply_type = msg_type[: -len("_request")] + "_reply"
-            self.reply(
-                channel,
-                reply_type,
-                _error_reply("NotImplementedError", f"kernelgate does not handle {msg_type}"),
-                msg,
-                idents,
-            )
+            why = f"kernelgate does not handle {msg_type}"
+            content = error_reply("NotImplementedError", why)
+            self.channels.reply(channel, reply_type, content, msg, idents)
         else:
             log.info("ignored %s on %s", msg_type, channel)
 
-    # -- client-answered bindings ----------------------------------------------------------
+    # -- client-answered bindings ------------------------------------------------------------
 
     def _comm_open(self, msg: Message) -> None:
         content = msg.get("content") or {}
         comm_id = str(content.get("comm_id", ""))
         header = msg["header"]
+        publish = self.channels.publish
         if content.get("target_name") != BINDINGS_TARGET or not comm_id:
             # Unknown target: close at once, as the spec asks.
-            self.publish("comm_close", {"comm_id": comm_id, "data": {}}, header)
+            publish("comm_close", {"comm_id": comm_id, "data": {}}, header)
             return
         data = content.get("data") or {}
 
         def send(payload: dict[str, Any]) -> None:
-            parent = self._cell.parent if self._cell is not None else header
-            self.publish("comm_msg", {"comm_id": comm_id, "data": payload}, parent)
+            cell = self.executor.cell
+            parent = cell.parent if cell is not None else header
+            publish("comm_msg", {"comm_id": comm_id, "data": payload}, parent)
 
         try:
             bindings = ClientBindings(
@@ -452,17 +292,14 @@ class KernelServer:
                 python=self.python,
             )
         except (ValueError, TypeError) as exc:
-            self.publish("comm_close", {"comm_id": comm_id, "data": {"error": str(exc)}}, header)
+            publish("comm_close", {"comm_id": comm_id, "data": {"error": str(exc)}}, header)
             return
         old = self._clients.pop(comm_id, None)
         if old is not None:
             old.bindings.close("the comm was opened again")
         self._clients[comm_id] = _Client(bindings, gateway)
-        self.publish(
-            "comm_msg",
-            {"comm_id": comm_id, "data": ready_data(gateway.registry.signatures())},
-            header,
-        )
+        ready = ready_data(gateway.registry.signatures())
+        publish("comm_msg", {"comm_id": comm_id, "data": ready}, header)
 
     def _comm_close(self, comm_id: str, reason: str) -> None:
         client = self._clients.pop(comm_id, None)
@@ -476,156 +313,6 @@ class KernelServer:
             if client.bindings.client_session == session:
                 return client.gateway
         return self.gateway
-
-    # -- execute ---------------------------------------------------------------------------
-
-    def interrupt(self) -> None:
-        """Stop the running cell (it ends with status ``"interrupted"``)."""
-        if self._cell is not None:
-            self._interrupt_cell(self._cell)
-
-    def _interrupt_cell(self, cell: _Cell) -> None:
-        # The cell may be between its request and its run's start (the gateway has no
-        # live run yet): try again shortly, until the run is stopped or the cell is over.
-        if self._cell is cell and cell.gateway.interrupt() == 0:
-            asyncio.get_running_loop().call_later(_INTERRUPT_RETRY, self._interrupt_cell, cell)
-
-    def _abort_queue(self) -> None:
-        while self._queue:
-            msg, idents = self._queue.popleft()
-            self.publish("status", {"execution_state": "busy"}, msg["header"])
-            self.reply(
-                "shell",
-                "execute_reply",
-                {"status": "aborted"},
-                msg,
-                idents,
-                metadata={"status": "aborted"},
-            )
-            self.publish("status", {"execution_state": "idle"}, msg["header"])
-
-    async def _execute_queue(self) -> None:
-        while self._queue and not self._closing:
-            msg, idents = self._queue.popleft()
-            ok = await self._execute(msg, idents)
-            content = msg.get("content") or {}
-            if not ok and content.get("stop_on_error", True) and not content.get("silent"):
-                self._abort_queue()
-
-    def _limits_for(self, msg: Message) -> Limits | None:
-        """The kernelspec's limits, or tighter ones a request asks for; never looser.
-
-        JupyterLab sends a cell's metadata with each execute_request, and a saved (or
-        crafted) notebook fills it in: a recorded run's ``kernelgate.limits`` arrive here
-        as if asked for. So a request (``metadata.kernelgate.limits``, as
-        :class:`~kernelgate.jupyter.remote.RemoteGateway` sends) may only lower
-        limits: each field is the smaller of the kernel's and the request's. The sandbox,
-        memory, processes and frame sizes a cell gets are never more than the kernelspec's.
-        """
-        meta = msg.get("metadata") or {}
-        given = (meta.get("kernelgate") or {}).get("limits") if isinstance(meta, dict) else None
-        if not given:
-            return None
-        if not isinstance(given, dict):
-            raise ValueError("metadata.kernelgate.limits must be an object")
-        mine = self.limits.to_dict()
-        unknown = sorted(str(name) for name in set(given) - set(mine))
-        if unknown:
-            raise ValueError(f"unknown limits {unknown}; known: {sorted(mine)}")
-        tighter: dict[str, Any] = {}
-        for name, value in given.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"metadata.kernelgate.limits.{name} must be a number")
-            tighter[name] = min(mine[name], value)
-        return Limits(**{**mine, **tighter})
-
-    async def _execute(self, msg: Message, idents: list[bytes]) -> bool:
-        parent = msg["header"]
-        content = msg.get("content") or {}
-        code = content.get("code", "")
-        silent = bool(content.get("silent", False))
-        self.publish("status", {"execution_state": "busy"}, parent)
-        try:
-            if not silent:
-                self.execution_count += 1
-                self.publish(
-                    "execute_input",
-                    {"code": code, "execution_count": self.execution_count},
-                    parent,
-                )
-            cell = self._cell = _Cell(parent, self.execution_count, self._gateway_for(parent))
-            try:
-                result = await cell.gateway.run(
-                    code if isinstance(code, str) else str(code),
-                    limits=self._limits_for(msg),
-                    on_output=None if silent else lambda out: self._on_output(cell, out),
-                    on_call=None if silent else lambda rec: self._on_call(cell, rec),
-                )
-            except (TypeError, ValueError, RuntimeError) as exc:
-                result = RunResult(
-                    status="exception", error=ErrorInfo(type(exc).__name__, str(exc))
-                )
-            finally:
-                self._cell = None
-            metadata: dict[str, Any] = {"kernelgate": _run_metadata(result)}
-            if result.ok:
-                reply = execute_reply_content("ok", cell.count)
-                reply["user_expressions"] = {
-                    name: _error_reply(
-                        "NotImplementedError",
-                        "user_expressions need a live namespace; every kernelgate cell is a "
-                        "fresh program",
-                    )
-                    for name in (content.get("user_expressions") or {})
-                }
-                metadata["status"] = "ok"
-            else:
-                error = result.error or ErrorInfo("Error", f"the run ended with {result.status}")
-                traceback = error.traceback or [f"{error.ename}: {error.evalue}"]
-                if not silent and not cell.error_sent:
-                    self.publish(
-                        "error", error_content(error.ename, error.evalue, traceback), parent
-                    )
-                reply = execute_reply_content(
-                    "error", cell.count, error.ename, error.evalue, traceback
-                )
-                metadata["status"] = "error"
-            self.reply("shell", "execute_reply", reply, msg, idents, metadata=metadata)
-            return result.ok
-        finally:
-            self.publish("status", {"execution_state": "idle"}, parent)
-
-    def _on_output(self, cell: _Cell, output: dict[str, Any]) -> None:
-        kind = output.get("output_type")
-        if kind == "stream":
-            self.publish("stream", stream_content(output["name"], output["text"]), cell.parent)
-        elif kind == "display_data":
-            self.publish(
-                "display_data",
-                display_data_content(output.get("data", {}), output.get("metadata")),
-                cell.parent,
-            )
-        elif kind == "execute_result":
-            self.publish(
-                "execute_result",
-                execute_result_content(cell.count, output.get("data", {}), output.get("metadata")),
-                cell.parent,
-            )
-        elif kind == "error":
-            cell.error_sent = True
-            self.publish(
-                "error",
-                error_content(output["ename"], output["evalue"], list(output.get("traceback", []))),
-                cell.parent,
-            )
-
-    def _on_call(self, cell: _Cell, record: CallRecord) -> None:
-        output = call_display(record)
-        self.publish(
-            "display_data",
-            display_data_content(output["data"], output["metadata"]),
-            cell.parent,
-        )
 
 
 def run_kernel(

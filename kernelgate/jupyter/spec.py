@@ -9,7 +9,14 @@ import sys
 import tempfile
 from typing import Any
 
-__all__ = ["DEFAULT_NAME", "DEFAULT_DISPLAY_NAME", "kernel_json", "install_kernel_spec"]
+__all__ = [
+    "DEFAULT_NAME",
+    "DEFAULT_DISPLAY_NAME",
+    "kernel_json",
+    "install_kernel_spec",
+    "installed_kernels",
+    "uninstall_kernel_spec",
+]
 
 DEFAULT_NAME = "kernelgate"
 DEFAULT_DISPLAY_NAME = "kernelgate (Python)"
@@ -116,3 +123,109 @@ def install_kernel_spec(
         with open(os.path.join(tmp, "kernel.json"), "w", encoding="utf-8") as f:
             json.dump(spec, f, indent=1)
         return KernelSpecManager().install_kernel_spec(tmp, name, user=user, prefix=prefix)
+
+
+def kernels_dir(*, user: bool = False, prefix: str | None = None) -> str:
+    """The kernels directory ``install_kernel_spec`` writes to for these options."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    manager = KernelSpecManager()
+    if user:
+        return str(manager.user_kernel_dir)
+    if prefix is not None:
+        return os.path.join(prefix, "share", "jupyter", "kernels")
+    from jupyter_core.paths import SYSTEM_JUPYTER_PATH
+
+    return os.path.join(SYSTEM_JUPYTER_PATH[0], "kernels")
+
+
+def is_kernelgate_spec(argv: Any) -> bool:
+    """Whether a kernelspec's ``argv`` starts the kernelgate kernel (this release's argv,
+    ``-m kernelgate.cli kernel run``, or the one before it, ``-m kernelgate.gateway.kernel``)."""
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        return False
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-m" and argv[i + 1] in ("kernelgate.cli", "kernelgate.gateway.kernel"):
+            return True
+    return False
+
+
+def spec_option(argv: list[str], option: str) -> str | None:
+    """The value of ``option`` (``--bindings``, ``--timeout``) in a kernelspec's argv."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg == option:
+            return argv[i + 1]
+    return None
+
+
+def installed_kernels() -> list[dict[str, Any]]:
+    """Every installed kernelgate kernelspec Jupyter finds: name, resource_dir, display_name,
+    bindings, timeout and argv, sorted by name (the first found wins, as in Jupyter)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    manager = KernelSpecManager()
+    found: list[dict[str, Any]] = []
+    for name, directory in sorted(manager.find_kernel_specs().items()):
+        try:
+            with open(os.path.join(directory, "kernel.json"), encoding="utf-8") as f:
+                spec = json.load(f)
+        except (OSError, ValueError):
+            continue  # not readable or not JSON: not ours to describe
+        argv = spec.get("argv") if isinstance(spec, dict) else None
+        if not is_kernelgate_spec(argv):
+            continue
+        assert isinstance(argv, list)
+        found.append(
+            {
+                "name": name,
+                "resource_dir": directory,
+                "display_name": spec.get("display_name", name),
+                "bindings": spec_option(argv, "--bindings"),
+                "timeout": spec_option(argv, "--timeout"),
+                "argv": argv,
+            }
+        )
+    return found
+
+
+def uninstall_kernel_spec(
+    name: str = DEFAULT_NAME, *, user: bool = False, prefix: str | None = None, any_place: bool
+) -> str:
+    """Remove the kernelgate kernelspec ``name``; return the directory removed.
+
+    With ``any_place`` the one Jupyter would start is removed, wherever it is; otherwise
+    only the one in the place ``user``/``prefix`` name (as for install). A kernelspec that
+    does not start kernelgate is never removed (``ValueError``), nor is a missing one
+    (``LookupError``, naming where it looked).
+    """
+    import shutil
+
+    if not _NAME.match(name):
+        raise ValueError(
+            f"kernel name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'"
+        )
+    if any_place:
+        mine = {k["name"]: k["resource_dir"] for k in installed_kernels()}
+        directory = mine.get(name)
+        if directory is None:
+            names = ", ".join(sorted(mine)) or "none"
+            raise LookupError(
+                f"no kernelgate kernel named {name!r} is installed (installed: {names}); "
+                "see 'kernelgate kernel list'"
+            )
+    else:
+        directory = os.path.join(kernels_dir(user=user, prefix=prefix), name)
+        if not os.path.isdir(directory):
+            raise LookupError(f"no kernelspec {name!r} in {os.path.dirname(directory)}")
+    try:
+        with open(os.path.join(directory, "kernel.json"), encoding="utf-8") as f:
+            argv = json.load(f).get("argv")
+    except (OSError, ValueError, AttributeError):
+        argv = None
+    if not is_kernelgate_spec(argv):
+        raise ValueError(
+            f"the kernelspec in {directory} does not start kernelgate; remove it with "
+            f"'jupyter kernelspec remove {name}' if you mean to"
+        )
+    shutil.rmtree(directory)
+    return directory

@@ -2,13 +2,19 @@
 
 Stdlib only and free of I/O, so every layer, the child included, may import it:
 
-- :mod:`.result` -- :class:`~kernelgate.model.result.RunResult`, its parts, the statuses;
+- :mod:`.result` -- :class:`~kernelgate.model.result.RunResult`, its parts, the statuses
+  (``Status``, a ``Literal``);
 - :mod:`.limits` -- :class:`~kernelgate.model.limits.Limits`, a run's budgets;
+- :mod:`.codec` -- the one versioned RunResult <-> JSON codec (run metadata, calls, runs),
+  with :mod:`.keyorder` for dict key order;
+- :mod:`.signatures` -- binding specs <-> ``inspect.Signature``, and signature text;
 - :mod:`.text` -- text that can always be shown and sent (``safe_str``);
 - :mod:`.constants` -- numbers both sides agree on.
 
-Nothing is imported here: the child imports :mod:`.text` and :mod:`.constants` alone, and
-each module it loads is start-up time of every cold run.
+Nothing is imported here: the child imports :mod:`.text`, :mod:`.constants` and
+:mod:`.signatures` alone, and each module it loads is start-up time of every cold run.
+The one import that points up is ``RunResult.save``/``to_notebook`` (public API
+convenience), inside those methods.
 """
 
 from __future__ import annotations

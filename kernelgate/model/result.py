@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
-__all__ = ["RunResult", "CallRecord", "ErrorInfo", "STATUSES"]
+__all__ = [
+    "RunResult",
+    "CallRecord",
+    "ErrorInfo",
+    "Status",
+    "STATUSES",
+    "ChildStatus",
+    "CHILD_STATUSES",
+]
 
-#: Every status a run can end with.
-STATUSES = (
+#: How a run ended. ``ok``: it finished and its value is ``value``; ``exception``: the
+#: program raised; ``timeout``: a time budget ran out (wall clock or CPU); ``interrupted``:
+#: stopped by the caller; ``worker_exit``: the process died before reporting;
+#: ``invalid_output``: the final value is not JSON where JSON was required;
+#: ``output_limit``: the value is over ``max_value_bytes``; ``protocol``: the child broke
+#: the wire protocol; ``sandbox_unavailable``: the requested isolation could not be had.
+Status = Literal[
     "ok",
     "exception",
     "timeout",
@@ -18,7 +31,14 @@ STATUSES = (
     "output_limit",
     "protocol",
     "sandbox_unavailable",
-)
+]
+#: Every status a run can end with, in the order :data:`Status` lists them.
+STATUSES: tuple[Status, ...] = get_args(Status)
+
+#: The statuses the child may report itself in its ``execute_reply``; the others
+#: (``timeout``, ``interrupted``, ``worker_exit``, ``protocol``) only the host decides.
+ChildStatus = Literal["ok", "exception", "invalid_output", "output_limit", "sandbox_unavailable"]
+CHILD_STATUSES: frozenset[ChildStatus] = frozenset(get_args(ChildStatus))
 
 
 @dataclass
@@ -67,7 +87,7 @@ class RunResult:
     (True, 3)
     """
 
-    status: str
+    status: Status
     value: Any = None
     stdout: str = ""
     stderr: str = ""
@@ -113,12 +133,14 @@ class RunResult:
 
     def to_notebook(self) -> Any:
         """This run as an nbformat v4 notebook (see :mod:`kernelgate.notebooks`)."""
+        # layering: the one upward edge (public API convenience); see tests/test_layers.py
         from kernelgate.notebooks import run_to_notebook
 
         return run_to_notebook(self)
 
     def save(self, path: Any) -> Any:
         """Write this run as a ``.ipynb`` notebook at ``path``; return the path written."""
+        # layering: the one upward edge (public API convenience); see tests/test_layers.py
         from kernelgate.notebooks import save_run
 
         return save_run(self, path)

@@ -12,16 +12,25 @@ False
 >>> timeline_svg(load_run(path)).startswith("<svg")         # picture
 True
 
-Importing this package needs only the standard library (``run_to_notebook`` imports
-nbformat when called).
+Importing this package needs only the standard library and ``nh3`` (``run_to_notebook``
+imports nbformat when called); it loads none of the gateway's runtime (``replay`` does,
+when called).
+
+Modules: :mod:`.render` and :mod:`.calls` (a run as cells, a call as an output),
+:mod:`.store` (saving, atomically) and :mod:`.reading` (reading back, checked),
+:mod:`.session` (a session log), :mod:`.replay` with :mod:`.matching` and :mod:`.report`,
+:mod:`.timeline`. The JSON of runs and calls is :mod:`kernelgate.model.codec`.
 """
 
 from __future__ import annotations
 
-from .render import CALL_MIME, KERNELSPEC, call_line, call_output, run_to_notebook
-from .replay import CallMatch, Difference, ReplayReport, replay, replay_async
+from .calls import call_line, call_output
+from .reading import NotARunError, RecordedRun, load_run
+from .render import CALL_MIME, KERNELSPEC, run_to_notebook
+from .replay import replay, replay_async
+from .report import CallMatch, Difference, ReplayReport
 from .session import SessionLog
-from .store import NotARunError, RecordedRun, load_run, save_run
+from .store import save_run
 from .timeline import timeline_summary, timeline_svg
 
 __all__ = [

@@ -1,12 +1,9 @@
 """A run as notebook cells: the program, its outputs in order, and its binding calls.
 
-Each binding call becomes a ``display_data`` output with three forms:
-
-* ``application/vnd.kernelgate.call+json``: the whole call (namespace, name, args, kwargs,
-  ok, value or error, start and duration). Never shortened: replay reads this.
-* ``text/plain``: one line, ``tools.search('x', limit=3) -> [3 items]  1.2 ms``.
-* ``text/html``: the line, unfolding to the arguments and the answer as indented JSON,
-  shortened when large.
+Each binding call becomes a ``display_data`` output (see :mod:`.calls`) placed where the
+call completed among the program's outputs; the run's facts go to the cell's
+``metadata.kernelgate`` (:func:`kernelgate.model.codec.encode_metadata`, the one encoder
+the kernel front uses too).
 
 Outputs kernelgate adds (calls, the timeline) carry ``{"kernelgate": {"role": ...}}`` in
 their output metadata, so a reader can tell them from what the program itself printed.
@@ -15,39 +12,40 @@ A program's own outputs are untrusted: a cell holds them only as
 :func:`kernelgate.gateway.sanitize.sanitize_output` leaves them (no script, handler or
 ``javascript:`` link; no ``kernelgate`` metadata nor call MIME type, so a program cannot
 pass its displays off as kernelgate's calls). Everything kernelgate writes itself is built
-from escaped text: the call HTML here, the header cell's markdown, the timeline's SVG.
+from escaped text: the call HTML, the header cell's markdown, the timeline's SVG.
 """
 
 from __future__ import annotations
 
-import html
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, fields, is_dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kernelgate.gateway.sanitize import sanitize_outputs
-from kernelgate.model.result import CallRecord, RunResult
-from kernelgate.wire.messages import CALL_MIME, binding_label
+from kernelgate.model.codec import FORMAT, call_to_json, encode_metadata
+from kernelgate.model.result import RunResult
+from kernelgate.wire.messages import CALL_MIME
 
-from ._values import (
-    fmt_bytes,
-    fmt_duration,
-    json_size,
-    key_orders,
-    preview_json,
-    short_repr,
-    summarize,
+from .calls import (
+    ARGS_PREVIEW_CHARS,
+    VALUE_PREVIEW_CHARS,
+    call_html,
+    call_label,
+    call_line,
+    call_output,
+    duration_text,
 )
 
 if TYPE_CHECKING:
     from nbformat import NotebookNode
 
 __all__ = [
+    "ARGS_PREVIEW_CHARS",
     "CALL_MIME",
     "FORMAT",
     "KERNELSPEC",
     "LANGUAGE_INFO",
+    "VALUE_PREVIEW_CHARS",
     "call_label",
     "call_line",
     "call_html",
@@ -60,8 +58,6 @@ __all__ = [
     "notebook_dict",
 ]
 
-#: Version of kernelgate's recording format (the ``kernelgate`` metadata and call JSON).
-FORMAT = 1
 #: The kernel that runs kernelgate programs in Jupyter.
 KERNELSPEC = {"name": "kernelgate", "display_name": "kernelgate (Python)", "language": "python"}
 LANGUAGE_INFO = {
@@ -72,226 +68,16 @@ LANGUAGE_INFO = {
     "codemirror_mode": {"name": "python", "version": 3},
 }
 
-#: Shown at most in a call's HTML form; the JSON form always holds everything.
-ARGS_PREVIEW_CHARS = 2000
-VALUE_PREVIEW_CHARS = 4000
+#: What a run's cell says about it under ``metadata.kernelgate`` (the codec's encoder).
+run_metadata = encode_metadata
+#: The whole call as its ``application/vnd.kernelgate.call+json`` form holds it.
+call_json = call_to_json
 
 _JSON_MIME = re.compile(r"^application/(.*\+)?json$")
 _CELL_ID_BAD = re.compile(r"[^A-Za-z0-9_-]")
 
 
-# -- one call -----------------------------------------------------------------------------
-
-
-def call_label(
-    namespace: str,
-    name: str,
-    args: Iterable[Any],
-    kwargs: Mapping[str, Any],
-    width: int = 100,
-    *,
-    arg_width: int = 30,
-) -> str:
-    """How the program wrote the call, shortened: ``tools.search('x', limit=3)``.
-
-    >>> call_label("tools", "search", ["messages"], {"limit": 3})
-    "tools.search('messages', limit=3)"
-    >>> call_label("tools", "web-search", ["x" * 50], {}, arg_width=12)
-    "tools['web-search']('xxxxxxxxx…')"
-    """
-    parts = [short_repr(a, arg_width) for a in args]
-    parts += [f"{k}={short_repr(v, arg_width)}" for k, v in kwargs.items()]
-    head = binding_label(namespace, name)
-    text = f"{head}({', '.join(parts)})"
-    if len(text) > width:
-        text = text[: max(width - 2, len(head) + 1)] + "…)"
-    return text
-
-
-def _outcome(record: CallRecord, width: int = 60) -> str:
-    if record.ok:
-        return summarize(record.value, width)
-    if record.error is None:
-        return "raised an error"
-    text = f"raised {record.error.ename}"
-    if record.error.evalue:
-        text += ": " + record.error.evalue
-    if len(text) > width:
-        text = text[: width - 1] + "…"
-    return text.replace("\n", " ")
-
-
-def call_line(record: CallRecord) -> str:
-    """One line for a call: ``tools.search('x') -> [3 items]  1.2 ms``.
-
-    >>> r = CallRecord(0, "tools", "search", ["x"], {}, ok=True, value=[1, 2, 3],
-    ...                duration_s=0.0012)
-    >>> call_line(r)
-    "tools.search('x') -> [1, 2, 3]  1.2 ms"
-    """
-    label = call_label(record.namespace, record.name, record.args, record.kwargs)
-    return f"{label} -> {_outcome(record)}  {_duration(record.duration_s)}"
-
-
-def _pre(value: Any, limit: int) -> str:
-    text, cut = preview_json(value, limit)
-    out = f'<pre style="margin:0">{html.escape(text)}</pre>'
-    if cut:
-        out += (
-            f"<small>shortened to {limit:,} characters of {fmt_bytes(json_size(value))} "
-            f"as JSON; the whole value is in this output's {html.escape(CALL_MIME)} data"
-            "</small>"
-        )
-    return out
-
-
-def _esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _duration(seconds: Any) -> str:
-    """:func:`fmt_duration` of a number, else the value as text (a crafted recording's)."""
-    ok = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-    return fmt_duration(seconds) if ok else str(seconds)
-
-
-def call_html(record: CallRecord) -> str:
-    """The call as HTML: its one-line form, unfolding to arguments and answer.
-
-    Built only from escaped text: every value in it, the program's (namespace, name,
-    arguments, answer, error) and the host's (id, times), goes through ``html.escape``.
-
-    >>> r = CallRecord(0, "tools", "</pre><script>x()</script>", ['"onmouseover="x()'], {},
-    ...                ok=True, value="<img src=x onerror=y()>")
-    >>> "<script>" in call_html(r) or "<img" in call_html(r) or '"onmouseover' in call_html(r)
-    False
-    """
-    label = call_label(record.namespace, record.name, record.args, record.kwargs)
-    color = "" if record.ok else ' style="color:#b00020"'
-    rows = [
-        (
-            "call",
-            _esc(
-                f"#{record.id}, started at +{_duration(record.start_s)}, "
-                f"took {_duration(record.duration_s)}"
-            ),
-        ),
-    ]
-    if record.args:
-        rows.append(("args", _pre(record.args, ARGS_PREVIEW_CHARS)))
-    if record.kwargs:
-        rows.append(("kwargs", _pre(record.kwargs, ARGS_PREVIEW_CHARS)))
-    if record.ok:
-        rows.append(("value", _pre(record.value, VALUE_PREVIEW_CHARS)))
-    elif record.error is not None:
-        message = f"{record.error.ename}: {record.error.evalue}"
-        if len(message) > ARGS_PREVIEW_CHARS:
-            message = message[:ARGS_PREVIEW_CHARS] + "…"
-        rows.append(("error", f'<pre style="margin:0">{html.escape(message)}</pre>'))
-    body = "".join(
-        f'<tr><th style="text-align:left;vertical-align:top">{name}</th>'
-        f'<td style="text-align:left">{cell}</td></tr>'
-        for name, cell in rows
-    )
-    summary = (
-        f"<code>{html.escape(label)}</code> &rarr; "
-        f"<code{color}>{html.escape(_outcome(record))}</code> "
-        f"<small>{_esc(_duration(record.duration_s))}</small>"
-    )
-    return (
-        f'<details class="kernelgate-call"><summary>{summary}</summary>'
-        f"<table>{body}</table></details>"
-    )
-
-
-def call_json(record: CallRecord) -> dict[str, Any]:
-    """The whole call as the ``application/vnd.kernelgate.call+json`` form holds it.
-
-    A value's dict key order is kept in ``key_order`` when it is not sorted, so a file
-    rewritten with sorted keys (Jupyter does that on save) still replays the same order.
-    """
-    data: dict[str, Any] = {
-        "id": record.id,
-        "namespace": record.namespace,
-        "name": record.name,
-        "args": record.args,
-        "kwargs": record.kwargs,
-        "ok": record.ok,
-    }
-    if record.ok:
-        data["value"] = record.value
-        orders = key_orders(record.value)
-        if orders is not None:
-            data["key_order"] = orders
-    else:
-        error = record.error
-        data["error"] = (
-            error.to_dict() if error is not None else {"ename": "", "evalue": "", "traceback": []}
-        )
-    data["start_s"] = record.start_s
-    data["duration_s"] = record.duration_s
-    data["output_index"] = record.output_index
-    return data
-
-
-def call_output(record: CallRecord) -> dict[str, Any]:
-    """The call as a ``display_data`` output (JSON, one line, and HTML forms)."""
-    return {
-        "output_type": "display_data",
-        "data": {
-            CALL_MIME: call_json(record),
-            "text/html": call_html(record),
-            "text/plain": call_line(record),
-        },
-        "metadata": {"kernelgate": {"role": "call", "id": record.id}},
-    }
-
-
-# -- a run --------------------------------------------------------------------------------
-
-
-def _kernelgate_version() -> str:
-    import kernelgate
-
-    return kernelgate.__version__
-
-
-#: RunResult fields a cell holds in its source and outputs rather than in its metadata.
-_FROM_OUTPUTS = frozenset({"value", "stdout", "stderr", "outputs", "calls", "program"})
-
-
-def run_metadata(result: RunResult, run_number: int | None = None) -> dict[str, Any]:
-    """What a run's cell says about it under ``metadata.kernelgate``."""
-    meta: dict[str, Any] = {
-        "format": FORMAT,
-        "version": _kernelgate_version(),
-        "run_id": result.run_id,
-        "status": result.status,
-        "started_at": result.started_at,
-        "duration_s": result.duration_s,
-        "interpreter": result.interpreter,
-        "exit_code": result.exit_code,
-        "signal": result.signal,
-        "error": result.error.to_dict() if result.error is not None else None,
-        "limits": dict(result.limits),
-        "bindings": [
-            {"namespace": ns, "name": name, "signature": sig}
-            for ns, table in result.bindings.items()
-            for name, sig in table.items()
-        ],
-        "calls": len(result.calls),
-    }
-    # Fields added to RunResult later are kept too, as they are (JSON).
-    for f in fields(RunResult):
-        if f.name not in meta and f.name not in _FROM_OUTPUTS:
-            value = getattr(result, f.name)
-            if f.name == "note" and not value:
-                continue  # most runs have none; recordings made before it stay identical
-            is_instance = is_dataclass(value) and not isinstance(value, type)
-            meta[f.name] = asdict(value) if is_instance else value
-    if run_number is not None:
-        meta["run_number"] = run_number
-    return meta
+# -- a run ---------------------------------------------------------------------------------------
 
 
 def _clean_bundle(data: Any) -> dict[str, Any]:
@@ -430,8 +216,9 @@ def run_header_cell(result: RunResult, run_number: int) -> dict[str, Any]:
     of backticks in it): a run re-rendered from a crafted recording writes no HTML.
     """
     n = len(result.calls)
+    took = duration_text(result.duration_s)
     lines = [
-        f"### Run {_md(run_number)} · {_md(result.status)} · {_md(_duration(result.duration_s))}",
+        f"### Run {_md(run_number)} · {_md(result.status)} · {_md(took)}",
         "",
         f"run `{_code(result.run_id)}` · started {_md(_when(str(result.started_at)))} · "
         f"{n} binding call{'' if n == 1 else 's'}",

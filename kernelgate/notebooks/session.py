@@ -9,19 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kernelgate import __version__
+from kernelgate.model.codec import FORMAT, NotARunError
 from kernelgate.model.result import RunResult
 
-from .render import FORMAT, _kernelgate_version, notebook_dict, run_code_cell, run_header_cell
-from .store import (
-    NotARunError,
-    RecordedRun,
-    atomic_write,
-    cell_to_run,
-    dumps_notebook,
-    read_notebook,
-    run_cells,
-    temp_prefix,
-)
+from .reading import RecordedRun, cell_to_run, load_run, read_notebook, run_cells, run_number
+from .render import notebook_dict, run_code_cell, run_header_cell
+from .store import atomic_write, dumps_notebook, temp_prefix
 
 try:
     import fcntl
@@ -107,7 +101,7 @@ class SessionLog:
         meta = {
             "kind": "session",
             "format": FORMAT,
-            "version": _kernelgate_version(),
+            "version": __version__,
             "title": self.title,
             "runs": 0,
         }
@@ -179,20 +173,11 @@ class SessionLog:
         nb = self._read()
         if nb is None:
             return []
-        out = []
-        for i, cell in enumerate(run_cells(nb)):
-            number = cell["metadata"]["kernelgate"].get("run_number")
-            out.append(
-                cell_to_run(
-                    cell,
-                    source=str(self.path),
-                    run_number=number if type(number) is int else i + 1,
-                )
-            )
-        return out
+        return [
+            cell_to_run(cell, source=str(self.path), run_number=run_number(cell, i + 1))
+            for i, cell in enumerate(run_cells(nb))
+        ]
 
     def load(self, number: int) -> RecordedRun:
         """Run ``number`` (from 1; -1 for the last)."""
-        from .store import load_run
-
         return load_run(self.path, number)

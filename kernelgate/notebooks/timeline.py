@@ -21,7 +21,7 @@ from xml.sax.saxutils import escape, quoteattr
 from kernelgate.model.result import CallRecord, RunResult
 
 from ._values import fmt_duration
-from .render import call_label, call_line
+from .calls import call_label, call_line
 
 __all__ = [
     "timeline_svg",
@@ -300,8 +300,24 @@ def timeline_svg(
         f'role="img" aria-label={_attr(_aria(calls, total))}>',
         f'<rect class="background" x="0" y="0" width="{width}" height="{height}" fill="#fff"/>',
     ]
+    out += _heading(calls, slowest, title, left, right)
+    out += _shortened(scale, plot_bottom)
+    out += _axis(scale, total, left, right, plot_bottom)
+    out += _bars(bars, slowest)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _heading(
+    calls: Sequence[CallRecord],
+    slowest: CallRecord | None,
+    title: str | None,
+    left: int,
+    right: int,
+) -> list[str]:
+    """The title line, the summary line and the legend."""
     heading = "kernelgate call timeline" + (f" · {title}" if title else "")
-    out.append(f'<text x="{left}" y="16" font-weight="bold" fill="#222">{_xml(heading)}</text>')
+    out = [f'<text x="{left}" y="16" font-weight="bold" fill="#222">{_xml(heading)}</text>']
     n = len(calls)
     if slowest is None:
         detail = "no binding calls"
@@ -318,7 +334,12 @@ def timeline_svg(
             f'<rect class="legend" x="{lx}" y="24" width="10" height="10" fill="{color}"/>'
             f'<text x="{lx + 14}" y="33" fill="#444">{word}</text>'
         )
-    # idle stretches drawn shortened, then grid and axis
+    return out
+
+
+def _shortened(scale: TimeScale, plot_bottom: int) -> list[str]:
+    """Idle stretches before the first call and after the last, drawn shortened."""
+    out: list[str] = []
     for seg in scale.segments:
         if not seg.shortened:
             continue
@@ -341,6 +362,12 @@ def timeline_svg(
                 f'<line x1="{edge + dx - 3:.1f}" y1="{plot_bottom + 5}" x2="{edge + dx + 3:.1f}" '
                 f'y2="{plot_bottom - 5}" stroke="#888"/>'
             )
+    return out
+
+
+def _axis(scale: TimeScale, total: float, left: int, right: int, plot_bottom: int) -> list[str]:
+    """Grid lines, tick labels (none overlapping), the axis and the run's total."""
+    out: list[str] = []
     main = scale.main
     step = _nice_step(max(main.t1 - main.t0, 1e-9))
     in_seconds = total >= 2.0
@@ -376,7 +403,12 @@ def timeline_svg(
         f'<text x="{right}" y="{plot_bottom + 28}" text-anchor="end" fill="#555">'
         f"{_xml('run total ' + fmt_duration(total))}</text>"
     )
-    # bars
+    return out
+
+
+def _bars(bars: Sequence[TimelineBar], slowest: CallRecord | None) -> list[str]:
+    """One bar per call, with its full call as a hover title."""
+    out: list[str] = []
     for bar in bars:
         call = bar.call
         state = "ok" if call.ok else "failed"
@@ -400,5 +432,4 @@ def timeline_svg(
             f'text-anchor="{bar.label_anchor}" fill="{text_fill}"{weight}>'
             f"{_xml(bar.label)}</text></g>"
         )
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return out

@@ -46,7 +46,7 @@ class Cell:
     @property
     def run_status(self) -> str:
         assert self.reply is not None
-        return str(self.reply["metadata"]["kernelgate"]["run_status"])
+        return str(self.reply["metadata"]["kernelgate"]["status"])
 
 
 def send_execute(kc: BlockingKernelClient, code: str, **content: Any) -> str:

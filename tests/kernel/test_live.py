@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
+from kernelgate.model.codec import decode_metadata, encode_metadata
+from kernelgate.model.result import RunResult
 from kernelgate.wire.messages import CALL_MIME
 
 from .helpers import collect, execute, open_bindings_comm, send_comm, send_execute
@@ -180,7 +182,7 @@ def test_complete_and_inspect_see_client_bindings(kc: BlockingKernelClient, gate
     kc.inspect("gate.wait")
     reply = kc.get_shell_msg(timeout=10)
     text = reply["content"]["data"]["text/plain"]
-    assert text.startswith("gate.wait(token: str = 'go') -> str")
+    assert text.startswith("async def wait(token: str = 'go') -> str")
     assert "Wait until the test lets the program go on." in text
 
 
@@ -289,6 +291,17 @@ def test_limits_from_request_metadata(kc: BlockingKernelClient) -> None:
         cell.reply is not None
         and cell.reply["metadata"]["kernelgate"]["limits"]["wall_seconds"] == 0.5
     )
+
+
+def test_the_reply_carries_a_recording_s_run_metadata(kc: BlockingKernelClient) -> None:
+    """One encoder: the execute_reply's metadata.kernelgate is what a recorded cell holds."""
+    cell = execute(kc, "print('hi')\n6 * 7")
+    assert cell.reply is not None
+    meta = cell.reply["metadata"]["kernelgate"]
+    decoded = decode_metadata(meta, "the reply")
+    assert list(meta) == list(encode_metadata(RunResult(**decoded.fields)))
+    assert decoded.fields["status"] == "ok" and decoded.calls == 0
+    assert decoded.fields["run_id"] and decoded.fields["limits"]["wall_seconds"] > 0
 
 
 def test_comm_info_and_unknown_targets(kc: BlockingKernelClient, gate: str) -> None:

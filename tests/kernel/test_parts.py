@@ -141,9 +141,9 @@ def test_complete_in_the_middle_and_types() -> None:
 @pytest.mark.parametrize(
     ("code", "pos", "head"),
     [
-        ("tools.search", None, "tools.search(query: str, limit: int = 3)"),
-        ("await tools.search('x', limit=", None, "tools.search(query: str"),
-        ("tools.fetch('a')", 3, "namespace tools: 3 binding(s)"),
+        ("tools.search", None, "async def search(query: str, limit: int = 3)"),
+        ("await tools.search('x', limit=", None, "async def search(query: str"),
+        ("tools.fetch('a')", 3, "# Bindings are async"),
         ("print", None, "print("),
         ("ToolError", None, "ToolError(message"),
         ("display", None, "display(*objs)"),
@@ -347,7 +347,7 @@ def test_cli_install_and_kernelspec_list(tmp_path: pathlib.Path) -> None:
 
 def test_cli_misuse(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert kernelgate_main(["kernel"]) == 2
-    assert "install or run" in capsys.readouterr().err
+    assert "install, uninstall, list or run" in capsys.readouterr().err
     bad = ["kernel", "install", "--prefix", str(tmp_path), "--bindings", "no_such_module:X"]
     assert kernelgate_main(bad) == 2
     assert "cannot import" in capsys.readouterr().err
@@ -356,3 +356,58 @@ def test_cli_misuse(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) 
     missing = ["kernel", "run", "-f", str(tmp_path / "none.json")]
     assert kernelgate_main(missing) == 2
     assert "connection file" in capsys.readouterr().err
+
+
+# -- a remote run, decoded from the kernel's messages ------------------------------------------
+
+
+def _remote_run(reply_metadata: Any, status: str = "ok") -> Any:
+    from kernelgate.jupyter.remote import _RemoteRun
+
+    run = _RemoteRun("print('hi')\n6 * 7", None, None)
+    run.on_iopub({"msg_type": "stream", "content": {"name": "stdout", "text": "hi\n"}})
+    data = {"text/plain": "42", "application/json": 42}
+    content = {"execution_count": 1, "data": data, "metadata": {}}
+    run.on_iopub({"msg_type": "execute_result", "content": content})
+    run.on_reply({"content": {"status": status}, "metadata": reply_metadata})
+    return run.result()
+
+
+def test_a_remote_run_takes_its_facts_from_the_reply_s_run_metadata() -> None:
+    from kernelgate.model.codec import encode_metadata
+    from kernelgate.model.result import RunResult
+
+    facts = RunResult(
+        "ok",
+        run_id="r1",
+        started_at="2026-01-01T00:00:00Z",
+        duration_s=0.25,
+        exit_code=0,
+        interpreter="/usr/bin/python3",
+        limits={"wall_seconds": 5.0},
+        bindings={"tools": {"search": "(query: str)"}},
+        isolation="process",
+        usage={"calls": 0},
+    )
+    result = _remote_run({"kernelgate": encode_metadata(facts), "status": "ok"})
+    assert (result.status, result.value, result.stdout) == ("ok", 42, "hi\n")
+    assert result.program == "print('hi')\n6 * 7"
+    for name in ("run_id", "started_at", "duration_s", "exit_code", "interpreter", "limits",
+                 "bindings", "isolation", "usage"):  # fmt: skip
+        assert getattr(result, name) == getattr(facts, name), name
+
+
+@pytest.mark.parametrize(
+    "metadata, phrase",
+    [
+        ({}, "carries no kernelgate run metadata"),
+        ({"kernelgate": {"status": "fine"}}, "metadata.kernelgate.status is 'fine'"),
+        ({"kernelgate": {"status": "ok", "duration_s": "1"}}, "duration_s is '1'"),
+        ({"kernelgate": []}, "metadata.kernelgate is list"),
+    ],
+)
+def test_a_remote_run_with_bad_run_metadata_ends_protocol(metadata: Any, phrase: str) -> None:
+    result = _remote_run(metadata)
+    assert result.status == "protocol" and result.error is not None
+    assert result.error.ename == "ProtocolError" and phrase in result.error.evalue
+    assert result.stdout == "hi\n" and result.value is None  # what arrived is kept

@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
+from kernelgate.model.signatures import PARAMETER_KINDS, signature_from_spec
 from kernelgate.wire.messages import binding_label
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
@@ -26,26 +27,8 @@ __all__ = [
     "Binding",
     "BindingCall",
     "signature_from_spec",
+    "program_help",
 ]
-
-#: The ``kind`` names a binding spec uses (``inspect.Parameter`` kinds, by name).
-PARAMETER_KINDS = {
-    "POSITIONAL_ONLY": inspect.Parameter.POSITIONAL_ONLY,
-    "POSITIONAL_OR_KEYWORD": inspect.Parameter.POSITIONAL_OR_KEYWORD,
-    "VAR_POSITIONAL": inspect.Parameter.VAR_POSITIONAL,
-    "KEYWORD_ONLY": inspect.Parameter.KEYWORD_ONLY,
-    "VAR_KEYWORD": inspect.Parameter.VAR_KEYWORD,
-}
-
-
-class _Default:
-    """Stands for a host-side default value, which never crosses the wire."""
-
-    def __repr__(self) -> str:
-        return "..."
-
-
-_DEFAULT = _Default()
 
 
 class ToolError(Exception):
@@ -75,19 +58,6 @@ def _rebuild_tool_error(message: str, tool: str, ename: str) -> ToolError:
     return ToolError(message, tool=tool, ename=ename)
 
 
-def signature_from_spec(spec: dict[str, Any]) -> inspect.Signature:
-    params = []
-    for name, kind, has_default in spec.get("params", []):
-        params.append(
-            inspect.Parameter(
-                name,
-                PARAMETER_KINDS[kind],
-                default=_DEFAULT if has_default else inspect.Parameter.empty,
-            )
-        )
-    return inspect.Signature(params)
-
-
 class Binding:
     """One host function as the program calls it: ``await tools.name(...)``."""
 
@@ -101,12 +71,22 @@ class Binding:
     ) -> None:
         self._namespace = namespace
         self._name = name
-        self._signature = signature_from_spec(spec)
+        # Calls are checked by the params alone: parsing the shown text would cost every
+        # run's start-up time for annotations the program rarely looks at.
+        self._signature = signature_from_spec(spec, text=False)
         self._call = call
         self.__doc__ = spec.get("doc") or None
         self._label = binding_label(namespace, name)
         self._shown = spec.get("signature") or str(self._signature)
         self._max_arg_bytes = max_arg_bytes
+        self._spec = spec
+        self._schema = spec.get("schema")
+        if self._schema is not None:
+            # Imported only by children that have a binding with a schema: every module
+            # loaded here is start-up time of every cold run.
+            from kernelgate.model.schema import check_bound
+
+            self._check_bound = check_bound
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -129,7 +109,18 @@ class Binding:
                     f"the arguments of {self._label}() are over {self._max_arg_bytes} bytes "
                     "as JSON (max_frame_bytes); pass less data per call"
                 ) from None
+        if self._schema is not None:
+            error = self._check_bound(self._schema, bound)
+            if error:
+                raise TypeError(
+                    f"{self._label}() {error}; its signature is {self._name}{self._shown}"
+                )
         return BindingCall(self, list(args), kwargs)
+
+    def _kg_help(self) -> str:
+        from kernelgate.model.describe import render_binding  # only when help() is asked
+
+        return render_binding(self._namespace, self._name, self._spec)
 
     def __repr__(self) -> str:
         return f"<binding {self._label}{self._shown}>"
@@ -301,3 +292,27 @@ class Namespace:
     def __repr__(self) -> str:
         ns = object.__getattribute__(self, "_kg_name")
         return f"<namespace {ns}: {', '.join(self.__dir__())}>"
+
+    def _kg_help(self) -> str:
+        from kernelgate.model.describe import render_stub  # only when help() is asked
+
+        ns = object.__getattribute__(self, "_kg_name")
+        bindings = object.__getattribute__(self, "_kg_bindings")
+        return render_stub({ns: {name: b._spec for name, b in bindings.items()}})
+
+
+def program_help(original: Any) -> Callable[..., Any]:
+    """The program's ``help``: for a namespace or a binding, the stub ``describe()`` shows
+    (the same text the host gives a model); for anything else, Python's own ``help``."""
+
+    def help(*args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and isinstance(args[0], (Namespace, Binding)):
+            print(args[0]._kg_help().rstrip("\n"))
+            return None
+        if original is None:
+            print("help() is not available in this interpreter (it was started without site)")
+            return None
+        return original(*args, **kwargs)
+
+    help.__doc__ = "help(tools) shows the bindings as a Python stub; help(obj) Python's help."
+    return help

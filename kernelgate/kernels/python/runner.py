@@ -23,7 +23,7 @@ from kernelgate.wire.events import DisplayData, ExecuteRequest, Stream
 
 from .client import CONTROL_FD, CallClient
 from .display import display_bundle
-from .namespace import Binding, Namespace, ToolError
+from .namespace import Binding, Namespace, ToolError, program_help
 from .program import bind_globals, compile_program, safe_str
 from .report import Reporter, fallback_frame, restore_builtins
 from .sandbox import enter as enter_sandbox
@@ -76,6 +76,7 @@ class Child:
             "__builtins__": builtins,
             "ToolError": ToolError,
             "display": self.display,
+            "help": program_help(builtins.__dict__.get("help")),
         }
         arg_budget = self.max_frame_bytes - _FRAME_OVERHEAD
         call = self.client.call

@@ -1,0 +1,172 @@
+"""The ``run_code`` tool: its definition in an API's shape, and a run as text for a model.
+
+An agent loop gives a model one tool, ``run_code``, whose description explains the
+program model and embeds ``describe()``; runs the code the model sends with
+``Gateway.run_tool``; and hands back :attr:`ToolOutput.text`: what the program printed,
+then its value as JSON, or, on failure, the kind, the message, the program's traceback and
+what it printed before failing, cut to ``max_chars`` with a marker saying so.
+
+>>> from kernelgate.model.result import RunResult
+>>> print(tool_output(RunResult(status="ok", value={"n": 3}, stdout="hi\\n")).text)
+printed:
+hi
+returned:
+{"n": 3}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kernelgate.model.result import RunResult
+
+__all__ = [
+    "APIS",
+    "MAX_CHARS",
+    "TOOL_NAME",
+    "ToolOutput",
+    "tool_description",
+    "tool_output",
+    "tool_schema",
+]
+
+#: The tool's name in every API.
+TOOL_NAME = "run_code"
+#: How much text a result gives the model by default (the recording keeps everything).
+MAX_CHARS = 20_000
+#: The API shapes :func:`tool_schema` knows.
+APIS = ("anthropic", "openai", "mcp")
+
+_INTRO = """\
+Run a Python program in a fresh, isolated Python interpreter and get back what it printed \
+and the value it returned. Write the program as the body of an async function: use `await` \
+at top level and end with `return <value>` (JSON: dict, list, str, int, float, bool, None). \
+Nothing is kept between runs: do all the work one task needs in one program, calling the \
+bindings below with `await` (several at once with `asyncio.gather`) and printing or \
+returning only what you need. On failure you get the error, the program's traceback and \
+what it printed: fix the program and run it again.
+
+The bindings, as a Python stub:
+
+"""
+
+_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "code": {
+            "type": "string",
+            "description": "The Python program: the body of an async function (top-level "
+            "await, `return value`).",
+        }
+    },
+    "required": ["code"],
+    "additionalProperties": False,
+}
+
+
+def tool_description(stub: str) -> str:
+    """The ``run_code`` description: how programs run, then the bindings' stub."""
+    return _INTRO + stub
+
+
+def tool_schema(stub: str, api: str = "anthropic") -> dict[str, Any]:
+    """The ``run_code`` tool definition in ``api``'s shape (``anthropic``: ``name``,
+    ``description``, ``input_schema``; ``openai``: a Chat Completions ``function`` tool;
+    ``mcp``: an MCP ``Tool`` with ``inputSchema``).
+
+    >>> tool_schema("class tools: ...", "openai")["function"]["parameters"]["required"]
+    ['code']
+    """
+    description = tool_description(stub)
+    schema = json.loads(json.dumps(_INPUT_SCHEMA))  # a fresh copy the caller may edit
+    if api == "anthropic":
+        return {"name": TOOL_NAME, "description": description, "input_schema": schema}
+    if api == "openai":
+        return {
+            "type": "function",
+            "function": {"name": TOOL_NAME, "description": description, "parameters": schema},
+        }
+    if api == "mcp":
+        return {"name": TOOL_NAME, "description": description, "inputSchema": schema}
+    raise ValueError(f"tool_schema(api={api!r}): use one of {', '.join(APIS)}")
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """A run as a model reads it: ``text`` (cut to ``max_chars``), ``is_error``, and the
+    whole :class:`RunResult` as ``result`` (for the recording and the host)."""
+
+    text: str
+    is_error: bool
+    result: RunResult
+
+    def to_anthropic(self, tool_use_id: str) -> dict[str, Any]:
+        """A ``tool_result`` content block answering ``tool_use_id``."""
+        return {
+            "type": "tool_result",
+            "tool_use_id": tool_use_id,
+            "content": self.text,
+            "is_error": self.is_error,
+        }
+
+    def to_openai(self, tool_call_id: str) -> dict[str, Any]:
+        """A Chat Completions ``tool`` message answering ``tool_call_id``."""
+        return {"role": "tool", "tool_call_id": tool_call_id, "content": self.text}
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, indent=None)
+    except (TypeError, ValueError):  # a RunResult's value is JSON; be safe anyway
+        return repr(value)
+
+
+def _block(label: str, body: str) -> str:
+    body = body.rstrip("\n")
+    return f"{label}:\n{body}" if body else ""
+
+
+def _cut(text: str, keep: int, max_chars: int) -> str:
+    """``text`` cut in the middle to about ``keep`` characters, with a marker."""
+    if len(text) <= keep:
+        return text
+    head = max(0, keep * 2 // 3)
+    tail = max(0, keep - head)
+    cut = len(text) - head - tail
+    marker = (
+        f"\n[... kernelgate cut {cut} characters here to stay within max_chars={max_chars}; "
+        "print less, or print a summary ...]\n"
+    )
+    return text[:head] + marker + (text[len(text) - tail :] if tail else "")
+
+
+def tool_output(result: RunResult, max_chars: int = MAX_CHARS) -> ToolOutput:
+    """``result`` as model-ready text. Printed output comes first and is what is cut when
+    the text is over ``max_chars``; the error and the value are kept whole where they fit."""
+    if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 200:
+        raise ValueError(f"max_chars must be an integer >= 200, got {max_chars!r}")
+    printed_label = "printed" if result.ok else "printed before the failure"
+    if result.ok:
+        tail = _block("returned", _json(result.value))
+        if result.note:
+            tail += f"\nnote: {result.note}"
+        head = ""
+    else:
+        error = result.error
+        head = f"error ({result.status}): {result.message}"
+        if error is not None and error.traceback:
+            head += "\n" + "\n".join(error.traceback)
+        tail = ""
+    printed = result.stdout
+    stderr = _block("stderr", result.stderr)
+    fixed = len(head) + len(tail) + len(stderr) + len(printed_label) + 8
+    room = max_chars - fixed
+    if len(printed) > room:
+        printed = _cut(printed, max(room, 100), max_chars)
+    parts = [head, _block(printed_label, printed), stderr, tail]
+    text = "\n".join(p for p in parts if p)
+    if len(text) > max_chars:  # a huge value or traceback: cut whatever is left
+        text = _cut(text, max_chars - 150, max_chars)
+    return ToolOutput(text=text, is_error=not result.ok, result=result)

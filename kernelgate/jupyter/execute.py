@@ -1,0 +1,241 @@
+"""Running cells: each ``execute_request`` is one program run by
+:meth:`kernelgate.Gateway.run` in a fresh child.
+
+Requests queue and run one at a time in a task of their own, so the shell socket keeps
+being read while a cell runs (``complete``, ``inspect`` and, above all, the ``comm_msg``
+answers of client-answered bindings are handled at once). A cell's outputs go to iopub as
+they happen, each binding call as a ``display_data`` output when it completes, and the
+``execute_reply`` carries the run's metadata under ``kernelgate``
+(:func:`kernelgate.model.codec.encode_metadata`, as a recorded run's cell does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kernelgate.gateway.gateway import Gateway
+from kernelgate.model.codec import encode_metadata
+from kernelgate.model.limits import Limits
+from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
+from kernelgate.wire.messages import (
+    display_data_content,
+    error_content,
+    execute_reply_content,
+    execute_result_content,
+    stream_content,
+)
+
+from .calls import call_display
+from .channels import Channels, Message
+
+__all__ = ["Cell", "Executor", "error_reply"]
+
+_INTERRUPT_RETRY = 0.01
+
+
+def error_reply(ename: str, evalue: str) -> dict[str, Any]:
+    """A reply's content for a request that failed (``status: error``)."""
+    return {"status": "error", "ename": ename, "evalue": evalue, "traceback": []}
+
+
+class Cell:
+    """What the frontend has been shown of the running cell."""
+
+    __slots__ = ("count", "error_sent", "gateway", "parent")
+
+    def __init__(self, parent: Message, count: int, gateway: Gateway) -> None:
+        self.parent = parent
+        self.count = count
+        self.error_sent = False
+        self.gateway = gateway
+
+
+class Executor:
+    """The queue of ``execute_request`` messages and the cell running now.
+
+    ``gateway_for(header)`` picks the gateway that runs a request (its client's, or the
+    kernel's); ``limits`` are the kernelspec's, which a request may only lower.
+    """
+
+    def __init__(
+        self,
+        channels: Channels,
+        limits: Limits,
+        gateway_for: Callable[[Mapping[str, Any]], Gateway],
+    ) -> None:
+        self.channels = channels
+        self.limits = limits
+        self.gateway_for = gateway_for
+        self.execution_count = 0
+        #: The cell running now, if any: comm messages of its calls take it as parent.
+        self.cell: Cell | None = None
+        self.closing = False
+        self._queue: collections.deque[tuple[Message, list[bytes]]] = collections.deque()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- the queue ---------------------------------------------------------------------------
+
+    def submit(self, msg: Message, idents: list[bytes]) -> None:
+        """Queue an ``execute_request``; it runs after those before it (aborted if the
+        kernel is shutting down)."""
+        self._queue.append((msg, idents))
+        if self.closing:
+            self.abort_queue()
+        elif self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run_queue())
+
+    def abort_queue(self) -> None:
+        """Answer every queued request ``aborted``, as ipykernel does after a failure."""
+        publish, reply = self.channels.publish, self.channels.reply
+        while self._queue:
+            msg, idents = self._queue.popleft()
+            publish("status", {"execution_state": "busy"}, msg["header"])
+            aborted = {"status": "aborted"}
+            reply("shell", "execute_reply", aborted, msg, idents, metadata=dict(aborted))
+            publish("status", {"execution_state": "idle"}, msg["header"])
+
+    async def _run_queue(self) -> None:
+        while self._queue and not self.closing:
+            msg, idents = self._queue.popleft()
+            ok = await self._execute(msg, idents)
+            content = msg.get("content") or {}
+            if not ok and content.get("stop_on_error", True) and not content.get("silent"):
+                self.abort_queue()
+
+    async def close(self, grace: float) -> None:
+        """Shutting down: abort what is queued, interrupt the running cell and wait up to
+        ``grace`` seconds for it to end."""
+        self.closing = True
+        self.abort_queue()
+        self.interrupt()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._task), grace)
+
+    # -- interrupting ------------------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Stop the running cell (it ends with status ``"interrupted"``)."""
+        if self.cell is not None:
+            self._interrupt_cell(self.cell)
+
+    def _interrupt_cell(self, cell: Cell) -> None:
+        # The cell may be between its request and its run's start (the gateway has no
+        # live run yet): try again shortly, until the run is stopped or the cell is over.
+        if self.cell is cell and cell.gateway.interrupt() == 0:
+            asyncio.get_running_loop().call_later(_INTERRUPT_RETRY, self._interrupt_cell, cell)
+
+    # -- one cell ----------------------------------------------------------------------------
+
+    def limits_for(self, msg: Message) -> Limits | None:
+        """The kernelspec's limits, or tighter ones a request asks for; never looser.
+
+        JupyterLab sends a cell's metadata with each execute_request, and a saved (or
+        crafted) notebook fills it in: a recorded run's ``kernelgate.limits`` arrive here
+        as if asked for. So a request (``metadata.kernelgate.limits``, as
+        :class:`~kernelgate.jupyter.remote.RemoteGateway` sends) may only lower
+        limits: each field is the smaller of the kernel's and the request's. The sandbox,
+        memory, processes and frame sizes a cell gets are never more than the kernelspec's.
+        """
+        meta = msg.get("metadata") or {}
+        given = (meta.get("kernelgate") or {}).get("limits") if isinstance(meta, dict) else None
+        if not given:
+            return None
+        if not isinstance(given, dict):
+            raise ValueError("metadata.kernelgate.limits must be an object")
+        mine = self.limits.to_dict()
+        unknown = sorted(str(name) for name in set(given) - set(mine))
+        if unknown:
+            raise ValueError(f"unknown limits {unknown}; known: {sorted(mine)}")
+        tighter: dict[str, Any] = {}
+        for name, value in given.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"metadata.kernelgate.limits.{name} must be a number")
+            tighter[name] = min(mine[name], value)
+        return Limits(**{**mine, **tighter})
+
+    async def _execute(self, msg: Message, idents: list[bytes]) -> bool:
+        """Run one request; publish its outputs and reply. True if the run was ``ok``."""
+        parent = msg["header"]
+        content = msg.get("content") or {}
+        code = content.get("code", "")
+        silent = bool(content.get("silent", False))
+        publish = self.channels.publish
+        publish("status", {"execution_state": "busy"}, parent)
+        try:
+            if not silent:
+                self.execution_count += 1
+                count = self.execution_count
+                publish("execute_input", {"code": code, "execution_count": count}, parent)
+            cell = self.cell = Cell(parent, self.execution_count, self.gateway_for(parent))
+            try:
+                result = await cell.gateway.run(
+                    code if isinstance(code, str) else str(code),
+                    limits=self.limits_for(msg),
+                    on_output=None if silent else lambda out: self._on_output(cell, out),
+                    on_call=None if silent else lambda rec: self._on_call(cell, rec),
+                )
+            except (TypeError, ValueError, RuntimeError) as exc:
+                result = RunResult(
+                    status="exception", error=ErrorInfo(type(exc).__name__, str(exc))
+                )
+            finally:
+                self.cell = None
+            self._reply(msg, idents, cell, result)
+            return result.ok
+        finally:
+            publish("status", {"execution_state": "idle"}, parent)
+
+    def _reply(self, msg: Message, idents: list[bytes], cell: Cell, result: RunResult) -> None:
+        content = msg.get("content") or {}
+        metadata: dict[str, Any] = {"kernelgate": encode_metadata(result)}
+        if result.ok:
+            reply = execute_reply_content("ok", cell.count)
+            reply["user_expressions"] = {
+                name: error_reply(
+                    "NotImplementedError",
+                    "user_expressions need a live namespace; every kernelgate cell is a "
+                    "fresh program",
+                )
+                for name in (content.get("user_expressions") or {})
+            }
+            metadata["status"] = "ok"
+        else:
+            error = result.error or ErrorInfo("Error", f"the run ended with {result.status}")
+            traceback = error.traceback or [f"{error.ename}: {error.evalue}"]
+            if not content.get("silent") and not cell.error_sent:
+                self.channels.publish(
+                    "error", error_content(error.ename, error.evalue, traceback), cell.parent
+                )
+            reply = execute_reply_content("error", cell.count, error.ename, error.evalue, traceback)
+            metadata["status"] = "error"
+        self.channels.reply("shell", "execute_reply", reply, msg, idents, metadata=metadata)
+
+    def _on_output(self, cell: Cell, output: dict[str, Any]) -> None:
+        kind = output.get("output_type")
+        publish = self.channels.publish
+        if kind == "stream":
+            publish("stream", stream_content(output["name"], output["text"]), cell.parent)
+        elif kind == "display_data":
+            data = display_data_content(output.get("data", {}), output.get("metadata"))
+            publish("display_data", data, cell.parent)
+        elif kind == "execute_result":
+            data = execute_result_content(
+                cell.count, output.get("data", {}), output.get("metadata")
+            )
+            publish("execute_result", data, cell.parent)
+        elif kind == "error":
+            cell.error_sent = True
+            traceback = list(output.get("traceback", []))
+            publish(
+                "error", error_content(output["ename"], output["evalue"], traceback), cell.parent
+            )
+
+    def _on_call(self, cell: Cell, record: CallRecord) -> None:
+        output = call_display(record)
+        data = display_data_content(output["data"], output["metadata"])
+        self.channels.publish("display_data", data, cell.parent)

@@ -1,0 +1,139 @@
+"""kernelgate as an MCP server: one tool, ``run_code``, over stdio or streamable HTTP.
+
+Any MCP client (a desktop assistant, an IDE agent, an agent framework) then writes one
+program per task against the gateway's bindings, each run in a fresh isolated child,
+instead of calling many tools one by one. The tool's description embeds
+``Gateway.describe()``; its answer is ``ToolOutput.text`` with ``isError`` set when the
+program failed. ``kernelgate mcp`` (:mod:`kernelgate.cli.mcp`) is the command.
+
+>>> from kernelgate import Gateway
+>>> server = build_server(Gateway(bindings={"add": lambda a, b: a + b}))
+>>> server.name
+'kernelgate'
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from mcp.server import Server
+from mcp.server.stdio import stdio_server
+from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, TextContent, Tool
+
+from kernelgate import __version__
+from kernelgate.gateway.gateway import Gateway
+from kernelgate.gateway.tools import MAX_CHARS, TOOL_NAME
+
+__all__ = ["build_server", "check_loopback", "listen", "serve_http", "serve_stdio"]
+
+_INSTRUCTIONS = (
+    "This server has one tool, run_code: write one Python program per task that calls the "
+    "bindings its description lists (with await) and returns what you need. Each program "
+    "runs in a fresh, isolated interpreter; nothing is kept between runs."
+)
+
+
+def _error(text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+def build_server(
+    gateway: Gateway, *, max_chars: int = MAX_CHARS, name: str = "kernelgate"
+) -> Server[Any]:
+    """An MCP server (the SDK's low-level ``Server``) whose one tool runs programs on
+    ``gateway``; ``max_chars`` caps the text of each answer."""
+    definition = gateway.tool_schema("mcp")
+    tool = Tool(
+        name=definition["name"],
+        description=definition["description"],
+        input_schema=definition["inputSchema"],
+    )
+
+    async def on_list_tools(ctx: Any, params: Any) -> ListToolsResult:
+        return ListToolsResult(tools=[tool])
+
+    async def on_call_tool(ctx: Any, params: CallToolRequestParams) -> CallToolResult:
+        if params.name != TOOL_NAME:
+            return _error(f"there is no tool {params.name!r} here; the one tool is {TOOL_NAME}")
+        code = (params.arguments or {}).get("code")
+        if not isinstance(code, str):
+            return _error(
+                f"{TOOL_NAME} takes one argument, code: the program as a string; got "
+                f"{type(code).__name__}"
+            )
+        try:
+            out = await gateway.run_tool(code, max_chars=max_chars)
+        except Exception as exc:  # the host's own trouble (closed, a recorder that failed)
+            return _error(f"kernelgate could not run the program: {type(exc).__name__}: {exc}")
+        return CallToolResult(
+            content=[TextContent(type="text", text=out.text)], is_error=out.is_error
+        )
+
+    return Server(
+        name,
+        version=__version__,
+        instructions=_INSTRUCTIONS,
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+
+
+async def serve_stdio(server: Server[Any]) -> None:
+    """Serve one client on stdin/stdout until it closes stdin."""
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+def check_loopback(host: str) -> str:
+    """``host`` if it is a loopback address (or ``localhost``); else ``ValueError``: the
+    server runs programs for whoever reaches it, so it listens on this machine only."""
+    if host == "localhost":
+        return host
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return host
+    except ValueError:
+        pass
+    raise ValueError(
+        f"--http {host!r}: kernelgate serves on a loopback address only (127.0.0.1, ::1 or "
+        "localhost): whoever reaches it can run programs with your bindings"
+    )
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: a free one; see getsockname())."""
+    check_loopback(host)
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def serve_http(
+    server: Server[Any],
+    sock: socket.socket,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve streamable HTTP at ``/mcp`` on ``sock`` (from :func:`listen`) until stopped;
+    ``on_ready(url)`` is called once the socket is listening."""
+    import uvicorn  # only the HTTP transport needs it
+
+    host, port = sock.getsockname()[:2]
+    # The SDK turns on its DNS-rebinding check (Host and Origin headers) for loopback.
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    shown = f"[{host}]" if ":" in host else host
+    if on_ready is not None:
+        on_ready(f"http://{shown}:{port}/mcp")
+    await uvicorn.Server(config).serve(sockets=[sock])

@@ -1,0 +1,283 @@
+"""Reading runs back from notebooks: every field checked, every output made inert.
+
+A recording is a file anyone may have written. It is refused before it is parsed when it
+is too large, and after when it nests too deep or holds NaN; each run cell is then decoded
+by :mod:`kernelgate.model.codec` (which names the run and field of anything wrong), and
+what the program displayed goes through ``sanitize_outputs``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+from kernelgate.gateway.sanitize import sanitize_outputs
+from kernelgate.model.codec import (
+    NotARunError,
+    RecordingError,
+    bad_field,
+    call_from_json,
+    check_output,
+    decode_metadata,
+    streams_and_value,
+)
+from kernelgate.model.result import CallRecord, RunResult
+from kernelgate.wire.messages import CALL_MIME
+from kernelgate.wire.values import MAX_DEPTH
+
+__all__ = [
+    "MAX_RECORDING_BYTES",
+    "NotARunError",
+    "RecordedRun",
+    "RecordingError",
+    "cell_to_run",
+    "load_run",
+    "read_notebook",
+    "run_cells",
+    "run_result",
+]
+
+#: Recordings larger than this are refused before they are read: a run's outputs are
+#: capped far below it (Limits.max_output_bytes, max_value_bytes per call).
+MAX_RECORDING_BYTES = 512 * 1024 * 1024
+#: Nesting a recording may have: a value crossing the boundary nests at most MAX_DEPTH
+#: levels, and the notebook around it adds a handful.
+_MAX_NESTING = MAX_DEPTH + 16
+
+HOW_TO_RECORD = (
+    "record runs with result.save(path), 'kernelgate run PROGRAM --record PATH', "
+    "Gateway(record_to=DIR) or kernelgate.notebooks.SessionLog"
+)
+
+
+@dataclass(repr=False)
+class RecordedRun(RunResult):
+    """A :class:`~kernelgate.RunResult` read back from a notebook.
+
+    ``source`` is the file it came from; ``run_number`` its place in a session log (1 for
+    a single run); ``kernelgate_version`` the version that recorded it.
+    """
+
+    source: str = ""
+    run_number: int = 1
+    kernelgate_version: str = ""
+
+
+def run_result(run: RunResult) -> RunResult:
+    """A plain :class:`RunResult` with the same fields (drops :class:`RecordedRun` extras)."""
+    names = [f.name for f in fields(RunResult)]
+    return RunResult(**{n: getattr(run, n) for n in names})
+
+
+# -- the file ------------------------------------------------------------------------------------
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (numbers must be finite)")
+
+
+def _nesting(value: Any) -> int:
+    """How deep ``value`` nests (iteratively: no recursion on crafted input)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > _MAX_NESTING:
+                return deepest
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (dict, list)))
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
+    return deepest
+
+
+def _read_bytes(name: str) -> bytes:
+    with open(name, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_RECORDING_BYTES:
+            raise RecordingError(
+                f"{name} is {size} bytes; recordings over {MAX_RECORDING_BYTES} bytes are "
+                "refused (no run records that much)"
+            )
+        raw = f.read(MAX_RECORDING_BYTES + 1)
+    if len(raw) > MAX_RECORDING_BYTES:
+        raise RecordingError(
+            f"{name} is over {MAX_RECORDING_BYTES} bytes; recordings that large are refused"
+        )
+    return raw
+
+
+def read_notebook(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Parse a v4 notebook as plain JSON (dict key order kept); :class:`NotARunError` if
+    the file is not one, :class:`RecordingError` if it is too large or too deeply nested
+    to be a recording, or holds NaN or Infinity. ``OSError`` if it cannot be read."""
+    name = os.fspath(path)
+    raw = _read_bytes(name)
+    try:
+        nb = json.loads(raw, parse_constant=_no_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotARunError(
+            f"{name} is not a notebook: it is not JSON ({exc}); {HOW_TO_RECORD}"
+        ) from None
+    except ValueError as exc:  # NaN, Infinity, -Infinity
+        raise RecordingError(f"{name} holds {exc}: the recording was edited or crafted") from None
+    except RecursionError:
+        raise RecordingError(
+            f"{name} nests JSON deeper than this interpreter parses; recordings nest at most "
+            f"{_MAX_NESTING} levels: the recording was edited or crafted"
+        ) from None
+    if _nesting(nb) > _MAX_NESTING:
+        raise RecordingError(
+            f"{name} nests JSON deeper than {_MAX_NESTING} levels (a recording's values nest "
+            f"at most {MAX_DEPTH}): the recording was edited or crafted"
+        )
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise NotARunError(
+            f"{name} is not a Jupyter notebook: it is JSON but has no 'cells' list; {HOW_TO_RECORD}"
+        )
+    if nb.get("nbformat") != 4:
+        raise NotARunError(
+            f"{name} is notebook format {nb.get('nbformat')!r}; kernelgate reads format 4 "
+            "(convert it with 'jupyter nbconvert --to notebook', or re-record the run)"
+        )
+    return nb
+
+
+def kernelgate_meta(obj: Any) -> dict[str, Any] | None:
+    """``obj["metadata"]["kernelgate"]`` when it is an object (a cell's or an output's)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    kg = meta.get("kernelgate") if isinstance(meta, dict) else None
+    return kg if isinstance(kg, dict) else None
+
+
+def run_cells(nb: dict[str, Any]) -> list[dict[str, Any]]:
+    """The code cells of a notebook that hold kernelgate runs, in order."""
+    return [
+        cell
+        for cell in nb["cells"]
+        if isinstance(cell, dict)
+        and cell.get("cell_type") == "code"
+        and (kernelgate_meta(cell) or {}).get("run_id") is not None
+    ]
+
+
+def run_number(cell: dict[str, Any], default: int) -> int:
+    """A run cell's number in its session log (``default`` when it does not say)."""
+    number = (kernelgate_meta(cell) or {}).get("run_number")
+    return number if type(number) is int else default
+
+
+def _pick(cells: list[dict[str, Any]], cell: int | None, name: str) -> tuple[dict[str, Any], int]:
+    n = len(cells)
+    if cell is None:
+        if n == 1:
+            return cells[0], run_number(cells[0], 1)
+        raise NotARunError(
+            f"{name} is a session log with {n} runs; choose one with cell=N "
+            f"(--cell N), N from 1 to {n}, or -1 for the last"
+        )
+    if type(cell) is not int:
+        raise TypeError(f"cell must be an int (a run number from 1), got {cell!r}")
+    for i, c in enumerate(cells):
+        if cell > 0 and run_number(c, i + 1) == cell:
+            return c, cell
+    if cell < 0 and -cell <= n:
+        chosen = cells[n + cell]
+        return chosen, run_number(chosen, n + cell + 1)
+    runs = "1" if n == 1 else f"1 to {n}"
+    raise NotARunError(f"{name} has no run {cell}: it holds runs {runs} (-1 is the last)")
+
+
+# -- a run cell ----------------------------------------------------------------------------------
+
+
+def _outputs_and_calls(
+    cell: dict[str, Any], where: str
+) -> tuple[list[dict[str, Any]], list[CallRecord]]:
+    """The program's outputs (sanitized) and the calls, from a run cell's outputs."""
+    raw = cell.get("outputs", [])
+    if not isinstance(raw, list):
+        raise bad_field(where, "outputs", raw, "a list")
+    outputs: list[dict[str, Any]] = []
+    calls: list[CallRecord] = []
+    for n, output in enumerate(raw):
+        output = check_output(output, where, f"output {n}")
+        role = (kernelgate_meta(output) or {}).get("role")
+        data = output.get("data")
+        if role == "call" and isinstance(data, dict) and CALL_MIME in data:
+            calls.append(call_from_json(data[CALL_MIME], where, len(outputs)))
+        elif role != "timeline":
+            outputs.append(output)
+    ids = [c.id for c in calls]
+    if len(set(ids)) != len(ids):
+        raise RecordingError(f"{where}: two call outputs have the same call id; ids are unique")
+    calls.sort(key=lambda c: c.id)
+    # What the program displayed is untrusted whoever saved the file: shown, replayed or
+    # re-rendered, it is only ever what sanitize_outputs leaves.
+    return sanitize_outputs(outputs), calls
+
+
+def cell_to_run(cell: dict[str, Any], *, source: str = "", run_number: int = 1) -> RecordedRun:
+    """One run cell back into a :class:`RecordedRun`: every field it reads is checked
+    (:class:`RecordingError` names the run and the field), and the program's outputs are
+    passed through :func:`~kernelgate.gateway.sanitize.sanitize_outputs`, so a crafted or
+    edited recording can neither crash the reader nor carry active content."""
+    where = f"{source} run {run_number}" if source else f"run {run_number}"
+    if not isinstance(cell, dict):
+        raise bad_field(where, "the cell", cell, "an object")
+    meta = decode_metadata(kernelgate_meta(cell) or {}, where)
+    outputs, calls = _outputs_and_calls(cell, where)
+    if meta.calls is not None and meta.calls != len(calls):
+        raise NotARunError(
+            f"{where} recorded {meta.calls} binding calls but its cell holds {len(calls)} call "
+            "outputs: the outputs were cleared or edited (e.g. 'Clear All Outputs' in "
+            "Jupyter). Replay needs them; use an unedited copy, or record the run again"
+        )
+    stdout, stderr, value = streams_and_value(outputs, meta.fields["status"])
+    program = cell.get("source", "")
+    if not isinstance(program, str):
+        if not isinstance(program, list) or not all(isinstance(x, str) for x in program):
+            raise bad_field(where, "source", program, "a string or a list of strings")
+        program = "".join(program)
+    return RecordedRun(
+        **meta.fields,
+        value=value,
+        stdout=stdout,
+        stderr=stderr,
+        outputs=outputs,
+        calls=calls,
+        program=program,
+        source=source,
+        run_number=run_number,
+        kernelgate_version=meta.version,
+    )
+
+
+def load_run(path: str | os.PathLike[str], cell: int | None = None) -> RecordedRun:
+    """Read a saved run (or run ``cell`` of a session log) back into a :class:`RecordedRun`.
+
+    ``cell`` counts runs from 1, as a session log's "Run N" headings do; ``-1`` is the
+    last. Raises :class:`NotARunError` (a ``ValueError``) for a file that is not a
+    kernelgate recording, saying what it is instead; ``OSError`` if it cannot be read.
+
+    >>> import tempfile
+    >>> from kernelgate import Gateway
+    >>> r = Gateway().run_sync("print('hi')\\n41 + 1")
+    >>> run = load_run(r.save(tempfile.mkdtemp() + "/run.ipynb"))
+    >>> run.status, run.stdout, run.value, run.run_id == r.run_id
+    ('ok', 'hi\\n', 42, True)
+    """
+    name = os.fspath(path)
+    nb = read_notebook(name)
+    cells = run_cells(nb)
+    if not cells:
+        raise NotARunError(
+            f"{name} is a notebook but not a kernelgate run: none of its "
+            f"{len(nb['cells'])} cells carries kernelgate run metadata; {HOW_TO_RECORD}"
+        )
+    chosen, number = _pick(cells, cell, name)
+    return cell_to_run(chosen, source=name, run_number=number)
