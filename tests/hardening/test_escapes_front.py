@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -30,6 +29,7 @@ from typing import Any
 import pytest
 
 from kernelgate import Limits, RunResult
+from tests.procs import kernelgate_command
 
 from .conftest import ALL_LEVELS as EVERY_LEVEL
 from .conftest import REAL_LEVELS_ONLY
@@ -222,8 +222,7 @@ def test_cancelling_a_stopped_program_returns_promptly(hostile, level, warm, sou
 
 
 def _kernelgate_cmd() -> list[str]:
-    exe = shutil.which("kernelgate")
-    return [exe] if exe else [sys.executable, "-m", "kernelgate.cli"]
+    return kernelgate_command()
 
 
 def kernelgate(*args: str, cwd: str | os.PathLike[str] | None = None, stdin: str = "") -> Any:
