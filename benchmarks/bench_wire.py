@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The wire's own cost per binding call, sans-I/O: no processes, no sockets, no event loop.
 
-    python benchmarks/bench_wire.py [--calls 2000] [--rounds 15] [--json]
+    python benchmarks/bench_wire.py [--calls 2000] [--rounds 15] [--cpu] [--json]
     PYTHONPATH=/path/to/other/checkout python benchmarks/bench_wire.py   # another version
 
 One *call* is what both ends do for a binding call: the child encodes a ``CallRequest``, the
@@ -14,6 +14,8 @@ Rows (median over rounds of the mean per call, in microseconds):
 * ``stream frame``: the child encodes one ``Stream`` and the host decodes it;
 * ``events made``: constructing ``CallRequest`` + ``CallReply`` alone (validation).
 
+``--cpu`` times with ``time.process_time`` instead of ``perf_counter``: this process's CPU
+time, which other processes on a busy machine disturb much less than the wall clock.
 Standard library only. Compare two versions by running this file once with each on
 ``PYTHONPATH`` (it imports ``kernelgate`` from there); docs/benchmarks.md has the figures.
 """
@@ -52,10 +54,14 @@ def pair() -> tuple[Connection, Connection]:
     return host, child
 
 
+#: The clock: perf_counter, or process_time with --cpu.
+clock = time.perf_counter
+
+
 def round_trips(n: int) -> dict[str, float]:
     host, child = pair()
     host_decode = child_decode = 0.0
-    pc = time.perf_counter
+    pc = clock
     t0 = pc()
     for i in range(n):
         frame = child.send(CallRequest(child.next_call_id, "tools", "add", [i, 1], {}))
@@ -80,7 +86,7 @@ def round_trips(n: int) -> dict[str, float]:
 
 def streams(n: int) -> dict[str, float]:
     host, child = pair()
-    pc = time.perf_counter
+    pc = clock
     t0 = pc()
     for _ in range(n):
         host.receive_data(child.send(Stream("stdout", "a line of output\n")))
@@ -89,7 +95,7 @@ def streams(n: int) -> dict[str, float]:
 
 
 def events(n: int) -> dict[str, float]:
-    pc = time.perf_counter
+    pc = clock
     args: list[Any] = [1, 1]
     kwargs: dict[str, Any] = {}
     t0 = pc()
@@ -103,8 +109,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=2000, help="calls per round")
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--cpu", action="store_true", help="time CPU (process_time), not wall")
     ap.add_argument("--json", action="store_true", help="print the samples as JSON too")
     args = ap.parse_args()
+    global clock
+    if args.cpu:
+        clock = time.process_time
     benches: list[Callable[[int], dict[str, float]]] = [round_trips, streams, events]
     for bench in benches:  # warm-up: imports, first code paths
         bench(200)

@@ -64,7 +64,7 @@ from .messages import (
     execute_result_content,
     stream_content,
 )
-from .state import CHILD, HOST, ConnectionState
+from .state import CHILD, HOST, MOVES_PEER, TRANSITIONS, ConnectionState
 from .values import dumps, loads
 
 __all__ = ["HOST", "CHILD", "Connection"]
@@ -157,6 +157,13 @@ class Connection:
         self.our_role = our_role
         self.their_role = CHILD if our_role == HOST else HOST
         self._state = ConnectionState(our_role)
+        # The hot path reads the tables directly (ConnectionState.check and commit, inlined
+        # for events that move only their sender): one dict lookup per event.
+        self._states = self._state.states
+        self._our_table = TRANSITIONS[our_role]
+        self._their_table = TRANSITIONS[self.their_role]
+        self._our_moves_peer = MOVES_PEER[our_role]
+        self._their_moves_peer = MOVES_PEER[self.their_role]
         self._factory = MessageFactory(session)
         self._decoder = FrameDecoder(max_frame_bytes)
         self._error: ProtocolError | None = None
@@ -234,7 +241,9 @@ class Connection:
         role = self.our_role
         etype = type(event)
         try:
-            new_state = self._state.check(role, etype)
+            new_state = self._our_table[self._states[role]].get(etype)
+            if new_state is None:
+                raise self._state.refusal(role, etype)
             if type(event) is CallReply:
                 if event.call_id not in self._outstanding:
                     raise LocalProtocolError(f"no call {event.call_id} is waiting for a reply")
@@ -255,17 +264,27 @@ class Connection:
         except RecursionError as exc:
             raise LocalProtocolError(f"cannot encode {name}: nested too deeply") from exc
         # The frame exists: only now does anything change.
-        self._state.commit(role, etype, new_state)
-        self._record(event, msg["header"])
+        self._commit(event, new_state, self._our_moves_peer, msg["header"])
         return data
 
-    def _record(self, event: Event, header: dict[str, Any]) -> None:
-        """What an event sent or received changes besides the states."""
+    def _commit(
+        self, event: Event, new_state: str, moves_peer: frozenset[type], header: dict[str, Any]
+    ) -> None:
+        """Record an event sent or received (and checked): the states, then what else it
+        changes (call ids, the calls in flight, the comm, the request's header)."""
+        etype = type(event)
+        role = self.our_role if moves_peer is self._our_moves_peer else self.their_role
+        if etype in moves_peer:
+            self._state.commit(role, etype, new_state)
+        else:
+            self._states[role] = new_state
         if type(event) is CallRequest:
             self._next_call_id += 1
             self._outstanding.add(event.call_id)
         elif type(event) is CallReply:
             self._outstanding.discard(event.call_id)
+        elif etype not in _RECORDED:
+            return
         elif type(event) is OpenBindings:
             self._comm_id = event.comm_id
         elif type(event) is ExecuteRequest:
@@ -364,9 +383,10 @@ class Connection:
             ) from None
         except RecursionError:
             raise RemoteProtocolError("frame is JSON nested too deeply to parse") from None
-        # The messages of a binding call, by far the most frequent, are read straight from
-        # the dict; anything unusual takes the general reader, which names the fault.
-        event = self._call_fast(raw) if type(raw) is dict else None
+        # The most frequent messages (a binding call and its reply, a stream) are read
+        # straight from the dict; anything unusual takes the general reader, which names
+        # the fault.
+        event = self._read_fast(raw) if type(raw) is dict else None
         if event is None:
             try:
                 event = self._read(raw)
@@ -379,7 +399,9 @@ class Connection:
         """The peer sent ``event``: consult its table and the call ids, then record it."""
         role = self.their_role
         etype = type(event)
-        new_state = self._state.check(role, etype)
+        new_state = self._their_table[self._states[role]].get(etype)
+        if new_state is None:
+            raise self._state.refusal(role, etype)
         if type(event) is CallRequest:
             if event.call_id != self._next_call_id:
                 raise RemoteProtocolError(
@@ -389,48 +411,58 @@ class Connection:
                 )
         elif type(event) is CallReply and event.call_id not in self._outstanding:
             raise RemoteProtocolError(f"reply to call {event.call_id}, which is not waiting")
-        self._state.commit(role, etype, new_state)
-        self._record(event, raw["header"])
+        self._commit(event, new_state, self._their_moves_peer, raw["header"])
 
-    def _call_fast(self, raw: dict[str, Any]) -> Event | None:
-        """A call (host side) or a call reply (child side) read without the field-by-field
-        reader, or None to let that reader say what is wrong.
+    def _read_fast(self, raw: dict[str, Any]) -> Event | None:
+        """A call or a stream (host side) or a call reply (child side) read without the
+        field-by-field reader, or None to let that reader say what is wrong.
 
         Accepts exactly what the general reader accepts for these messages and gives the
-        same event (tests/wire/test_fast_path.py compares them on fuzzed bytes); it only
-        skips building error messages it will not need. The state checks are not here:
-        both readers' events go through the same :meth:`_accept`.
+        same event (tests/wire/test_fast_path.py compares the two on fuzzed bytes): the
+        event constructors do the checking either way; this only skips building error
+        messages it will not need. The state is not consulted here: both readers' events
+        go through the same :meth:`_accept`.
         """
         header = raw.get("header")
         content = raw.get("content")
         if (
             type(header) is not dict
-            or header.get("msg_type") != "comm_msg"
             or type(content) is not dict
             or type(raw.get("parent_header")) is not dict
             or type(raw.get("metadata")) is not dict
-            or self._comm_id is None
-            or content.get("comm_id") != self._comm_id
         ):
             return None
-        data = content.get("data")
-        if type(data) is not dict:
-            return None
-        d: Any = data  # its values are unchecked: the constructors check them
+        msg_type = header.get("msg_type")
         try:
-            if self.our_role == HOST:
-                if d.get("method") != "call":
+            if msg_type == "comm_msg":
+                data = content.get("data")
+                if (
+                    self._comm_id is None
+                    or content.get("comm_id") != self._comm_id
+                    or type(data) is not dict
+                ):
                     return None
-                return CallRequest(
-                    d.get("id"), d.get("namespace"), d.get("name"), d.get("args"), d.get("kwargs")
-                )
-            if d.get("method") != "reply" or type(d.get("id")) is not int:
-                return None
-            ok = d.get("ok")
-            if ok is True and "value" in d:
-                return CallReply(d["id"], True, d["value"])
-            if ok is False:
-                return CallReply(d["id"], False, None, d.get("ename"), d.get("evalue"))
+                d: Any = data  # its values are unchecked: the constructors check them
+                if self.our_role == HOST:
+                    if d.get("method") != "call":
+                        return None
+                    return CallRequest(
+                        d.get("id"),
+                        d.get("namespace"),
+                        d.get("name"),
+                        d.get("args"),
+                        d.get("kwargs"),
+                    )
+                if d.get("method") != "reply" or type(d.get("id")) is not int:
+                    return None
+                ok = d.get("ok")
+                if ok is True and "value" in d:
+                    return CallReply(d["id"], True, d["value"])
+                if ok is False:
+                    return CallReply(d["id"], False, None, d.get("ename"), d.get("evalue"))
+            elif msg_type == "stream" and self.our_role == HOST:
+                c: Any = content
+                return Stream(c.get("name"), c.get("text"))
         except LocalProtocolError:
             pass
         return None
@@ -524,6 +556,8 @@ class Connection:
         return CallReply(call_id, False, None, d.text("ename"), d.text("evalue"))
 
 
+#: Events that change more than the states (call ids, the comm, the request's header).
+_RECORDED = frozenset({CallRequest, CallReply, OpenBindings, ExecuteRequest, ExecuteReply})
 _BUILDERS: dict[type, Callable[[Connection, Any], dict[str, Any]]] = {
     OpenBindings: Connection._open_bindings,
     ExecuteRequest: Connection._execute_request,

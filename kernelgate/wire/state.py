@@ -150,6 +150,12 @@ _EARLY = _moves_early()
 _TRIGGERS = frozenset(
     k for table in TRANSITIONS.values() for row in table.values() for k in row if type(k) is tuple
 )
+#: Per role, the events it sends that move the other role's state too: any other event
+#: only moves its sender, by one lookup in the sender's table (what the connection does
+#: inline on the hot path, instead of calling ``commit``).
+MOVES_PEER: dict[str, frozenset[type]] = {
+    role: frozenset(etype for etype, sender in _TRIGGERS if sender == role) for role in _PEER
+}
 
 
 def _allowed_text(role: str, state: str) -> str:

@@ -251,7 +251,7 @@ def _object(data: bytes, what: str) -> dict[str, Any]:
         message = _decode(bytes(data).decode("ascii"))
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ZygoteProtocolError(
-            f"{what} is not UTF-8 JSON ({exc}); starts with {show(bytes(data[:40]))}"
+            f"{what} is not ASCII JSON ({exc}); starts with {show(bytes(data[:40]))}"
         ) from None
     if type(message) is not dict:
         raise ZygoteProtocolError(f"{what} must be a JSON object, got {show(message)}")
