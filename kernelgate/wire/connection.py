@@ -64,82 +64,11 @@ from .messages import (
     execute_result_content,
     stream_content,
 )
+from .reader import read, read_fast
 from .state import CHILD, HOST, MOVES_PEER, TRANSITIONS, ConnectionState
 from .values import dumps, loads
 
 __all__ = ["HOST", "CHILD", "Connection"]
-
-# Message type -> the event it carries, per sender ("comm_msg" is a call from the child
-# and a reply from the host).
-_FROM_CHILD: dict[str, type] = {
-    "stream": Stream,
-    "comm_msg": CallRequest,
-    "display_data": DisplayData,
-    "execute_result": ExecuteResult,
-    "error": ErrorOutput,
-    "execute_reply": ExecuteReply,
-}
-_FROM_HOST: dict[str, type] = {
-    "comm_open": OpenBindings,
-    "execute_request": ExecuteRequest,
-    "comm_msg": CallReply,
-}
-
-
-class _Fields:
-    """Typed access to a received dict; every failure names the message and the field."""
-
-    __slots__ = ("d", "where")
-
-    def __init__(self, where: str, d: Any) -> None:
-        if type(d) is not dict:
-            raise RemoteProtocolError(f"{where} must be a JSON object, got {show(d)}")
-        self.where = where
-        self.d: dict[str, Any] = d
-
-    def get(self, key: str) -> Any:
-        try:
-            return self.d[key]
-        except KeyError:
-            raise RemoteProtocolError(f"{self.where} has no field {key!r}") from None
-
-    def _bad(self, key: str, what: str, v: Any) -> RemoteProtocolError:
-        return RemoteProtocolError(f"{self.where}[{key!r}] must be {what}, got {show(v)}")
-
-    def text(self, key: str) -> str:
-        v = self.get(key)
-        if type(v) is not str:
-            raise self._bad(key, "a string", v)
-        return v
-
-    def integer(self, key: str) -> int:
-        v = self.get(key)
-        if type(v) is not int:
-            raise self._bad(key, "an integer", v)
-        return v
-
-    def boolean(self, key: str) -> bool:
-        v = self.get(key)
-        if type(v) is not bool:
-            raise self._bad(key, "true or false", v)
-        return v
-
-    def obj(self, key: str, default: dict[str, Any] | None = None) -> dict[str, Any]:
-        if default is not None and key not in self.d:
-            return default
-        v = self.get(key)
-        if type(v) is not dict:
-            raise self._bad(key, "an object", v)
-        return v
-
-    def array(self, key: str) -> list[Any]:
-        v = self.get(key)
-        if type(v) is not list:
-            raise self._bad(key, "a list", v)
-        return v
-
-    def sub(self, key: str) -> _Fields:
-        return _Fields(f"{self.where}[{key!r}]", self.get(key))
 
 
 class Connection:
@@ -174,7 +103,6 @@ class Connection:
         self._next_call_id = 0
         self._outstanding: set[int] = set()
         self._finished = False
-        self._from_peer = _FROM_CHILD if our_role == HOST else _FROM_HOST
 
     # -- what the connection knows -----------------------------------------------------------
 
@@ -263,29 +191,24 @@ class Connection:
             raise LocalProtocolError(f"cannot encode {name}: {exc}") from exc
         except RecursionError as exc:
             raise LocalProtocolError(f"cannot encode {name}: nested too deeply") from exc
-        # The frame exists: only now does anything change.
-        self._commit(event, new_state, self._our_moves_peer, msg["header"])
-        return data
-
-    def _commit(
-        self, event: Event, new_state: str, moves_peer: frozenset[type], header: dict[str, Any]
-    ) -> None:
-        """Record an event sent or received (and checked): the states, then what else it
-        changes (call ids, the calls in flight, the comm, the request's header)."""
-        etype = type(event)
-        role = self.our_role if moves_peer is self._our_moves_peer else self.their_role
-        if etype in moves_peer:
-            self._state.commit(role, etype, new_state)
-        else:
-            self._states[role] = new_state
+        # The frame exists: only now does anything change. (This and _accept do the
+        # bookkeeping of calls inline: they are most of the traffic.)
         if type(event) is CallRequest:
             self._next_call_id += 1
             self._outstanding.add(event.call_id)
         elif type(event) is CallReply:
             self._outstanding.discard(event.call_id)
-        elif etype not in _RECORDED:
-            return
-        elif type(event) is OpenBindings:
+        elif etype in _RECORDED:
+            self._record(event, msg["header"])
+        if etype in self._our_moves_peer:
+            self._state.commit(role, etype, new_state)
+        else:
+            self._states[role] = new_state
+        return data
+
+    def _record(self, event: Event, header: dict[str, Any]) -> None:
+        """What an event other than a call or its reply changes besides the states."""
+        if type(event) is OpenBindings:
             self._comm_id = event.comm_id
         elif type(event) is ExecuteRequest:
             self._request_header = header
@@ -386,7 +309,7 @@ class Connection:
         # The most frequent messages (a binding call and its reply, a stream) are read
         # straight from the dict; anything unusual takes the general reader, which names
         # the fault.
-        event = self._read_fast(raw) if type(raw) is dict else None
+        event = self._read_fast(raw, self.our_role, self._comm_id) if type(raw) is dict else None
         if event is None:
             try:
                 event = self._read(raw)
@@ -409,155 +332,35 @@ class Connection:
                     f"{self._next_call_id} (ids are consecutive from 0; forged or repeated "
                     "ids are refused)"
                 )
-        elif type(event) is CallReply and event.call_id not in self._outstanding:
-            raise RemoteProtocolError(f"reply to call {event.call_id}, which is not waiting")
-        self._commit(event, new_state, self._their_moves_peer, raw["header"])
+            self._next_call_id += 1
+            self._outstanding.add(event.call_id)
+        elif type(event) is CallReply:
+            if event.call_id not in self._outstanding:
+                raise RemoteProtocolError(f"reply to call {event.call_id}, which is not waiting")
+            self._outstanding.discard(event.call_id)
+        elif etype in _RECORDED:
+            self._record(event, raw["header"])
+        if etype in self._their_moves_peer:
+            self._state.commit(role, etype, new_state)
+        else:
+            self._states[role] = new_state
 
-    def _read_fast(self, raw: dict[str, Any]) -> Event | None:
-        """A call or a stream (host side) or a call reply (child side) read without the
-        field-by-field reader, or None to let that reader say what is wrong.
-
-        Accepts exactly what the general reader accepts for these messages and gives the
-        same event (tests/wire/test_fast_path.py compares the two on fuzzed bytes): the
-        event constructors do the checking either way; this only skips building error
-        messages it will not need. The state is not consulted here: both readers' events
-        go through the same :meth:`_accept`.
-        """
-        header = raw.get("header")
-        content = raw.get("content")
-        if (
-            type(header) is not dict
-            or type(content) is not dict
-            or type(raw.get("parent_header")) is not dict
-            or type(raw.get("metadata")) is not dict
-        ):
-            return None
-        msg_type = header.get("msg_type")
-        try:
-            if msg_type == "comm_msg":
-                data = content.get("data")
-                if (
-                    self._comm_id is None
-                    or content.get("comm_id") != self._comm_id
-                    or type(data) is not dict
-                ):
-                    return None
-                d: Any = data  # its values are unchecked: the constructors check them
-                if self.our_role == HOST:
-                    if d.get("method") != "call":
-                        return None
-                    return CallRequest(
-                        d.get("id"),
-                        d.get("namespace"),
-                        d.get("name"),
-                        d.get("args"),
-                        d.get("kwargs"),
-                    )
-                if d.get("method") != "reply" or type(d.get("id")) is not int:
-                    return None
-                ok = d.get("ok")
-                if ok is True and "value" in d:
-                    return CallReply(d["id"], True, d["value"])
-                if ok is False:
-                    return CallReply(d["id"], False, None, d.get("ename"), d.get("evalue"))
-            elif msg_type == "stream" and self.our_role == HOST:
-                c: Any = content
-                return Stream(c.get("name"), c.get("text"))
-        except LocalProtocolError:
-            pass
-        return None
+    #: The fast reader (:func:`~kernelgate.wire.reader.read_fast`); a class attribute so
+    #: that tests can switch it off (tests/wire/test_fast_path.py).
+    _read_fast = staticmethod(read_fast)
 
     def _read(self, raw: Any) -> Event:
-        """The general reader: the envelope, the state, then the fields, each named when
-        wrong. Event constructors validate what the fields hold (LocalProtocolError,
-        which the caller turns into RemoteProtocolError)."""
-        msg = _Fields("message", raw)
-        header = msg.sub("header")
-        msg_type = header.text("msg_type")
-        msg.obj("parent_header")
-        metadata = msg.obj("metadata")
-        content = msg.sub("content")
-        content.where = f"{msg_type} content"
-        etype = self._from_peer.get(msg_type)
-        if etype is None:
-            raise RemoteProtocolError(
-                f"unexpected message type {show(msg_type)} from the {self.their_role}; it "
-                f"may send {', '.join(self._from_peer)}"
-            )
-        # Out of order is said before what is wrong inside: the state is what matters.
-        self._state.check(self.their_role, etype)
-        return _READERS[etype](self, content, metadata)
+        """The general reader (:func:`~kernelgate.wire.reader.read`), judging the order
+        by the peer's table before the fields."""
+        return read(raw, self.their_role, self._comm_id, self._check_peer)
 
-    def _comm_data(self, c: _Fields, method: str) -> _Fields:
-        """The data of a comm_msg on the bindings comm, whose method must be ``method``."""
-        comm_id = c.text("comm_id")
-        if comm_id != self._comm_id:
-            raise RemoteProtocolError(
-                f"comm_msg on unknown comm {show(comm_id)}; bindings use {self._comm_id!r}"
-            )
-        d = c.sub("data")
-        got = d.text("method")
-        if got != method:
-            raise RemoteProtocolError(
-                f"the {self.their_role} may only send method {method!r}, got {show(got)}"
-            )
-        return d
-
-    def _read_stream(self, c: _Fields, metadata: dict[str, Any]) -> Event:
-        return Stream(c.text("name"), c.text("text"))
-
-    def _read_call(self, c: _Fields, metadata: dict[str, Any]) -> Event:
-        d = self._comm_data(c, "call")
-        return CallRequest(
-            d.integer("id"), d.text("namespace"), d.text("name"), d.array("args"), d.obj("kwargs")
-        )
-
-    def _read_display(self, c: _Fields, metadata: dict[str, Any]) -> Event:
-        return DisplayData(c.obj("data"), c.obj("metadata", {}))
-
-    def _read_result(self, c: _Fields, metadata: dict[str, Any]) -> Event:
-        return ExecuteResult(c.obj("data"), c.obj("metadata", {}), c.integer("execution_count"))
-
-    def _read_error(self, c: _Fields, metadata: dict[str, Any]) -> Event:
-        return ErrorOutput(c.text("ename"), c.text("evalue"), c.array("traceback"))
-
-    def _read_reply(self, c: _Fields, metadata: dict[str, Any]) -> Event:
-        status = c.text("status")
-        kg = _Fields("execute_reply metadata['kernelgate']", metadata.get("kernelgate", {}))
-        run_status = kg.text("status") if "status" in kg.d else None
-        usage = kg.obj("usage") if "usage" in kg.d else None
-        if status != "error":  # "ok", or refused by ExecuteReply with its message
-            return ExecuteReply(status, run_status, c.integer("execution_count"), usage=usage)
-        return ExecuteReply(
-            "error",
-            run_status,
-            c.integer("execution_count"),
-            c.text("ename"),
-            c.text("evalue"),
-            c.array("traceback"),
-            usage=usage,
-        )
-
-    def _read_open(self, c: _Fields, metadata: dict[str, Any]) -> Event:
-        target = c.text("target_name")
-        if target != BINDINGS_TARGET:
-            raise RemoteProtocolError(f"comm_open for unknown target {show(target)}")
-        return OpenBindings(c.text("comm_id"), c.sub("data").obj("namespaces"))
-
-    def _read_request(self, c: _Fields, metadata: dict[str, Any]) -> Event:
-        options = _Fields("execute_request metadata", metadata).obj("kernelgate", {})
-        return ExecuteRequest(c.text("code"), options)
-
-    def _read_reply_to_call(self, c: _Fields, metadata: dict[str, Any]) -> Event:
-        d = self._comm_data(c, "reply")
-        call_id = d.integer("id")
-        if d.boolean("ok"):
-            return CallReply(call_id, True, d.get("value"))
-        return CallReply(call_id, False, None, d.text("ename"), d.text("evalue"))
+    def _check_peer(self, etype: type) -> object:
+        return self._state.check(self.their_role, etype)
 
 
-#: Events that change more than the states (call ids, the comm, the request's header).
-_RECORDED = frozenset({CallRequest, CallReply, OpenBindings, ExecuteRequest, ExecuteReply})
+#: Events besides calls that change more than the states (the comm, the request's header,
+#: the end).
+_RECORDED = frozenset({OpenBindings, ExecuteRequest, ExecuteReply})
 _BUILDERS: dict[type, Callable[[Connection, Any], dict[str, Any]]] = {
     OpenBindings: Connection._open_bindings,
     ExecuteRequest: Connection._execute_request,
@@ -568,15 +371,4 @@ _BUILDERS: dict[type, Callable[[Connection, Any], dict[str, Any]]] = {
     ExecuteResult: Connection._execute_result,
     ErrorOutput: Connection._error_output,
     ExecuteReply: Connection._execute_reply,
-}
-_READERS: dict[type, Callable[[Connection, _Fields, dict[str, Any]], Event]] = {
-    Stream: Connection._read_stream,
-    CallRequest: Connection._read_call,
-    DisplayData: Connection._read_display,
-    ExecuteResult: Connection._read_result,
-    ErrorOutput: Connection._read_error,
-    ExecuteReply: Connection._read_reply,
-    OpenBindings: Connection._read_open,
-    ExecuteRequest: Connection._read_request,
-    CallReply: Connection._read_reply_to_call,
 }

@@ -237,30 +237,47 @@ class CallReply(_Event):
     def __init__(
         self, call_id: int, ok: bool, value: Any = None, ename: str = "", evalue: str = ""
     ) -> None:
-        if type(call_id) is not int or call_id < 0:
-            raise _bad("call reply id", "an integer from 0 up", call_id)
-        if ok is True:
-            if ename or evalue:
-                raise LocalProtocolError(
-                    f"call reply {call_id} is ok and has an error ({show(ename)}): a reply "
-                    "carries a value or an error, not both"
+        # One test for the common cases; the detailed ones only to say what failed.
+        if not (
+            type(call_id) is int
+            and call_id >= 0
+            and (
+                (ok is True and ename == "" and evalue == "")
+                or (
+                    ok is False
+                    and value is None
+                    and type(ename) is str
+                    and ename != ""
+                    and type(evalue) is str
                 )
-        elif ok is False:
-            if value is not None:
-                raise LocalProtocolError(
-                    f"call reply {call_id} failed and has a value ({show(value)}): a reply "
-                    "carries a value or an error, not both"
-                )
-            if type(ename) is not str or not ename:
-                raise _bad(f"call reply {call_id} ename", "the error's type name", ename)
-            _text(f"call reply {call_id} evalue", evalue)
-        else:
-            raise _bad(f"call reply {call_id} ok", "True or False", ok)
+            )
+        ):
+            _check_call_reply(call_id, ok, value, ename, evalue)
         _set(self, "call_id", call_id)
         _set(self, "ok", ok)
         _set(self, "value", value)
         _set(self, "ename", ename)
         _set(self, "evalue", evalue)
+
+
+def _check_call_reply(call_id: Any, ok: Any, value: Any, ename: Any, evalue: Any) -> None:
+    if type(call_id) is not int or call_id < 0:
+        raise _bad("call reply id", "an integer from 0 up", call_id)
+    if ok is True:
+        raise LocalProtocolError(
+            f"call reply {call_id} is ok and has an error ({show(ename)}, {show(evalue)}): "
+            "a reply carries a value or an error, not both"
+        )
+    if ok is not False:
+        raise _bad(f"call reply {call_id} ok", "True or False", ok)
+    if value is not None:
+        raise LocalProtocolError(
+            f"call reply {call_id} failed and has a value ({show(value)}): a reply "
+            "carries a value or an error, not both"
+        )
+    if type(ename) is not str or not ename:
+        raise _bad(f"call reply {call_id} ename", "the error's type name", ename)
+    raise _bad(f"call reply {call_id} evalue", "a string", evalue)
 
 
 class CallRequest(_Event):

@@ -77,6 +77,11 @@ BAD = [
     ("reply ok", lambda: CallReply(0, 1, 1), "call reply 0 ok must be True or False, got 1"),
     ("reply both", lambda: CallReply(0, True, 1, "E", "v"), "call reply 0 is ok and has an error"),
     (
+        "reply ok, evalue None",
+        lambda: CallReply(0, True, 1, "", None),
+        r"is ok and has an error \('', None\)",
+    ),
+    (
         "failed with value",
         lambda: CallReply(0, False, 1, "E"),
         "call reply 0 failed and has a value",

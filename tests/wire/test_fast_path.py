@@ -43,8 +43,7 @@ FUZZ = settings(
 class GeneralOnly(Connection):
     """Every frame through the general reader."""
 
-    def _read_fast(self, raw):
-        return None
+    _read_fast = staticmethod(lambda raw, our_role, comm_id: None)
 
 
 class Counting(Connection):
