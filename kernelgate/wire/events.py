@@ -124,7 +124,7 @@ def _mime_bundle(field: str, data: Any) -> dict[str, Any]:
             raise _bad(f"{field} key", "a string (a MIME type)", key)
         if type(value) is not str and not key.endswith("json"):
             raise LocalProtocolError(
-                f"{field}[{key!r}] must be a string (only JSON MIME types hold other "
+                f"{field}[{show(key)}] must be a string (only JSON MIME types hold other "
                 f"values), got {show(value)}"
             )
     return bundle
@@ -191,11 +191,11 @@ class OpenBindings(_Event):
         for ns, specs in namespaces.items():
             if type(ns) is not str:
                 raise _bad("comm_open namespace name", "a string", ns)
-            _obj(f"comm_open namespaces[{ns!r}]", specs)
+            _obj(f"comm_open namespaces[{show(ns)}]", specs)
             for name, spec in specs.items():
                 if type(name) is not str:
-                    raise _bad(f"comm_open binding name in {ns!r}", "a string", name)
-                _obj(f"comm_open namespaces[{ns!r}][{name!r}]", spec)
+                    raise _bad(f"comm_open binding name in {show(ns)}", "a string", name)
+                _obj(f"comm_open namespaces[{show(ns)}][{show(name)}]", spec)
         _set(self, "comm_id", comm_id)
         _set(self, "namespaces", namespaces)
 

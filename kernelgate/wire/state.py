@@ -57,6 +57,8 @@ __all__ = [
     "ERROR",
     "TRANSITIONS",
     "STATE_MEANINGS",
+    "SENDS",
+    "MOVES_PEER",
     "ConnectionState",
 ]
 
@@ -131,8 +133,9 @@ SENDS: dict[str, frozenset[type]] = {
 
 
 def _moves_early() -> frozenset[tuple[str, str, Key]]:
-    """(role, state, trigger) where the sender may move the role's state at once: every
-    event the role may send in ``state`` it may send, with the same result, after."""
+    """The (role, state, trigger) where the trigger's sender may move ``role`` on at once,
+    without waiting to know that ``role`` saw it: everything ``role`` may send in ``state``
+    it may also send, with the same result, in the state the trigger moves it to."""
     safe = set()
     for role, table in TRANSITIONS.items():
         for state, row in table.items():

@@ -264,3 +264,15 @@ def test_what_the_receiver_takes_is_valid():
     (got,) = drain(w.host)
     assert got == STREAM and got.name in ("stdout", "stderr")
     assert OpenBindings(COMM_ID, {}).wire_name == "comm_open"
+
+
+def test_refusals_quote_values_bounded():
+    for make in (
+        lambda: DisplayData({"x" * 10_000: 1}),
+        lambda: OpenBindings("c", {"n" * 10_000: []}),
+        lambda: Stream("s" * 10_000, "x"),
+        lambda: ErrorOutput("E", "v", ["ok", ["x" * 10_000]]),
+    ):
+        with pytest.raises(LocalProtocolError) as info:
+            make()
+        assert len(str(info.value)) < 400 and "..." in str(info.value)
