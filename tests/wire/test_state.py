@@ -399,6 +399,12 @@ def test_a_random_legal_conversation_round_trips(data):
             for etype in legal(role, conn):
                 if etype is CallRequest and conn.next_call_id >= 8:
                     continue
+                if (
+                    etype is ExecuteReply
+                    and conn.our_state == IDLE
+                    and data.draw(st.integers(0, 9))
+                ):
+                    continue  # giving up before the request: now and then, not half the time
                 moves.append(("send", role, etype))
         moves += [("deliver", HOST, None)] * bool(w.to_host)
         moves += [("deliver", CHILD, None)] * bool(w.to_child)
