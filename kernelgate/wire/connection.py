@@ -191,7 +191,7 @@ class Connection:
             raise LocalProtocolError(f"cannot encode {name}: {exc}") from exc
         except RecursionError as exc:
             raise LocalProtocolError(f"cannot encode {name}: nested too deeply") from exc
-        # The frame exists: only now does anything change. (This and _accept do the
+        # The frame exists: only now does anything change. (This and _receive do the
         # bookkeeping of calls inline: they are most of the traffic.)
         if type(event) is CallRequest:
             self._next_call_id += 1
@@ -315,11 +315,8 @@ class Connection:
                 event = self._read(raw)
             except LocalProtocolError as exc:  # an event constructor refused a field
                 raise RemoteProtocolError(str(exc)) from None
-        self._accept(event, raw)
-        return event
-
-    def _accept(self, event: Event, raw: dict[str, Any]) -> None:
-        """The peer sent ``event``: consult its table and the call ids, then record it."""
+        # Whichever reader made it, the peer's table judges it, then the call ids; then it
+        # is recorded (inline, not a method: this runs for every frame).
         role = self.their_role
         etype = type(event)
         new_state = self._their_table[self._states[role]].get(etype)
@@ -344,6 +341,7 @@ class Connection:
             self._state.commit(role, etype, new_state)
         else:
             self._states[role] = new_state
+        return event
 
     #: The fast reader (:func:`~kernelgate.wire.reader.read_fast`); a class attribute so
     #: that tests can switch it off (tests/wire/test_fast_path.py).

@@ -87,13 +87,13 @@ def read_fast(raw: dict[str, Any], our_role: str, comm_id: str | None) -> Event 
                 return CallRequest(
                     d.get("id"), d.get("namespace"), d.get("name"), d.get("args"), d.get("kwargs")
                 )
-            if d.get("method") != "reply" or type(d.get("id")) is not int:
+            if d.get("method") != "reply":
                 return None
             ok = d.get("ok")
             if ok is True and "value" in d:
-                return CallReply(d["id"], True, d["value"])
+                return CallReply(d.get("id"), True, d["value"])
             if ok is False:
-                return CallReply(d["id"], False, None, d.get("ename"), d.get("evalue"))
+                return CallReply(d.get("id"), False, None, d.get("ename"), d.get("evalue"))
         elif msg_type == "stream" and our_role == HOST:
             c: Any = content
             return Stream(c.get("name"), c.get("text"))
