@@ -40,7 +40,6 @@ import asyncio
 import builtins
 import errno
 import gc
-import json
 import os
 import select
 import signal
@@ -61,6 +60,16 @@ from kernelgate.wire.events import (
     Stream,
 )
 from kernelgate.wire.values import check_json
+from kernelgate.wire.zygote import (
+    Exited,
+    Forked,
+    ForkFailed,
+    ForkRequest,
+    ZygoteEvent,
+    ZygoteProtocolError,
+    decode_request,
+    encode,
+)
 
 from . import bootstrap, sandbox
 from .display import plain_repr
@@ -73,9 +82,9 @@ __all__ = ["main", "warm_up", "rehearse", "rehearsal_frames"]
 _ZYGOTE_FD = 3
 
 
-def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+def _send(sock: socket.socket, message: ZygoteEvent) -> None:
     try:
-        sock.send(json.dumps(message).encode())
+        sock.send(encode(message))
     except OSError:
         _host_gone()
 
@@ -98,7 +107,7 @@ def _child(
     sock: socket.socket,
     wake: tuple[int, int],
     fds: list[int],
-    request: dict[str, Any],
+    request: ForkRequest,
     born_in: sandbox.Born | None = None,
     go: int = -1,
 ) -> None:
@@ -124,15 +133,15 @@ def _child(
         # Exactly fds 0-3 (and our init's status pipe) from here on: nothing of the zygote's
         # or of the host's reaches the program (issue 9, finding 10).
         close_fds_except({0, 1, 2, 3} | ({born_in.status_fd} if born_in else set()))
-        cgroup = request.get("cgroup")
+        cgroup = request.cgroup
         if cgroup and born_in is None:
             _attach(cgroup, 0)  # before anything forks: all of this run is counted
     except BaseException:
         os._exit(72)
     bootstrap.main(
-        level=request["level"],
-        run_dir=request["run_dir"],
-        read_paths=list(request.get("read_paths") or []),
+        level=request.level,
+        run_dir=request.run_dir,
+        read_paths=list(request.read_paths),
         born_in=born_in,
         rehearse=rehearse,
     )
@@ -157,9 +166,7 @@ def _attach(cgroup: str, pid: int) -> None:
         f.write(str(pid))
 
 
-def _fork(
-    sock: socket.socket, wake: tuple[int, int], fds: list[int], request: dict[str, Any]
-) -> int:
+def _fork(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: ForkRequest) -> int:
     """Fork a child for ``request``; in the parent, return its pid.
 
     At a namespace level the child is born in its namespaces, as their pid 1 (it becomes
@@ -170,7 +177,7 @@ def _fork(
     # On a root host the child is forked normally: it arranges its view as real root and
     # clones the namespaces' init itself, mapping its uid 0 to an unprivileged id from
     # outside (sandbox._unprivileged_init), which a clone from here could not do.
-    if _can_clone and request.get("level") in _NAMESPACE_LEVELS and os.geteuid() != 0:
+    if _can_clone and request.level in _NAMESPACE_LEVELS and os.geteuid() != 0:
         status_r, status_w = os.pipe()
         go_r, go_w = os.pipe()
         born_in = sandbox.Born(os.geteuid(), os.getegid(), status_w)
@@ -188,8 +195,8 @@ def _fork(
             os.close(status_w)
             os.close(go_r)
             try:
-                if request.get("cgroup"):
-                    _attach(request["cgroup"], pid)
+                if request.cgroup:
+                    _attach(request.cgroup, pid)
                 os.write(go_w, b"x")
             except OSError:
                 os.kill(pid, signal.SIGKILL)  # it must not run uncounted
@@ -255,27 +262,27 @@ def main() -> None:
             if not data:
                 _host_gone()  # or the host closed the pool
             try:
-                request = json.loads(data)
-            except ValueError:
+                request = decode_request(data)
+                if len(fds) != 3:
+                    raise ZygoteProtocolError(
+                        f"a fork request needs 3 fds, got {len(fds)}", request.request_id
+                    )
+            except ZygoteProtocolError as exc:
                 for fd in fds:
                     os.close(fd)
-                continue
-            if request.get("op") != "fork" or len(fds) != 3:
-                for fd in fds:
-                    os.close(fd)
-                _send(sock, {"id": request.get("id"), "error": "bad fork request"})
+                _send(sock, ForkFailed(exc.request_id, f"bad fork request: {exc}"))
                 continue
             try:
                 pid = _fork(sock, (wake_r, wake_w), fds, request)
             except OSError as exc:
                 for fd in fds:
                     os.close(fd)
-                _send(sock, {"id": request.get("id"), "error": str(exc)})
+                _send(sock, ForkFailed(request.request_id, str(exc)))
                 continue
             for fd in fds:
                 os.close(fd)
             _own(pid, request)
-            _send(sock, {"id": request["id"], "pid": pid})
+            _send(sock, Forked(request.request_id, pid))
             _reap(sock)
 
 
@@ -309,10 +316,7 @@ def _reap(sock: socket.socket) -> None:
             continue
         _children.pop(pid, None)  # its run is over: the host removes what it had
         status = _program_status(pid, status)
-        _send(
-            sock,
-            {"exit": pid, "status": status, "rusage": [ru.ru_utime, ru.ru_stime, ru.ru_maxrss]},
-        )
+        _send(sock, Exited(pid, status, ru.ru_utime, ru.ru_stime, ru.ru_maxrss))
 
 
 def _program_status(pid: int, status: int) -> int:
@@ -345,18 +349,18 @@ def _watch_host() -> None:
         _host_gone()  # it died before we could watch it: that pidfd is not its
 
 
-def _own(pid: int, request: dict[str, Any]) -> None:
+def _own(pid: int, request: ForkRequest) -> None:
     """Note what the host told us a new child owns."""
     global _owner
-    run_dir = request.get("run_dir")
-    cgroup = request.get("cgroup")
+    run_dir = request.run_dir
+    cgroup = request.cgroup
     if not isinstance(run_dir, str):
         return
     _children[pid] = (run_dir, cgroup if isinstance(cgroup, str) else None)
     _places.add(("dir", os.path.dirname(run_dir)))
     if isinstance(cgroup, str):
         _places.add(("cgroup", os.path.dirname(cgroup)))
-    owner = request.get("owner")
+    owner = request.owner
     # Only a prefix that names our host: never a way to remove anyone else's.
     if isinstance(owner, str) and owner.startswith(f"kernelgate-{_host_pid}-"):
         _owner = owner
