@@ -14,10 +14,11 @@ from kernelgate.model.result import RunResult
 from . import describe as _describe
 from . import tools as _tools
 from .bindings import BindingRegistry
-from .pool import WarmPool, sweep_leftovers
+from .pool import WarmPool
 from .process import resolve_interpreter
-from .run import CallListener, OutputListener, Policy, Run
+from .run import CallListener, OutputListener, Policy, Run, RunPlan
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox, probe_support
+from .teardown import sweep_leftovers
 
 __all__ = ["Gateway", "Recorder"]
 
@@ -177,10 +178,10 @@ class Gateway:
         >>> asyncio.run(main())
         3
         """
-        run = self._new_run(program, limits, on_output=on_output, on_call=on_call)
+        limits = self._check_run(program, limits)
         if self._support is None:
-            self._support = await asyncio.to_thread(probe_support, self.python)
-        self._plan(run, self._support)
+            self._support = await asyncio.to_thread(self._first_run)
+        run = Run(program, self._plan(limits, self._support), on_output=on_output, on_call=on_call)
         self._runs.add(run)
         try:
             result = await run.execute()
@@ -246,23 +247,15 @@ class Gateway:
         result = await self.run(code, limits=limits)
         return _tools.tool_output(result, max_chars)
 
-    def _new_run(self, program: str, limits: Limits | None, **kwargs: Any) -> Run:
+    def _check_run(self, program: str, limits: Limits | None) -> Limits:
+        """Refuse caller misuse before anything starts; the limits of the run."""
         if self._closed:
             raise RuntimeError("this Gateway is closed; create a new one to run programs")
         if not isinstance(program, str):
             raise TypeError(f"program must be str (Python source), got {type(program).__name__}")
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be a kernelgate.Limits, got {type(limits).__name__}")
-        return Run(
-            program=program,
-            registry=self._registry,
-            limits=limits or self.limits,
-            python=self.python,
-            env=self.env,
-            base_dir=self.tmp_dir,
-            executor=self._binding_threads(),
-            **kwargs,
-        )
+        return limits or self.limits
 
     def _binding_threads(self) -> ThreadPoolExecutor:
         """The threads synchronous bindings run in, made on first use: a blocking binding
@@ -279,38 +272,70 @@ class Gateway:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
-    def _plan(self, run: Run, support: SandboxSupport) -> None:
+    def _plan(self, limits: Limits, support: SandboxSupport) -> RunPlan:
+        """Everything one run needs, decided once: the sandbox level (the strongest here
+        unless asked; a strict gateway refuses less), its plan, the pool to take a child
+        from, the policy and the binding threads."""
         level = self.sandbox or support.strongest
         missing = support.missing(level)
+        unavailable = ""
         if missing:
             if self.strict:
-                run.sandbox_unavailable = (
+                unavailable = (
                     f"the sandbox level {level!r} is not available on this machine: {missing}; "
                     f"the strongest here is {support.strongest!r} (Gateway(strict=True) "
                     "refuses to run with less)"
                 )
             level = support.strongest  # what is missing is above it: fall back to it
-        run.sandbox = plan_sandbox(level, run.limits, support, self.read_paths)
-        run.policy = self.policy
-        if not self._swept and self.pool_size == 0:
-            # A pool sweeps when it starts; without one, the first run does: what hosts
-            # that are gone left behind (run directories, pids cgroups) is removed.
+        return RunPlan(
+            registry=self._registry,
+            limits=limits,
+            python=self.python,
+            env=self.env,
+            sandbox=plan_sandbox(level, limits, support, self.read_paths),
+            base_dir=self.tmp_dir,
+            sandbox_unavailable=unavailable,
+            policy=self.policy,
+            pool=self._pool_for(level, support) if not unavailable else None,
+            executor=self._binding_threads(),
+        )
+
+    def _first_run(self) -> SandboxSupport:
+        """Before the first run, in a worker thread: probe what the machine allows, and
+        sweep what hosts that died before us left here (run directories, pids cgroups;
+        their zygote was killed too, or they had none), so a machine that restarts kernels
+        all day does not fill up. A cgroup of theirs may take a moment to empty: that wait
+        is never on the event loop."""
+        support = probe_support(self.python)
+        if not self._swept:
             self._swept = True
             sweep_leftovers(self.tmp_dir, support.pids_cgroup)
-        if self.pool_size > 0 and not run.sandbox_unavailable:
-            if self._pool is None or self._pool.level != level:
-                if self._pool is not None:
-                    self._pool.close()
-                self._pool = WarmPool(
-                    size=self.pool_size,
-                    python=self.python,
-                    env=self.env,
-                    level=level,
-                    base_dir=self.tmp_dir,
-                    cgroup_root=support.pids_cgroup,
-                    read_paths=self.read_paths,
-                )
-            run.pool = self._pool
+        return support
+
+    def _pool_for(self, level: str, support: SandboxSupport) -> WarmPool | None:
+        """The warm pool for ``level`` (made on first use; None with ``pool_size=0``)."""
+        if self.pool_size == 0:
+            return None
+        if self._pool is None or self._pool.level != level:
+            if self._pool is not None:
+                self._retire(self._pool)
+            self._pool = WarmPool(
+                size=self.pool_size,
+                python=self.python,
+                env=self.env,
+                level=level,
+                base_dir=self.tmp_dir,
+                cgroup_root=support.pids_cgroup,
+                read_paths=self.read_paths,
+            )
+        return self._pool
+
+    def _retire(self, pool: WarmPool) -> None:
+        """Close a pool that is no longer used, on the loop without blocking it; awaited
+        by wait_finished and aclose like the teardown of a run."""
+        task = asyncio.get_running_loop().create_task(pool.aclose())
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
 
     def run_sync(self, program: str, *, limits: Limits | None = None) -> RunResult:
         """``run()`` for synchronous callers (not from inside a running event loop)."""
@@ -357,7 +382,10 @@ class Gateway:
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)
         await self.wait_finished()
-        self._close_pool()
+        self._close_threads()
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.aclose()
 
     def _close_pool(self) -> None:
         self._close_threads()

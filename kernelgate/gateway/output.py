@@ -1,11 +1,30 @@
-"""What a run printed and displayed, kept within the output budget, as nbformat outputs."""
+"""What a run printed, displayed and returned, kept within its budgets, as nbformat outputs."""
 
 from __future__ import annotations
 
 import codecs
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["OutputCollector", "truncation_marker"]
+from kernelgate.model.limits import Limits
+from kernelgate.wire.events import DisplayData, ErrorOutput, ExecuteResult
+from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
+
+from .outcome import (
+    ERROR_TEXT_LIMIT,
+    Verdict,
+    cap_lines,
+    cut_text_plain,
+    display_cut_output,
+    value_not_json,
+    value_too_large,
+)
+from .sanitize import sanitize_output
+
+__all__ = ["OutputCollector", "OutputListener", "RunOutput", "truncation_marker"]
+
+#: Called with each output as it happens (stream pieces unmerged), for live frontends.
+OutputListener = Callable[[dict[str, Any]], None]
 
 
 def truncation_marker(limit: int) -> str:
@@ -72,3 +91,122 @@ class OutputCollector:
 
     def text(self, name: str) -> str:
         return "".join(self._text[name])
+
+
+class RunOutput:
+    """Everything one run shows: stream text (fd 3 and the raw fd 1/2 pipes), rich
+    outputs, errors and its value, within the run's budgets, each passed to ``on_output``
+    as it arrives.
+
+    What a program displays is untrusted: it ends up in a live notebook, where the front
+    end trusts a kernel's output, so only inert (sanitised) output is kept.
+
+    >>> out = RunOutput(Limits(max_output_bytes=4))
+    >>> out.stream("stdout", "hello")
+    >>> out.collector.text("stdout").splitlines()[0]
+    'hell'
+    """
+
+    def __init__(self, limits: Limits, on_output: OutputListener | None = None) -> None:
+        self.limits = limits
+        self.on_output = on_output
+        self.collector = OutputCollector(limits.max_output_bytes)
+        #: The program's value (when it was JSON) and its execute_result output.
+        self.value: Any = None
+        self.result_output: dict[str, Any] | None = None
+        self._display_used = 0
+        self._display_cut = False
+        self._streams_ended = False
+
+    @property
+    def outputs(self) -> list[dict[str, Any]]:
+        return self.collector.outputs
+
+    def call_point(self) -> int:
+        """Where a binding call that just completed sits among the outputs (its
+        ``output_index``); stream text after it starts a new output."""
+        index = len(self.collector.outputs)
+        self.collector.seal()
+        return index
+
+    def stream(self, name: str, text: str) -> None:
+        """Stream text the child sent on fd 3."""
+        kept = self.collector.add_text(name, text)
+        if kept and self.on_output is not None:
+            self.on_output({"output_type": "stream", "name": name, "text": kept})
+
+    def raw(self, name: str, data: bytes) -> None:
+        """Bytes read from the child's fd 1 or 2."""
+        kept = self.collector.add_raw(name, data)
+        if kept and self.on_output is not None:
+            self.on_output({"output_type": "stream", "name": name, "text": kept})
+
+    def end_streams(self) -> None:
+        """The pipes are done: flush what their decoders hold (an incomplete character)."""
+        if not self._streams_ended:
+            self._streams_ended = True
+            for name in ("stdout", "stderr"):
+                self.collector.add_raw(name, b"", final=True)
+
+    def display(self, event: DisplayData) -> None:
+        self._add(
+            sanitize_output(
+                {"output_type": "display_data", "data": event.data, "metadata": event.metadata}
+            )
+        )
+
+    def error(self, event: ErrorOutput) -> None:
+        self._add(
+            {
+                "output_type": "error",
+                "ename": event.ename[:200],
+                "evalue": event.evalue[:ERROR_TEXT_LIMIT],
+                "traceback": cap_lines(event.traceback),
+            }
+        )
+
+    def result(self, event: ExecuteResult) -> Verdict | None:
+        """The program's value: kept, or the verdict on it (too large, not JSON)."""
+        data = dict(event.data)
+        if "text/plain" in data:
+            data["text/plain"] = cut_text_plain(data["text/plain"])
+        if "application/json" in data:
+            try:
+                check_json(data["application/json"], "value", self.limits.max_value_bytes)
+            except ValueTooLargeError:
+                return value_too_large(self.limits)
+            except NotJSONError as exc:
+                return value_not_json(exc)
+            self.value = data["application/json"]
+        output = sanitize_output(
+            {
+                "output_type": "execute_result",
+                "execution_count": 1,
+                "data": data,
+                "metadata": event.metadata,
+            }
+        )
+        if self.result_output is not None:  # a second result replaces the first
+            outputs = self.collector.outputs
+            outputs[:] = [o for o in outputs if o is not self.result_output]
+        self.result_output = output
+        self._add(output)
+        return None
+
+    def _add(self, output: dict[str, Any]) -> None:
+        # Rich outputs have their own budget: the child could otherwise make the host hold
+        # any number of maximal frames. The value's own output always shows (there is one,
+        # bounded by max_value_bytes).
+        is_result = output["output_type"] == "execute_result"
+        if self._display_cut and not is_result:
+            return
+        limit = self.limits.max_display_bytes
+        try:
+            self._display_used += check_json(output, "output", limit - self._display_used)
+        except (ValueTooLargeError, NotJSONError):
+            if not is_result:
+                self._display_cut = True
+                output = display_cut_output(limit)
+        self.collector.add_output(output)
+        if self.on_output is not None:
+            self.on_output(output)

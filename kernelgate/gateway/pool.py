@@ -5,6 +5,10 @@ Every run still gets a fresh process: a pooled child has imported the bootstrap 
 its one program; it serves one run and exits. The pool refills in the background; when it
 is empty a run waits for the next fork as long as the zygote keeps delivering, and spawns a
 cold child when it does not (or before the zygote is up).
+
+(Over 500 lines: the zygote's process side and the pool's policy belong together here; the
+pool's teardown helpers live in :mod:`.teardown`, and the zygote's messages are leaving for
+a codec of their own in the wire, issue 11.)
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import asyncio
 import itertools
 import os
 import secrets
+import select
 import signal
 import socket
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from kernelgate.kernels.python import ZYGOTE_LOADER, package_root
@@ -36,9 +42,17 @@ from .process import (
     make_run_dir,
     owner_prefix,
     remove_tree,
-    sweep_run_dirs,
 )
 from .sandbox import PidsCgroup
+from .teardown import (
+    discard,
+    discard_all_blocking,
+    empty_cgroup,
+    off_loop,
+    reap,
+    remove_cgroup,
+    sweep_leftovers,
+)
 
 __all__ = ["WarmPool", "PooledChild", "Zygote", "sweep_leftovers"]
 
@@ -204,19 +218,56 @@ class Zygote:
         os.set_blocking(err_r, False)
         return PooledChild(pid, pidfd, ours, out_r, err_r, zygote=self, run_dir=run_dir)
 
-    def close(self) -> None:
+    #: Set once the zygote is reaped: its pid may then be another process's.
+    _reaped = False
+    #: A pidfd of the zygote, opened the first time :meth:`gone` asks.
+    _pidfd = -1
+
+    def gone(self) -> bool:
+        """Whether the zygote is dead: its socket says so, or its process has exited. (A
+        child it forked holds the socket open until it closes its copy as it boots, and
+        it dies with the zygote: it must not be handed to a run.) Never waits."""
+        self.poll()
+        if not self.dead and not self._reaped:
+            if self._pidfd < 0:
+                try:
+                    self._pidfd = os.pidfd_open(self.pid)
+                except OSError:
+                    return self.dead
+            if select.select([self._pidfd], [], [], 0)[0]:
+                self._died()
+        return self.dead
+
+    def _kill(self) -> bool:
+        """Stop talking to the zygote and kill it; False if it is reaped already."""
         if not self.dead:
             self._died()
         self.sock.close()
-        # The zygote exits on EOF; reap it so no zombie stays behind.
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+        if self._reaped:
+            return False
+        self._reaped = True  # by the caller, next
         try:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        try:
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
+        return True
+
+    def close(self) -> None:
+        """Kill and reap the zygote, waiting for it: for synchronous callers, never on
+        the event loop (there, :meth:`aclose`)."""
+        if self._kill():
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+
+    async def aclose(self) -> None:
+        """Kill the zygote and reap it without blocking the event loop."""
+        if self._kill():
+            await reap(self.pid)
 
 
 def exit_code_of(status: int) -> int | None:
@@ -244,11 +295,16 @@ def exit_code_of(status: int) -> int | None:
 class PooledChild(ChildProcess):
     """A child forked by the zygote: the zygote reaps it and reports its status."""
 
+    reaped_by_zygote = True
+
     def __init__(self, *args: Any, zygote: Zygote, run_dir: str) -> None:
         super().__init__(*args)
         self.zygote = zygote
         self.run_dir = run_dir
         self.cgroup: PidsCgroup | None = None
+
+    def on_status(self, callback: Callable[[], None]) -> None:
+        self.zygote.wait_status(self.pid, callback)
 
     def try_reap(self) -> bool:
         if self.reaped:
@@ -301,16 +357,14 @@ class WarmPool:
         self.cold_fallbacks = 0
         self.zygote_restarts = 0
         self._free_cgroups: list[PidsCgroup] = []  # emptied by finished runs, for reuse
+        self._discarding: set[asyncio.Task[None]] = set()  # dead children being removed
         self._waiters: list[asyncio.Future[None]] = []  # runs waiting for the next child
         self._behind = False  # a wait for a child ran out: the zygote is not keeping up
         self._delivered_at = 0.0  # loop time of the last child made ready
+        no_zygote: list[Zygote | None] = [None]
         self._finalizer = weakref.finalize(
-            self, _discard_all, self._ready, [None], self._free_cgroups
+            self, discard_all_blocking, self._ready, no_zygote, self._free_cgroups
         )
-        # What hosts that died before us left here (their zygote was killed too, or they
-        # had none): swept as a pool starts, so a machine that restarts kernels all day
-        # does not fill up.
-        self.swept = sweep_leftovers(base_dir, cgroup_root)
 
     @property
     def ready(self) -> int:
@@ -379,12 +433,17 @@ class WarmPool:
             candidate = self._ready.pop(0)
             # Children die with their zygote (PR_SET_PDEATHSIG): once it is gone, so are
             # they, even if their own death is still on its way.
-            candidate.zygote.poll()
-            if not candidate.zygote.dead and candidate.alive():
+            if not candidate.zygote.gone() and candidate.alive():
                 child = candidate
                 break
-            _discard(candidate)
+            self._discard_later(candidate)
         return child
+
+    def _discard_later(self, child: PooledChild) -> None:
+        """Discard a dead child in a task: its exit is awaited, never waited for."""
+        task = asyncio.get_running_loop().create_task(discard(child))
+        self._discarding.add(task)
+        task.add_done_callback(self._discarding.discard)
 
     def refill(self, delay: float = 0.0) -> None:
         if self.closed or self.size <= 0:
@@ -410,12 +469,12 @@ class WarmPool:
             zygote = self._zygote
             if zygote is None or zygote.dead:
                 if zygote is not None:
-                    zygote.close()
+                    await zygote.aclose()
                     self.zygote_restarts += 1
                 zygote = self._zygote = Zygote(self.python, self.env)
                 self._finalizer.detach()
                 self._finalizer = weakref.finalize(
-                    self, _discard_all, self._ready, [zygote], self._free_cgroups
+                    self, discard_all_blocking, self._ready, [zygote], self._free_cgroups
                 )
             name = f"pool-{self._token}-{next(self._names)}"
             cgroup: PidsCgroup | None = None
@@ -438,75 +497,77 @@ class WarmPool:
                 failures += 1
                 remove_tree(run_dir)
                 if cgroup is not None:
-                    cgroup.settle_blocking()
+                    await remove_cgroup(cgroup)
                 continue
             except BaseException:  # cancelled, or its task destroyed with its loop
                 remove_tree(run_dir)
-                if cgroup is not None:
-                    cgroup.settle_blocking()
+                if cgroup is not None and not cgroup.settle():
+                    off_loop(cgroup.settle_blocking, "cgroup")
                 raise
             child.cgroup = cgroup
             if self.closed:
-                _discard(child)
+                await discard(child)
                 return
             self._ready.append(child)
             self._behind = False
             self._delivered_at = asyncio.get_running_loop().time()
             self._wake_one()
 
-    def recycle_cgroup(self, cgroup: PidsCgroup) -> None:
-        """Take back the (emptied) cgroup of a finished run for the next child, or remove
-        it while anything is still charged to it.
+    async def recycle_cgroup(self, cgroup: PidsCgroup) -> None:
+        """Empty the cgroup of a finished run and take it back for the next child; or
+        remove it, when the pool is closed or anything is still charged to it.
 
         A killed process leaves cgroup.procs when it exits but stays charged to pids.current
         until it is reaped (an orphan waits for the system's init, seconds on some machines):
         a next run here would get fewer than max_processes. Removing the cgroup does not
         wait for that (rmdir needs no process left, not no charge).
         """
-        if self.closed or cgroup.charged() != 0:
-            cgroup.settle_blocking()
-        else:
-            self._free_cgroups.append(cgroup)
+        if self.closed:
+            await empty_cgroup(cgroup)
+        elif await empty_cgroup(cgroup, remove=False):  # mkdir and rmdir cost ms each
+            if self.closed or cgroup.charged() != 0:
+                await empty_cgroup(cgroup)
+            else:
+                self._free_cgroups.append(cgroup)
 
-    def close(self) -> None:
-        """Stop the zygote and every idle child; remove their directories and cgroups."""
+    def _stop(self) -> None:
         self.closed = True
         self._wake_all()  # runs waiting for a child go cold
-        while self._free_cgroups:
-            self._free_cgroups.pop().settle_blocking()
         if self._filler is not None and not self._filler.done():
             try:
                 self._filler.cancel()
             except RuntimeError:
                 pass  # its loop is closed
+
+    def close(self) -> None:
+        """Stop the zygote and every idle child; remove their directories and cgroups,
+        waiting for them: for synchronous callers, never on the event loop (there,
+        :meth:`aclose`)."""
+        self._stop()
+        while self._free_cgroups:
+            self._free_cgroups.pop().settle_blocking()
         self._finalizer()
 
-
-def sweep_leftovers(base_dir: str | None, cgroup_root: str | None) -> list[str]:
-    """Remove the run directories under ``base_dir`` (default: the temporary directory)
-    and the pids cgroups under ``cgroup_root`` of hosts that are gone (never a live
-    host's: names carry their owner, see :func:`~.process.owner_prefix`); return the
-    names removed. Two listdirs and a /proc read per marked entry: well under a
-    millisecond on a clean machine."""
-    return sweep_run_dirs(base_dir) + PidsCgroup.sweep(cgroup_root)
-
-
-def _discard(child: PooledChild) -> None:
-    child.signal_group(signal.SIGKILL)
-    child.wait_gone(2.0)
-    child.close()
-    remove_tree(child.run_dir)
-    if child.cgroup is not None:
-        child.cgroup.settle_blocking()
-
-
-def _discard_all(
-    ready: list[PooledChild], zygote_box: list[Zygote | None], free: list[PidsCgroup]
-) -> None:
-    while ready:
-        _discard(ready.pop())
-    while free:
-        free.pop().settle_blocking()
-    for zygote in zygote_box:
-        if zygote is not None:
-            zygote.close()
+    async def aclose(self) -> None:
+        """:meth:`close` without blocking the event loop: every exit is awaited."""
+        self._stop()
+        ready, self._ready[:] = list(self._ready), []
+        free, self._free_cgroups[:] = list(self._free_cgroups), []
+        loop = asyncio.get_running_loop()
+        # The filler and discards of this loop (a gateway used with run_sync has a new
+        # loop for each run; those of a loop that ended were cancelled with it).
+        tasks = [t for t in (self._filler, *self._discarding) if t is not None]
+        try:
+            await asyncio.gather(
+                *(discard(child) for child in ready),
+                *(remove_cgroup(cgroup) for cgroup in free),
+                *(t for t in tasks if t.get_loop() is loop),
+                return_exceptions=True,
+            )
+            if self._zygote is not None:
+                await self._zygote.aclose()
+        except BaseException:
+            # Cancelled midway: the finalizer finishes (and waits) in a thread of its own.
+            off_loop(self._finalizer, "pool")
+            raise
+        self._finalizer.detach()

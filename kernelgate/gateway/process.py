@@ -14,8 +14,9 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from kernelgate.kernels.python import LOADER, package_root
 from kernelgate.model.constants import RUN_GID, RUN_UID
@@ -32,6 +33,7 @@ __all__ = [
     "stat_fields",
     "proc_usage",
     "descendants",
+    "measure_usage",
 ]
 
 _SIGNALS_TO_DEFAULT = {
@@ -84,6 +86,14 @@ class ChildProcess:
     reaped: bool = False
     _closed: bool = field(default=False, repr=False)
 
+    #: Reaped by someone else (a zygote), who reports how it ended (see :meth:`on_status`).
+    reaped_by_zygote: ClassVar[bool] = False
+
+    def on_status(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once how the child ended can be known. A child we spawned
+        ourselves can be reaped as soon as its pidfd fires: at once."""
+        callback()
+
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the child's whole process group (ignores an empty group)."""
         try:
@@ -102,6 +112,12 @@ class ChildProcess:
                 self.signal_group(signal.SIGKILL)
         except OSError:
             pass  # already gone
+
+    def kill_all(self) -> None:
+        """SIGKILL the child by pidfd and its process group: a warm child's pid is known
+        before it has made its own group (setsid), and a group kill then reaches nothing."""
+        self.kill()
+        self.signal_group(signal.SIGKILL)
 
     def wait_gone(self, timeout: float) -> bool:
         """Block until the child has exited (not necessarily reaped); False on timeout."""
@@ -189,7 +205,7 @@ def backoff(timeout: float = 5.0) -> Iterator[float]:
 
 
 def spawn_child(
-    python: str, env: dict[str, str], run_dir: str, extra_args: tuple[str, ...] = ()
+    python: str, env: Mapping[str, str], run_dir: str, extra_args: tuple[str, ...] = ()
 ) -> ChildProcess:
     """Start ``python -I -c LOADER`` in a new session with fd 3 a socketpair to us."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -433,3 +449,29 @@ def descendants(pid: int) -> list[int]:
             except (OSError, ValueError):
                 continue
     return found
+
+
+def measure_usage(pids: list[int]) -> tuple[dict[str, Any] | None, float]:
+    """CPU time and peak memory of ``pids`` as the host reads them from /proc (None if none
+    could be read), and the most CPU one of them used on its own."""
+    user = system = 0.0
+    peak = 0
+    busiest = 0.0
+    seen = False
+    for pid in pids:
+        found = proc_usage(pid)
+        if found is None:
+            continue
+        seen = True
+        user += found[0]
+        system += found[1]
+        peak = max(peak, found[2])
+        busiest = max(busiest, found[3])
+    if not seen:
+        return None, busiest
+    usage = {
+        "cpu_user_s": round(user, 6),
+        "cpu_system_s": round(system, 6),
+        "peak_memory_bytes": peak,
+    }
+    return usage, busiest

@@ -1,0 +1,330 @@
+"""The call dispatcher: every binding call of one run, on one path.
+
+A call goes through the same stages whoever answers it:
+
+1. admit: the call id within ``max_calls`` (else the child's traffic is refused), a
+   record, the binding looked up and the arguments bound to the host function's signature
+   (the host is the authority: a frame written straight to fd 3 skips the child's check);
+2. a slot: at most ``max_calls_in_flight`` calls run at once (more wait; fd 3 is not read
+   while they do, see :meth:`~.channel.ChildChannel.pause_control`);
+3. the policy, if the gateway has one;
+4. the binding: a coroutine function (or one marked :func:`kernelgate.inline`) on the event
+   loop, any other callable in a worker thread (it may block; the loop serves every run);
+5. the answer: the result checked as JSON within ``max_frame_bytes``, the record completed,
+   the ``on_call`` hook, the reply to the child.
+
+The fast path is a property of this path, not a copy of it: a call that finds a slot free
+and no policy runs stage 4 inside fd 3's read callback, and a value that is ready at once
+(an inline binding) is answered there too, without a task. Anything that must be awaited
+goes on in a task through the same stage functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from kernelgate.model.constants import FRAME_OVERHEAD
+from kernelgate.model.result import CallRecord, ErrorInfo
+from kernelgate.model.text import safe_str
+from kernelgate.wire.errors import LocalProtocolError
+from kernelgate.wire.events import CallReply, CallRequest
+from kernelgate.wire.messages import binding_label
+from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
+
+from .bindings import Binding
+from .channel import ChildChannel
+from .outcome import Verdicts
+from .output import RunOutput
+from .plan import CallListener, RunPlan
+
+__all__ = ["CallDispatcher"]
+
+
+class _Refused(Exception):
+    """A call the host refused before running it; ``ename`` is what the program sees."""
+
+    def __init__(self, ename: str, message: str) -> None:
+        super().__init__(message)
+        self.ename = ename
+
+
+class CallDispatcher:
+    """Admits, runs and answers one run's binding calls (see the module's docstring).
+
+    ``on_violation(detail)`` is told of a call the child could not have sent honestly;
+    once ``verdicts`` is settled, answers are recorded but no longer sent.
+    """
+
+    def __init__(
+        self,
+        plan: RunPlan,
+        channel: ChildChannel,
+        output: RunOutput,
+        verdicts: Verdicts,
+        *,
+        t0: float,
+        on_call: CallListener | None,
+        on_violation: Callable[[str], None],
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._registry = plan.registry
+        self._limits = plan.limits
+        self._policy = plan.policy
+        self._handler = plan.call_handler
+        self._executor = plan.executor
+        self._channel = channel
+        self._output = output
+        self._verdicts = verdicts
+        self._t0 = t0
+        self._on_call = on_call
+        self._on_violation = on_violation
+        self._max_calls = plan.limits.max_calls
+        self._max_in_flight = plan.limits.max_calls_in_flight
+        self._slots = asyncio.Semaphore(self._max_in_flight)
+        # Nothing to consult before the binding: a call with a free slot starts at once.
+        self._direct = plan.policy is None and plan.call_handler is None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.calls: list[CallRecord] = []
+        #: Failures of the host's own hooks (on_call), kept for the result's note.
+        self.hook_errors: list[str] = []
+
+    # -- 1. admit ------------------------------------------------------------------------
+
+    def start(self, request: CallRequest) -> None:
+        """Take a call from the child: answer it now, or start it."""
+        if request.call_id >= self._max_calls:
+            # The child refuses calls past max_calls itself (and numbers calls from 0), so
+            # this frame was written by the program: stop reading and recording its flood.
+            self._on_violation(
+                f"binding call number {request.call_id + 1} is past max_calls="
+                f"{self._max_calls}, which the child refuses itself"
+            )
+            return
+        now = time.monotonic()
+        record = CallRecord(
+            id=request.call_id,
+            namespace=request.namespace,
+            name=request.name,
+            args=request.args,
+            kwargs=request.kwargs,
+            start_s=now - self._t0,
+        )
+        self.calls.append(record)
+        binding = self._registry.lookup(record.namespace, record.name)
+        if binding is None:
+            label = binding_label(record.namespace, record.name)
+            self._answer(record, now, error=LookupError(f"there is no binding {label}"))
+            return
+        # Neither the policy nor the binding may see arguments that do not fit
+        # (Signature.bind: about 2 us per call, docs/benchmarks.md).
+        try:
+            binding.check_arguments(record.args, record.kwargs)
+        except TypeError as exc:
+            self._answer(record, now, error=exc)
+            return
+        if self._direct and not self._slots.locked() and not self._channel.backlogged:
+            self._begin(record, binding)
+        else:
+            self._spawn(self._queued(record, binding), None)
+
+    # -- 2. and 3. a slot, the policy ----------------------------------------------------
+
+    async def _queued(self, record: CallRecord, binding: Binding) -> None:
+        async with self._slots:
+            started = time.monotonic()
+            record.start_s = started - self._t0
+            pending: Any = None
+            error: BaseException | None = None
+            try:
+                if self._policy is not None:
+                    await self._check_policy(record)
+                if self._handler is not None:
+                    pending = self._handler(binding, record.args, record.kwargs)
+                else:
+                    pending = self._invoke(binding, record.args, record.kwargs)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # SystemExit from a policy must not end the host
+                error = exc
+            await self._complete(record, started, pending, error)
+
+    async def _check_policy(self, record: CallRecord) -> None:
+        assert self._policy is not None
+        try:
+            verdict = self._policy(record.namespace, record.name, record.args, record.kwargs)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # SystemExit from a policy must not end the host either
+            raise _Refused(
+                "PolicyDenied", f"the gateway's policy denied this call: {safe_str(exc, 4096)}"
+            ) from None
+        if not verdict:
+            raise _Refused("PolicyDenied", "the gateway's policy denied this call")
+
+    # -- 4. the binding ------------------------------------------------------------------
+
+    def _begin(self, record: CallRecord, binding: Binding) -> None:
+        """Stage 4 in the read callback: answer a value that is ready at once, else await
+        it in a task (which takes its slot)."""
+        started = time.monotonic()
+        try:
+            pending = self._invoke(binding, record.args, record.kwargs)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # SystemExit from a binding must not end the host
+            self._answer(record, started, error=exc)
+            return
+        if not inspect.isawaitable(pending):
+            self._answer(record, started, value=pending)
+            return
+        self._spawn(self._complete(record, started, pending, None, self._slots), pending)
+
+    def _invoke(self, binding: Binding, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Call the binding: a coroutine function or an inline binding here, on the loop
+        (its value, or the awaitable it returned); anything else in a worker thread (a
+        synchronous binding doing I/O would stall every run on this loop, and a run's wall
+        clock with it)."""
+        if binding.is_async or binding.inline:
+            return binding.fn(*args, **kwargs)
+        return self._in_thread(binding.fn, args, kwargs)
+
+    async def _in_thread(
+        self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context
+        value = await self._loop.run_in_executor(
+            self._executor, functools.partial(context.run, fn, *args, **kwargs)
+        )
+        if inspect.isawaitable(value):  # a plain function that returned a coroutine
+            value = await value
+        return value
+
+    async def _complete(
+        self,
+        record: CallRecord,
+        started: float,
+        pending: Any,
+        error: BaseException | None,
+        slot: asyncio.Semaphore | None = None,
+    ) -> None:
+        """Await the binding's value (in ``slot``, when given), then answer: once the
+        child reads its answers again, if it had stopped (back-pressure). One coroutine
+        per call on the fast path, as direct as the binding allows."""
+        if slot is not None:
+            await slot.acquire()
+        try:
+            value: Any = pending
+            if error is None and inspect.isawaitable(pending):
+                try:
+                    value = await pending
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # SystemExit from a binding must not end the host
+                    value, error = None, exc
+            if self._channel.backlogged:
+                await self._channel.drained()
+            self._answer(record, started, value, error)
+        finally:
+            if slot is not None:
+                slot.release()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], pending: Any) -> None:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._call_done)
+        if inspect.iscoroutine(pending):
+            # A task cancelled before its first step (the run ended) never awaits the
+            # binding's coroutine: close it, or Python warns "never awaited" on the host.
+            binding_coro: Coroutine[Any, Any, Any] = pending
+            task.add_done_callback(lambda _: binding_coro.close())
+        if len(self._tasks) > self._max_in_flight:
+            self._channel.pause_control()
+
+    def _call_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._channel.paused and len(self._tasks) <= self._max_in_flight:
+            self._channel.resume_control()
+
+    # -- 5. the answer -------------------------------------------------------------------
+
+    def _answer(
+        self,
+        record: CallRecord,
+        started: float,
+        value: Any = None,
+        error: BaseException | None = None,
+    ) -> None:
+        """Check a call's result, record it, and send the child its answer."""
+        # No second signature or JSON check of the arguments here: the child checked them
+        # for good messages, the wire parsed them as strict JSON, and a forged call with
+        # arguments that do not fit was refused on admission, as a ToolError.
+        if error is None:
+            error = self._check_result(record, value)
+        if error is not None:
+            ename = error.ename if isinstance(error, _Refused) else type(error).__name__
+            record.ok = False
+            record.error = ErrorInfo(ename, safe_str(error, 4096))
+            reply = CallReply(record.id, False, ename=ename, evalue=record.error.evalue)
+        else:
+            record.ok = True
+            record.value = value
+            reply = CallReply(record.id, True, value)
+        record.duration_s = time.monotonic() - started
+        record.output_index = self._output.call_point()
+        if not self._verdicts.settled:
+            try:
+                self._channel.send(reply)
+            except LocalProtocolError as exc:
+                # A result that passed the checks yet cannot be encoded must still answer
+                # the call, or the program would wait for it forever.
+                record.ok, record.value = False, None
+                record.error = ErrorInfo("TypeError", f"the result cannot be sent: {exc}")
+                self._channel.send(
+                    CallReply(record.id, False, ename="TypeError", evalue=record.error.evalue)
+                )
+        if self._on_call is not None:
+            try:
+                self._on_call(record)
+            except BaseException as exc:  # a listener of the host's must not end the run
+                # The host's own hook failed: the program is not to blame, and the run goes
+                # on; say so where the host's developer will look.
+                self.hook_errors.append(f"on_call: {type(exc).__name__}: {safe_str(exc, 500)}")
+
+    def _check_result(self, record: CallRecord, value: Any) -> BaseException | None:
+        try:
+            check_json(
+                value,
+                f"{binding_label(record.namespace, record.name)}() result",
+                self._limits.max_frame_bytes - FRAME_OVERHEAD,
+            )
+        except NotJSONError as exc:
+            return TypeError(f"the binding returned a value that is not JSON: {exc}")
+        except ValueTooLargeError:
+            return ValueError(
+                f"the binding's result is over max_frame_bytes="
+                f"{self._limits.max_frame_bytes} bytes as JSON"
+            )
+        return None
+
+    # -- the end -------------------------------------------------------------------------
+
+    def cancel_now(self) -> None:
+        """Cancel every call still running (without waiting for them)."""
+        for task in self._tasks:
+            task.cancel()
+
+    async def cancel_all(self) -> None:
+        """End the calls still running: the program is over, nobody awaits them."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,260 @@
+"""The child channel: one child's fds on the event loop.
+
+fd 3 is read into the wire :class:`~kernelgate.wire.connection.Connection` and its events
+handed on; frames to the child queue in a write buffer; fd 1 and 2 are read into the run's
+output. All I/O is non-blocking (``add_reader``/``add_writer`` on raw fds), so the host never
+waits on anything the child does: when the child exits, everything it wrote is already in
+the socket and pipe buffers and is drained at once, and a grandchild holding a pipe open
+cannot keep the run from settling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+
+from kernelgate.wire.connection import Connection
+from kernelgate.wire.errors import RemoteProtocolError
+from kernelgate.wire.events import Event
+
+from .outcome import Verdicts
+from .process import ChildProcess
+
+__all__ = ["ChildChannel", "REPLY_HIGH_WATER"]
+
+_READ_CHUNK = 256 * 1024
+
+#: Answers queued for a child that does not read them: past this, calls wait to answer.
+REPLY_HIGH_WATER = 16 * 1024 * 1024
+
+
+class ChildChannel:
+    """Reads and writes one child's fd 3, reads its fd 1 and 2, and applies back-pressure.
+
+    ``on_event(event)`` gets each event the wire accepts, ``on_violation(detail)`` what it
+    refuses, and ``on_raw(name, data)`` the bytes of fd 1 and 2. Once ``verdicts`` says the
+    host refused the child's traffic, nothing more of fd 3 is read or passed on.
+
+    Answers to the calls in one chunk of fd 3 leave together (corked: one write, one wakeup
+    of the child, however many calls it sent at once).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        child: ChildProcess,
+        conn: Connection,
+        verdicts: Verdicts,
+        *,
+        on_event: Callable[[Event], None],
+        on_violation: Callable[[str], None],
+        on_raw: Callable[[str, bytes], None],
+    ) -> None:
+        self._loop = loop
+        self._child = child
+        self._conn = conn
+        self._verdicts = verdicts
+        self._on_event = on_event
+        self._on_violation = on_violation
+        self._on_raw = on_raw
+        self._control_fd = child.control.fileno()
+        self._readers: list[int] = []
+        self._out: list[bytes] = []
+        #: Bytes queued for the child and not yet written.
+        self.backlog = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._closed = False
+        self._corked: list[bytes] | None = None  # frames held back while a chunk is handled
+        #: fd 3 is not read while calls wait for a slot (see :meth:`pause_control`).
+        self.paused = False
+        self.bytes_in = 0
+        self.bytes_out = 0
+
+    def open(self, on_exit: Callable[[], None]) -> None:
+        """Start reading fd 3, 1 and 2, and watch the child's pidfd with ``on_exit``."""
+        child = self._child
+        for fd, callback in (
+            (self._control_fd, self._on_control),
+            (child.stdout_fd, lambda: self._on_pipe("stdout")),
+            (child.stderr_fd, lambda: self._on_pipe("stderr")),
+            (child.pidfd, on_exit),
+        ):
+            if fd >= 0:
+                self._loop.add_reader(fd, callback)
+                self._readers.append(fd)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _on_control(self, drain: bool = False) -> None:
+        sock = self._child.control
+        verdicts = self._verdicts
+        while True:
+            try:
+                data = sock.recv(_READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.unwatch(self._control_fd)
+                return
+            self.bytes_in += len(data)
+            if verdicts.refused:
+                return
+            corked: list[bytes] = []
+            self._corked = corked
+            try:
+                self._conn.receive_data(data)
+                while True:
+                    event = self._conn.next_event()
+                    if event is None:
+                        break
+                    self._on_event(event)
+                    if verdicts.refused:
+                        break  # nothing more of this child's is read or recorded
+            except RemoteProtocolError as exc:
+                self._on_violation(str(exc))
+                return
+            finally:
+                self._corked = None
+                if corked and not self._closed:
+                    self._write(b"".join(corked))
+            if not drain:
+                return  # one chunk per wakeup keeps other runs responsive
+
+    def _on_pipe(self, name: str, drain: bool = False) -> None:
+        fd = self._child.stdout_fd if name == "stdout" else self._child.stderr_fd
+        while True:
+            try:
+                data = os.read(fd, _READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.unwatch(fd)
+                return
+            self._on_raw(name, data)
+            if not drain:
+                return
+
+    def drain(self) -> None:
+        """The child has exited: take everything it wrote, which is in the buffers now."""
+        if self._control_fd in self._readers or self.paused:
+            self.paused = False
+            self._on_control(drain=True)
+        self.drain_pipes(stop=False)
+
+    def drain_pipes(self, stop: bool = True) -> None:
+        """Take what fd 1 and 2 hold now; with ``stop``, read them no more (after the
+        reply, they hold all the program wrote)."""
+        for name, fd in (("stdout", self._child.stdout_fd), ("stderr", self._child.stderr_fd)):
+            if fd in self._readers:
+                self._on_pipe(name, drain=True)
+                if stop:
+                    self.unwatch(fd)
+
+    def stop_control(self) -> None:
+        """Read fd 3 no more (the host refused the child's traffic)."""
+        self.unwatch(self._control_fd)
+
+    def stop_reading(self) -> None:
+        for fd in list(self._readers):
+            self.unwatch(fd)
+
+    def unwatch(self, fd: int) -> None:
+        if fd in self._readers:
+            self._readers.remove(fd)
+            self._loop.remove_reader(fd)
+
+    # -- back-pressure -------------------------------------------------------------------
+
+    def pause_control(self) -> None:
+        """With every call slot taken and more calls waiting, stop reading fd 3 until one
+        finishes, so a flood of call frames waits in the child (blocked in its write), not
+        in the host's memory."""
+        if not self.paused and self._control_fd in self._readers:
+            self.unwatch(self._control_fd)
+            self.paused = True
+
+    def resume_control(self) -> None:
+        self.paused = False
+        if self._closed or self._verdicts.refused:
+            return
+        fd = self._control_fd
+        if fd not in self._readers:
+            self._loop.add_reader(fd, self._on_control)
+            self._readers.append(fd)
+
+    @property
+    def backlogged(self) -> bool:
+        """The child is not reading its answers: calls wait (:meth:`drained`) to answer."""
+        return self.backlog > REPLY_HIGH_WATER
+
+    async def drained(self) -> None:
+        """Wait until every queued frame is written."""
+        await self._drained.wait()
+
+    # -- writing -------------------------------------------------------------------------
+
+    def send(self, event: Event) -> None:
+        """Encode ``event`` and write it (queued while the child is not reading). Raises
+        LocalProtocolError if the wire may not send it."""
+        if self._closed:
+            return
+        data = self._conn.send(event)
+        self.bytes_out += len(data)
+        if self._corked is not None:
+            self._corked.append(data)
+            return
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        if self._out:
+            self._out.append(data)
+            self.backlog += len(data)
+            return
+        try:
+            n = self._child.control.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError:
+            return  # the child is gone; its run is settling
+        if n < len(data):
+            rest = data[n:]
+            self._out.append(rest)
+            self.backlog += len(rest)
+            self._drained.clear()
+            self._loop.add_writer(self._control_fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        sock = self._child.control
+        while self._out:
+            data = self._out[0]
+            try:
+                n = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self._out.clear()
+                self.backlog = 0
+                break
+            self.backlog -= n
+            if n < len(data):
+                self._out[0] = data[n:]
+                return
+            self._out.pop(0)
+        self._loop.remove_writer(self._control_fd)
+        self._drained.set()
+
+    def close(self) -> None:
+        """Stop all I/O and close our ends of the child's fds."""
+        self._closed = True
+        self.stop_reading()
+        if self._out:
+            self._loop.remove_writer(self._control_fd)
+            self._out.clear()
+        self._drained.set()
+        self._child.close()

@@ -1,0 +1,68 @@
+"""RunPlan: everything one run needs, decided once by the Gateway before the run starts."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelgate.model.limits import Limits
+from kernelgate.model.result import CallRecord
+
+from .bindings import Binding, BindingRegistry
+from .pool import WarmPool
+from .sandbox import SandboxPlan
+
+__all__ = ["CallHandler", "CallListener", "Policy", "RunPlan"]
+
+#: Called with each binding call once it completes.
+CallListener = Callable[[CallRecord], None]
+#: Answers a call in place of the registry's callable (e.g. a remote client's binding).
+CallHandler = Callable[[Binding, list[Any], dict[str, Any]], Awaitable[Any]]
+#: Sees every call before it runs: ``policy(namespace, name, args, kwargs)``; sync or async.
+#: A false result, or an exception (its message is the reason), denies the call.
+Policy = Callable[[str, str, list[Any], dict[str, Any]], Any]
+
+
+def _process_level() -> SandboxPlan:
+    return SandboxPlan("process", {})
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """How one run is made, fixed before it starts: its bindings and limits, the
+    interpreter and environment, the sandbox (level, rlimits, pids cgroup root), where its
+    child comes from (``pool``: warm, or None: a cold spawn), the policy and where
+    synchronous bindings run. A ``Run`` reads it and never changes it.
+
+    ``sandbox_unavailable`` is the reason a strict gateway refuses to run (the run then
+    ends ``"sandbox_unavailable"`` without starting a child).
+
+    >>> plan = RunPlan(BindingRegistry.from_arguments({}, "tools", None), Limits(), "python3")
+    >>> plan.sandbox.level, plan.warm, plan.cgroup_root
+    ('process', False, None)
+    """
+
+    registry: BindingRegistry
+    limits: Limits
+    python: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    sandbox: SandboxPlan = field(default_factory=_process_level)
+    base_dir: str | None = None
+    sandbox_unavailable: str = ""
+    policy: Policy | None = None
+    pool: WarmPool | None = None
+    #: Where synchronous bindings run (None: the loop's default executor).
+    executor: Executor | None = None
+    call_handler: CallHandler | None = None
+
+    @property
+    def warm(self) -> bool:
+        """The run takes its child from a warm pool (a cold spawn if the pool has none)."""
+        return self.pool is not None
+
+    @property
+    def cgroup_root(self) -> str | None:
+        """Where a cold child's pids cgroup is made (None: no pids cgroup here)."""
+        return self.sandbox.pids_cgroup

@@ -1,0 +1,333 @@
+"""Teardown: the end of a run's child, and the waits every ending needs, all async.
+
+Nothing here blocks the event loop, which serves every run of the host: a child's exit is
+awaited on its pidfd (or its zygote's report), a cgroup is emptied in short awaited steps,
+and what cannot be awaited any more (the loop is going away) is finished by a thread of
+its own, never by a blocking wait on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from .channel import ChildChannel
+from .process import ChildProcess, backoff, remove_tree, sweep_run_dirs
+from .sandbox import PidsCgroup
+
+__all__ = [
+    "Calls",
+    "IdleChild",
+    "Teardown",
+    "discard",
+    "discard_all_blocking",
+    "sweep_leftovers",
+    "empty_cgroup",
+    "off_loop",
+    "reap",
+    "remove_cgroup",
+    "wait_readable",
+]
+
+#: How long a killed child may take to be gone before the teardown stops waiting for it.
+_GONE_TIMEOUT = 2.0
+
+
+async def wait_readable(fd: int, timeout: float) -> bool:
+    """Wait until ``fd`` (a pidfd: the process exited) is readable; False on timeout."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def on_ready() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, on_ready)
+    try:
+        await asyncio.wait_for(ready, timeout)
+    except asyncio.TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(fd)
+    return True
+
+
+class IdleChild(Protocol):
+    """A warm child no run has taken (a :class:`~.pool.PooledChild`)."""
+
+    pidfd: int
+    run_dir: str
+    cgroup: PidsCgroup | None
+
+    def kill_all(self) -> None: ...
+
+    def wait_gone(self, timeout: float) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_Idle = TypeVar("_Idle", bound=IdleChild)
+
+
+async def wait_gone(child: ChildProcess | IdleChild, timeout: float = _GONE_TIMEOUT) -> bool:
+    """Wait until ``child`` has exited (not necessarily reaped); False on timeout."""
+    if child.wait_gone(0):  # reaped, closed, or its pidfd readable already: no wait
+        return True
+    return await wait_readable(child.pidfd, timeout)
+
+
+async def empty_cgroup(cgroup: PidsCgroup, remove: bool = True) -> bool:
+    """Kill everything in ``cgroup``; then remove it, or leave it empty for reuse. True on
+    success; False after the backstop (never hang the caller; the leak checks see it)."""
+    for delay in backoff():
+        if cgroup.settle(remove):
+            return True
+        await asyncio.sleep(delay)
+    return cgroup.settle(remove)
+
+
+def off_loop(fn: Callable[[], Any], name: str) -> None:
+    """Run ``fn`` (a bounded cleanup that may wait) in a thread of its own: for what must
+    still be finished when the event loop can no longer await it. Not a daemon thread, so
+    the interpreter waits for it at exit (each such cleanup is bounded)."""
+    threading.Thread(target=fn, name=f"kernelgate-{name}", daemon=False).start()
+
+
+async def remove_cgroup(cgroup: PidsCgroup) -> None:
+    """Empty and remove ``cgroup``; if cancelled first, finish it off the loop."""
+    try:
+        await empty_cgroup(cgroup)
+    except BaseException:
+        off_loop(cgroup.settle_blocking, "cgroup")
+        raise
+
+
+async def reap(pid: int, timeout: float = 5.0) -> None:
+    """Reap our child ``pid`` (already signalled) without blocking the loop: await its
+    pidfd, then collect it. One that does not exit in time is reaped off the loop."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        pidfd = -1  # already reaped (or no pidfds): nothing to await
+    exited = pidfd < 0
+    try:
+        if not exited:
+            exited = await wait_readable(pidfd, timeout)
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+        if not exited:  # not gone in time, or cancelled: reaped by a thread
+            off_loop(lambda: _waitpid(pid, 0), "reap")
+    if exited:
+        _waitpid(pid, os.WNOHANG)
+
+
+def _waitpid(pid: int, flags: int) -> None:
+    try:
+        os.waitpid(pid, flags)
+    except ChildProcessError:
+        pass
+
+
+async def discard(child: IdleChild) -> None:
+    """Kill an idle child and remove its run directory and cgroup, awaiting its exit."""
+    child.kill_all()
+    try:
+        await wait_gone(child)
+    except BaseException:  # cancelled: finish without the loop
+        child.close()
+        remove_tree(child.run_dir)
+        if child.cgroup is not None and not child.cgroup.settle():
+            off_loop(child.cgroup.settle_blocking, "cgroup")
+        raise
+    child.close()
+    remove_tree(child.run_dir)
+    if child.cgroup is not None:
+        await remove_cgroup(child.cgroup)
+
+
+def discard_all_blocking(
+    ready: list[_Idle], zygote_box: Sequence[_Closable | None], free: list[PidsCgroup]
+) -> None:
+    """:func:`discard` every child in ``ready``, remove the ``free`` cgroups and close the
+    zygote, waiting: the pool's finalizer (a synchronous close, the pool collected, or an
+    ``aclose`` cancelled midway, then in a thread of its own), never on the event loop."""
+    while ready:
+        child = ready.pop()
+        child.kill_all()
+        child.wait_gone(_GONE_TIMEOUT)
+        child.close()
+        remove_tree(child.run_dir)
+        if child.cgroup is not None:
+            child.cgroup.settle_blocking()
+    while free:
+        free.pop().settle_blocking()
+    for zygote in zygote_box:
+        if zygote is not None:
+            zygote.close()
+
+
+def sweep_leftovers(base_dir: str | None, cgroup_root: str | None) -> list[str]:
+    """Remove the run directories under ``base_dir`` (default: the temporary directory)
+    and the pids cgroups under ``cgroup_root`` of hosts that are gone (never a live
+    host's: names carry their owner, see :func:`~.process.owner_prefix`); return the
+    names removed. Two listdirs and a /proc read per marked entry: well under a
+    millisecond on a clean machine; a dead host's cgroup may take a moment to empty, so
+    it is called off the event loop."""
+    return sweep_run_dirs(base_dir) + PidsCgroup.sweep(cgroup_root)
+
+
+class Calls(Protocol):
+    """What the teardown needs of the run's calls (a :class:`~.calls.CallDispatcher`)."""
+
+    def cancel_now(self) -> None: ...
+
+    async def cancel_all(self) -> None: ...
+
+
+class Teardown:
+    """The end of one run's child: noticing its exit, taking what it wrote, reaping it,
+    emptying its pids cgroup, cancelling its calls, removing its run directory.
+
+    ``recycle(cgroup)``, when the child came from a pool, gives the cgroup back to it;
+    without it the cgroup is removed. Timers made with :meth:`call_later` end with the run.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        child: ChildProcess,
+        channel: ChildChannel,
+        calls: Calls,
+        *,
+        level: str,
+        run_dir: str,
+        cgroup: PidsCgroup | None,
+        recycle: Callable[[PidsCgroup], Awaitable[None]] | None = None,
+    ) -> None:
+        self._loop = loop
+        self._child = child
+        self._channel = channel
+        self._calls = calls
+        self._level = level
+        self._run_dir = run_dir
+        self._cgroup = cgroup
+        self._recycle = recycle
+        self._timers: list[asyncio.TimerHandle] = []
+        #: Done once the child has exited and everything it wrote has been taken.
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def watch(self) -> None:
+        """Notice the child's exit: its pidfd, or (without one) its zygote's report."""
+        self._channel.open(self._on_exit)
+        if self._child.pidfd < 0 and self._child.reaped_by_zygote:
+            self._child.on_status(self._on_exit)
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> None:
+        self._timers.append(self._loop.call_later(delay, callback, *args))
+
+    def _on_exit(self) -> None:
+        child = self._child
+        if self.exited.done():
+            return
+        if child.reaped_by_zygote:
+            if not child.try_reap():
+                # It is gone (its pidfd fired); the zygote that reaps it reports how it
+                # ended in a moment (having killed its process group first).
+                self._channel.unwatch(child.pidfd)
+                child.on_status(self._on_exit)
+                return
+        else:
+            # Unreaped, the child is a zombie that still holds its process group id, so
+            # this cannot reach a stranger that reused the number.
+            child.signal_group(signal.SIGKILL)
+        self._channel.unwatch(child.pidfd)
+        self._channel.drain()
+        self.exited.set_result(None)
+
+    async def settle(self) -> None:
+        """After the exit: what the program left behind is killed, the child reaped, its
+        cgroup emptied (and given back or removed), its calls cancelled."""
+        child = self._child
+        self._channel.stop_reading()
+        if not child.reaped and self._level == "process" and self._cgroup is None:
+            # No pid namespace and no cgroup: the process group is the only handle on what
+            # the program left behind. Wait for it to die while the unreaped leader keeps
+            # the group id ours. (With namespaces, the namespace is already empty.)
+            for delay in backoff():
+                if not child.group_alive():
+                    break
+                child.signal_group(signal.SIGKILL)
+                await asyncio.sleep(delay)
+        child.try_reap()
+        if self._cgroup is not None:
+            if self._recycle is not None:
+                await self._recycle(self._cgroup)  # mkdir and rmdir cost ms each
+            else:
+                await empty_cgroup(self._cgroup)
+        await self._calls.cancel_all()
+
+    async def kill_and_settle(self) -> None:
+        """The caller gave up: kill everything, wait until it is gone, settle."""
+        self._child.kill_all()
+        while not self.exited.done():
+            try:
+                await asyncio.shield(self.exited)
+            except asyncio.CancelledError:
+                continue
+        await self.settle()
+
+    async def finish(self) -> None:
+        """The teardown of a run that returned on its reply (a task of its own)."""
+        try:
+            await asyncio.shield(self.exited)
+            await self.settle()
+        except asyncio.CancelledError:
+            # The loop is closing (asyncio.run ends) with the child still on its way out;
+            # it still runs this task to its end, so the waits are awaited.
+            await self._abandon()
+            raise
+        except GeneratorExit:
+            # The task is destroyed with its loop: nothing can be awaited any more.
+            self._abandon_now()
+            raise
+        finally:
+            self.release()
+
+    async def _abandon(self) -> None:
+        """Kill the child, wait (bounded) until it is gone, empty its cgroup."""
+        self._calls.cancel_now()
+        self._child.kill()
+        try:
+            await asyncio.wait_for(asyncio.shield(self.exited), _GONE_TIMEOUT)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass
+        self._child.try_reap()
+        if self._cgroup is not None:
+            try:
+                await remove_cgroup(self._cgroup)
+            except asyncio.CancelledError:
+                pass  # finished off the loop
+
+    def _abandon_now(self) -> None:
+        """Without awaiting: kill the child, leave its cgroup to a thread."""
+        self._calls.cancel_now()
+        self._child.kill()
+        self._child.try_reap()
+        if self._cgroup is not None and not self._cgroup.settle():
+            off_loop(self._cgroup.settle_blocking, "cgroup")
+
+    def release(self) -> None:
+        """The last step of either ending: timers, our fds, the run directory."""
+        for timer in self._timers:
+            timer.cancel()
+        self._channel.close()
+        remove_tree(self._run_dir)
