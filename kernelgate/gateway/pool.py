@@ -6,10 +6,13 @@ its one program; it serves one run and exits. The pool refills in the background
 is empty a run waits for the next fork as long as the zygote keeps delivering, and spawns a
 cold child when it does not (or before the zygote is up).
 
-(Over 500 lines: the zygote's process side and the pool's policy belong together here; the
-pool's teardown helpers live in :mod:`.teardown`, and the zygote's messages are leaving for
-a codec of their own in the wire, issue 11.)
+The zygote's messages are :mod:`kernelgate.wire.zygote`'s events; the pool's teardown
+helpers live in :mod:`.teardown`.
 """
+
+# long: over ~500 lines because the zygote's process side (start, watch, restart, its
+# socket) and the pool's policy (refill, waiting for a fork, cold fallback) read and write
+# the same state; split, each half would reach into the other's.
 
 from __future__ import annotations
 

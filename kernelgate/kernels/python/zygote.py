@@ -29,7 +29,7 @@ would make itself, and each warm child rehearses a run on throwaway objects
 (:func:`rehearse`) while it waits for its program.
 """
 
-# Over the ~500 lines a module may have: the fork loop, the cleanup after a dead host and
+# long: over the ~500 lines a module may have: the fork loop, the cleanup after a dead host and
 # the warm-up all read and write the zygote's own state (its children, their places, the
 # host it watches, what it encoded once), and the warm-up belongs with the process that
 # does it once for all its children.
