@@ -6,16 +6,18 @@ its one program; it serves one run and exits. The pool refills in the background
 is empty a run waits for the next fork as long as the zygote keeps delivering, and spawns a
 cold child when it does not (or before the zygote is up).
 
-(Over 500 lines: the zygote's process side and the pool's policy belong together here; the
-pool's teardown helpers live in :mod:`.teardown`, and the zygote's messages are leaving for
-a codec of their own in the wire, issue 11.)
+The zygote's messages are :mod:`kernelgate.wire.zygote`'s events; the pool's teardown
+helpers live in :mod:`.teardown`.
 """
+
+# long: over ~500 lines because the zygote's process side (start, watch, restart, its
+# socket) and the pool's policy (refill, waiting for a fork, cold fallback) read and write
+# the same state; split, each half would reach into the other's.
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
 import secrets
 import select
@@ -27,6 +29,15 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelgate.kernels.python import ZYGOTE_LOADER, package_root
+from kernelgate.wire.zygote import (
+    Exited,
+    Forked,
+    ForkFailed,
+    ForkRequest,
+    ZygoteProtocolError,
+    decode_reply,
+    encode,
+)
 
 from .process import (
     ChildProcess,
@@ -80,7 +91,7 @@ class Zygote:
         self.sock = ours
         self.dead = False
         self._ids = itertools.count()
-        self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._replies: dict[int, asyncio.Future[Forked | ForkFailed]] = {}
         self._statuses: dict[int, tuple[int, Any]] = {}
         self._status_waiters: dict[int, Any] = {}
         self._reader_loop: asyncio.AbstractEventLoop | None = None
@@ -120,19 +131,21 @@ class Zygote:
                 self._died()
                 return
             try:
-                message = json.loads(data)
-            except ValueError:
+                message = decode_reply(data)
+            except ZygoteProtocolError:
                 continue
-            if "exit" in message:
-                pid = int(message["exit"])
-                user, system, maxrss = message.get("rusage") or (0.0, 0.0, 0)
-                ru = types.SimpleNamespace(ru_utime=user, ru_stime=system, ru_maxrss=maxrss)
-                self._statuses[pid] = (int(message["status"]), ru)
+            if isinstance(message, Exited):
+                pid = message.pid
+                ru = types.SimpleNamespace(
+                    ru_utime=message.user_s, ru_stime=message.system_s, ru_maxrss=message.maxrss_kib
+                )
+                self._statuses[pid] = (message.status, ru)
                 waiter = self._status_waiters.pop(pid, None)
                 if waiter is not None:
                     waiter()
             else:
-                fut = self._replies.pop(message.get("id"), None)
+                rid = message.request_id
+                fut = None if rid is None else self._replies.pop(rid, None)
                 if fut is not None and not fut.done():
                     fut.set_result(message)
 
@@ -175,21 +188,13 @@ class Zygote:
         request_id = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
         self._replies[request_id] = fut
-        request = {
-            "op": "fork",
-            "id": request_id,
-            "level": level,
-            "run_dir": run_dir,
-            "cgroup": cgroup,
-            "read_paths": list(read_paths),
-            # What to remove if we die: the zygote outlives us (see zygote.py).
-            "owner": owner_prefix(),
-        }
         try:
             try:
-                socket.send_fds(
-                    self.sock, [json.dumps(request).encode()], [theirs.fileno(), out_w, err_w]
+                # owner: what to remove if we die: the zygote outlives us (see zygote.py).
+                request = ForkRequest(
+                    request_id, level, run_dir, cgroup, tuple(read_paths), owner_prefix()
                 )
+                socket.send_fds(self.sock, [encode(request)], [theirs.fileno(), out_w, err_w])
             finally:
                 # The zygote has its copies (or the request failed): ours go either way.
                 theirs.close()
@@ -199,15 +204,15 @@ class Zygote:
                 reply = await fut
             finally:
                 self._maybe_drop_reader()
-            if "pid" not in reply:
-                raise OSError(f"the zygote could not fork: {reply.get('error')}")
+            if type(reply) is not Forked:
+                raise OSError(f"the zygote could not fork: {reply.error}")
         except BaseException:
             self._replies.pop(request_id, None)
             ours.close()
             os.close(out_r)
             os.close(err_r)
             raise
-        pid = int(reply["pid"])
+        pid = reply.pid
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:

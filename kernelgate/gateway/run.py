@@ -202,7 +202,7 @@ class Run:
             if pooled.cgroup is not None:
                 self._cgroup = pooled.cgroup
                 try:
-                    pooled.cgroup.set_max(self.limits.max_processes + 2)
+                    pooled.cgroup.set_max(plan.sandbox.pids_max(self.limits.max_processes))
                 except OSError:
                     pass
             return pooled.run_dir
@@ -216,7 +216,11 @@ class Run:
         if plan.cgroup_root is not None:
             # Before the program arrives, so everything it forks is counted.
             try:
-                cgroup = PidsCgroup(plan.cgroup_root, self.run_id, self.limits.max_processes + 2)
+                cgroup = PidsCgroup(
+                    plan.cgroup_root,
+                    self.run_id,
+                    plan.sandbox.pids_max(self.limits.max_processes),
+                )
             except OSError:
                 return run_dir
             try:

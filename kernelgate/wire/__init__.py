@@ -1,8 +1,10 @@
 """kernelgate's fd-3 wire protocol: sans-I/O and stdlib only (the child imports it).
 
 Bytes in, events out: :class:`Connection` turns frames into the events of
-:mod:`kernelgate.wire.events` and back. :mod:`~kernelgate.wire.values` checks the JSON
-boundary. Nothing here does I/O or imports the rest of kernelgate.
+:mod:`kernelgate.wire.events` and back, consulting one transition table per role
+(:mod:`kernelgate.wire.state`) for what it sends and what it receives.
+:mod:`~kernelgate.wire.values` checks the JSON boundary; :mod:`~kernelgate.wire.zygote` is
+the warm pool's own small codec. Nothing here does I/O or imports the rest of kernelgate.
 """
 
 from __future__ import annotations
@@ -25,16 +27,23 @@ from .events import (
 )
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
 from .messages import BINDINGS_TARGET, CALL_MIME, PROTOCOL_VERSION, MessageFactory
+from .state import BINDINGS_OPEN, DONE, ERROR, EXECUTING, IDLE, RESULT, TRANSITIONS
 from .values import NotJSONError, ValueTooLargeError, check_json, dumps, loads
 
 __all__ = [
+    "BINDINGS_OPEN",
     "BINDINGS_TARGET",
     "CALL_MIME",
     "CHILD",
     "CHILD_RUN_STATUSES",
     "DEFAULT_MAX_FRAME_BYTES",
+    "DONE",
+    "ERROR",
+    "EXECUTING",
     "HOST",
+    "IDLE",
     "PROTOCOL_VERSION",
+    "RESULT",
     "USAGE_KEYS",
     "CallReply",
     "CallRequest",
@@ -53,6 +62,7 @@ __all__ = [
     "ProtocolError",
     "RemoteProtocolError",
     "Stream",
+    "TRANSITIONS",
     "ValueTooLargeError",
     "check_json",
     "dumps",

@@ -256,6 +256,9 @@ def check_json(value: Any, root: str = "value", max_bytes: int | None = None) ->
     ...
     kernelgate.wire.values.NotJSONError: value['a'][1]: set is not JSON
     """
+    # long: one iterative loop over the whole value (no recursion, no call per node): it
+    # runs on every argument, answer and value that crosses the wire, where a split into
+    # helpers would cost a call per node.
     size = 0
     limit = max_bytes if max_bytes is not None else -1
     # keys runs parallel to the stack: the key or index of the child being visited in each

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["values", "framing", "messages", "connection"]
+MODULES = ["values", "framing", "messages", "events", "state", "reader", "connection", "zygote"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -55,7 +55,7 @@ def primed():
     return host, child
 
 
-def valid_frames():
+def valid_frames(*ending):
     """A whole valid run, one frame per message."""
     _, child = primed()
     return [
@@ -66,14 +66,23 @@ def valid_frames():
             Stream("stderr", "é😀\n"),
             CallRequest(1, "tools", "add", [], {}),
             DisplayData({"text/plain": "x", "application/json": {"a": 1}}, {"m": 1}),
-            ExecuteResult({"application/json": [1, "two"], "text/plain": "[1, 'two']"}),
-            ErrorOutput("ValueError", "bad", ["Traceback", "ValueError: bad"]),
-            ExecuteReply("error", "exception", ename="ValueError", evalue="bad"),
+            *ending,
         )
     ]
 
 
-VALID = valid_frames()
+#: A run that returns a value, and one that fails: the two ways a run ends.
+VALID = valid_frames(
+    ExecuteResult({"application/json": [1, "two"], "text/plain": "[1, 'two']"}),
+    Stream("stdout", "late\n"),
+    ExecuteReply("ok"),
+)
+FAILING = valid_frames(
+    ErrorOutput("ValueError", "bad", ["Traceback", "ValueError: bad"]),
+    ExecuteReply("error", "exception", ename="ValueError", evalue="bad"),
+)
+RUNS = [VALID, FAILING]
+ALL_FRAMES = VALID + FAILING[-2:]
 
 
 def split_at(data, cuts):
@@ -277,13 +286,13 @@ def mutate(data, ops):
 
 @FUZZ
 @given(
-    st.lists(st.integers(0, len(VALID) - 1), min_size=1, max_size=10),
+    st.lists(st.integers(0, len(ALL_FRAMES) - 1), min_size=1, max_size=10),
     st.lists(mutation, min_size=1, max_size=6),
     cuts,
 )
 def test_mutated_valid_frames(order, ops, cut_points):
     host, _ = primed()
-    data = mutate(b"".join(VALID[i] for i in order), ops)
+    data = mutate(b"".join(ALL_FRAMES[i] for i in order), ops)
     feed(host, split_at(data, cut_points))
 
 
@@ -298,10 +307,11 @@ def paths(value, prefix=()):
 
 
 @settings(FUZZ, max_examples=60)
-@given(st.integers(0, len(VALID) - 1), st.data(), st.integers(1, 3))
-def test_valid_frames_with_one_field_replaced(index, data, n):
+@given(st.sampled_from(RUNS), st.data(), st.integers(1, 3))
+def test_valid_frames_with_one_field_replaced(run, data, n):
     host, _ = primed()
-    raws = [json.loads(f) for f in VALID[: index + 1]]
+    index = data.draw(st.integers(0, len(run) - 1))
+    raws = [json.loads(f) for f in run[: index + 1]]
     target = raws[-1]
     for _ in range(n):
         all_paths = [p for p in paths(target) if p]
@@ -357,8 +367,8 @@ def test_every_field_replaced_by_every_nasty_token():
     """Exhaustive: each leaf of each valid frame, replaced by raw JSON tokens that json.loads
     alone would accept (NaN, 1e400, lone surrogate escapes, ...)."""
     tried = 0
-    for index, valid in enumerate(VALID):
-        raw = json.loads(valid)
+    for run, index in [(r, i) for r in RUNS for i in range(len(r))]:
+        raw = json.loads(run[index])
         for path in leaf_paths(raw):
             edited = copy.deepcopy(raw)
             parent = edited
@@ -368,7 +378,7 @@ def test_every_field_replaced_by_every_nasty_token():
             text = json.dumps(edited).encode()
             for token in NASTY:
                 host, _ = primed()
-                data = b"".join(VALID[:index]) + text.replace(b'"__NASTY__"', token) + b"\n"
+                data = b"".join(run[:index]) + text.replace(b'"__NASTY__"', token) + b"\n"
                 events, _ = feed(host, [data])
                 assert len(events) >= index
                 tried += 1

@@ -23,13 +23,23 @@ gone, then removes the cgroups and run directories. Beside the paths the fork re
 named, it removes every entry their directories hold under the host's ``owner`` name
 prefix (its cold runs' too). A host that merely closed the pool is alive: it cleans up
 itself (and kills the zygote), so the zygote then just exits.
+
+Before its first fork the zygote warms up (:func:`warm_up`): it encodes once what every child
+would make itself, and each warm child rehearses a run on throwaway objects
+(:func:`rehearse`) while it waits for its program.
 """
+
+# long: over the ~500 lines a module may have: the fork loop, the cleanup after a dead host and
+# the warm-up all read and write the zygote's own state (its children, their places, the
+# host it watches, what it encoded once), and the warm-up belongs with the process that
+# does it once for all its children.
 
 from __future__ import annotations
 
+import asyncio
+import builtins
 import errno
 import gc
-import json
 import os
 import select
 import signal
@@ -39,16 +49,42 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from . import bootstrap, sandbox
+from kernelgate.wire.connection import CHILD, HOST, Connection
+from kernelgate.wire.events import (
+    CallReply,
+    CallRequest,
+    ExecuteReply,
+    ExecuteRequest,
+    ExecuteResult,
+    OpenBindings,
+    Stream,
+)
+from kernelgate.wire.values import check_json
+from kernelgate.wire.zygote import (
+    Exited,
+    Forked,
+    ForkFailed,
+    ForkRequest,
+    ZygoteEvent,
+    ZygoteProtocolError,
+    decode_request,
+    encode,
+)
 
-__all__ = ["main"]
+from . import bootstrap, sandbox
+from .display import plain_repr
+from .namespace import Binding, Namespace
+from .program import bind_globals, compile_program, forget_source
+from .report import cache_fallback, with_usage
+
+__all__ = ["main", "warm_up", "rehearse", "rehearsal_frames"]
 
 _ZYGOTE_FD = 3
 
 
-def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+def _send(sock: socket.socket, message: ZygoteEvent) -> None:
     try:
-        sock.send(json.dumps(message).encode())
+        sock.send(encode(message))
     except OSError:
         _host_gone()
 
@@ -71,7 +107,7 @@ def _child(
     sock: socket.socket,
     wake: tuple[int, int],
     fds: list[int],
-    request: dict[str, Any],
+    request: ForkRequest,
     born_in: sandbox.Born | None = None,
     go: int = -1,
 ) -> None:
@@ -97,16 +133,17 @@ def _child(
         # Exactly fds 0-3 (and our init's status pipe) from here on: nothing of the zygote's
         # or of the host's reaches the program (issue 9, finding 10).
         close_fds_except({0, 1, 2, 3} | ({born_in.status_fd} if born_in else set()))
-        cgroup = request.get("cgroup")
+        cgroup = request.cgroup
         if cgroup and born_in is None:
             _attach(cgroup, 0)  # before anything forks: all of this run is counted
     except BaseException:
         os._exit(72)
     bootstrap.main(
-        level=request["level"],
-        run_dir=request["run_dir"],
-        read_paths=list(request.get("read_paths") or []),
+        level=request.level,
+        run_dir=request.run_dir,
+        read_paths=list(request.read_paths),
         born_in=born_in,
+        rehearse=rehearse,
     )
     os._exit(0)
 
@@ -129,9 +166,7 @@ def _attach(cgroup: str, pid: int) -> None:
         f.write(str(pid))
 
 
-def _fork(
-    sock: socket.socket, wake: tuple[int, int], fds: list[int], request: dict[str, Any]
-) -> int:
+def _fork(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: ForkRequest) -> int:
     """Fork a child for ``request``; in the parent, return its pid.
 
     At a namespace level the child is born in its namespaces, as their pid 1 (it becomes
@@ -142,7 +177,7 @@ def _fork(
     # On a root host the child is forked normally: it arranges its view as real root and
     # clones the namespaces' init itself, mapping its uid 0 to an unprivileged id from
     # outside (sandbox._unprivileged_init), which a clone from here could not do.
-    if _can_clone and request.get("level") in _NAMESPACE_LEVELS and os.geteuid() != 0:
+    if _can_clone and request.level in _NAMESPACE_LEVELS and os.geteuid() != 0:
         status_r, status_w = os.pipe()
         go_r, go_w = os.pipe()
         born_in = sandbox.Born(os.geteuid(), os.getegid(), status_w)
@@ -160,8 +195,8 @@ def _fork(
             os.close(status_w)
             os.close(go_r)
             try:
-                if request.get("cgroup"):
-                    _attach(request["cgroup"], pid)
+                if request.cgroup:
+                    _attach(request.cgroup, pid)
                 os.write(go_w, b"x")
             except OSError:
                 os.kill(pid, signal.SIGKILL)  # it must not run uncounted
@@ -197,7 +232,7 @@ def main() -> None:
 
     asyncio.new_event_loop().close()
     compile("async def f():\n    await g()\n", "<warm>", "exec", dont_inherit=True)
-    bootstrap.warm_up()
+    warm_up()
     # Children share these objects with us until they write to them; a garbage collection
     # in a child would walk (and so copy) all of them. Frozen, they are never walked.
     gc.collect()
@@ -227,27 +262,27 @@ def main() -> None:
             if not data:
                 _host_gone()  # or the host closed the pool
             try:
-                request = json.loads(data)
-            except ValueError:
+                request = decode_request(data)
+                if len(fds) != 3:
+                    raise ZygoteProtocolError(
+                        f"a fork request needs 3 fds, got {len(fds)}", request.request_id
+                    )
+            except ZygoteProtocolError as exc:
                 for fd in fds:
                     os.close(fd)
-                continue
-            if request.get("op") != "fork" or len(fds) != 3:
-                for fd in fds:
-                    os.close(fd)
-                _send(sock, {"id": request.get("id"), "error": "bad fork request"})
+                _send(sock, ForkFailed(exc.request_id, f"bad fork request: {exc}"))
                 continue
             try:
                 pid = _fork(sock, (wake_r, wake_w), fds, request)
             except OSError as exc:
                 for fd in fds:
                     os.close(fd)
-                _send(sock, {"id": request.get("id"), "error": str(exc)})
+                _send(sock, ForkFailed(request.request_id, str(exc)))
                 continue
             for fd in fds:
                 os.close(fd)
             _own(pid, request)
-            _send(sock, {"id": request["id"], "pid": pid})
+            _send(sock, Forked(request.request_id, pid))
             _reap(sock)
 
 
@@ -281,10 +316,7 @@ def _reap(sock: socket.socket) -> None:
             continue
         _children.pop(pid, None)  # its run is over: the host removes what it had
         status = _program_status(pid, status)
-        _send(
-            sock,
-            {"exit": pid, "status": status, "rusage": [ru.ru_utime, ru.ru_stime, ru.ru_maxrss]},
-        )
+        _send(sock, Exited(pid, status, ru.ru_utime, ru.ru_stime, ru.ru_maxrss))
 
 
 def _program_status(pid: int, status: int) -> int:
@@ -317,18 +349,18 @@ def _watch_host() -> None:
         _host_gone()  # it died before we could watch it: that pidfd is not its
 
 
-def _own(pid: int, request: dict[str, Any]) -> None:
+def _own(pid: int, request: ForkRequest) -> None:
     """Note what the host told us a new child owns."""
     global _owner
-    run_dir = request.get("run_dir")
-    cgroup = request.get("cgroup")
+    run_dir = request.run_dir
+    cgroup = request.cgroup
     if not isinstance(run_dir, str):
         return
     _children[pid] = (run_dir, cgroup if isinstance(cgroup, str) else None)
     _places.add(("dir", os.path.dirname(run_dir)))
     if isinstance(cgroup, str):
         _places.add(("cgroup", os.path.dirname(cgroup)))
-    owner = request.get("owner")
+    owner = request.owner
     # Only a prefix that names our host: never a way to remove anyone else's.
     if isinstance(owner, str) and owner.startswith(f"kernelgate-{_host_pid}-"):
         _owner = owner
@@ -468,6 +500,92 @@ def _remove_tree(path: str) -> None:
             pass
 
     shutil.rmtree(path, onerror=onerror)
+
+
+# -- the warm-up: what every child would otherwise make itself -------------------------------
+
+
+def warm_up() -> None:
+    """In the zygote, before it forks: make once what every child it forks would otherwise
+    make itself (the fallback reply, the rehearsal's frames, the sandbox's paths and
+    filters), then rehome the frames of what is loaded.
+
+    faulthandler writes to fd 2 by number, which is each child's own stderr by then.
+    """
+    import faulthandler
+
+    try:
+        faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+    except (RuntimeError, ValueError, OSError):
+        pass  # no stderr to write to: each child tries again with its own
+    cache_fallback()
+    rehearsal_frames()
+    sandbox.warm_sandbox()
+    bootstrap.rehome_code()  # the zygote's own functions are defined by now
+
+
+_REHEARSAL_SPEC = {"params": [["x", "POSITIONAL_OR_KEYWORD", False]], "signature": "(x)", "doc": ""}
+_rehearsal_frames: list[bytes] | None = None
+
+
+def rehearsal_frames() -> list[bytes]:
+    """What a host sends in a run with one call (comm_open, execute_request, the call's
+    reply), encoded once: the zygote makes them, its children only read them."""
+    global _rehearsal_frames
+    if _rehearsal_frames is None:
+        host = Connection(HOST, session="rehearsal")
+        child = Connection(CHILD, session="rehearsal")
+        frames = [
+            host.send(OpenBindings("rehearsal", {"tools": {"echo": _REHEARSAL_SPEC}})),
+            host.send(ExecuteRequest("x = 1\nx", {"cwd": "/"})),
+        ]
+        for frame in frames:
+            child.receive_data(frame)
+            child.next_event()
+        host.receive_data(child.send(CallRequest(0, "tools", "echo", [1], {})))
+        host.next_event()
+        frames.append(host.send(CallReply(0, True, [1, "a", {"b": None}])))
+        _rehearsal_frames = frames
+    return _rehearsal_frames
+
+
+def rehearse(loop: asyncio.AbstractEventLoop) -> None:
+    """In a warm child, booted, before its program arrives: go once through the child's
+    side of a run, on throwaway objects, on the run's event loop ``loop``.
+
+    A forked child shares the zygote's memory until it writes to it, and merely using an
+    object writes its reference count: the first run of every code path pays a page
+    copy for each page it touches. This pays them before the program arrives. Nothing
+    here outlives the call.
+    """
+    opening, executing, replying = rehearsal_frames()
+    peer = Connection(CHILD, session="rehearsal")
+    peer.receive_data(opening + executing)
+    opened, request = peer.next_event(), peer.next_event()
+    assert type(opened) is OpenBindings and type(request) is ExecuteRequest
+
+    def start(*_call: Any) -> asyncio.Future[Any]:
+        fut = loop.create_future()
+        loop.call_soon(fut.set_result, getattr(reply, "value", None))
+        return fut
+
+    echo = Binding("tools", "echo", _REHEARSAL_SPEC, start, 1 << 20)
+    namespace = Namespace("tools", {"echo": echo})
+    fn = bind_globals(compile_program(request.code), {"tools": namespace, "__builtins__": builtins})
+    peer.send(Stream("stdout", "rehearsal\n"))
+    peer.send(CallRequest(peer.next_call_id, "tools", "echo", [1], {}))
+    peer.receive_data(replying)
+    reply = peer.next_event()
+
+    async def one_run() -> Any:
+        await namespace.echo(1)
+        return await fn()
+
+    outcome = loop.run_until_complete(one_run())
+    check_json(outcome[1], "value", 1 << 20)
+    peer.send(ExecuteResult({"application/json": 1, "text/plain": plain_repr(1)}))
+    peer.send(with_usage(ExecuteReply("ok")))
+    forget_source()
 
 
 # Last, once everything above is defined: this module's frames (main() is below every warm
