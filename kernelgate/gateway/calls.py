@@ -239,17 +239,19 @@ class CallDispatcher:
     def _spawn(self, coro: Coroutine[Any, Any, None], pending: Any) -> None:
         task = self._loop.create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._call_done)
-        if inspect.iscoroutine(pending):
-            # A task cancelled before its first step (the run ended) never awaits the
-            # binding's coroutine: close it, or Python warns "never awaited" on the host.
-            binding_coro: Coroutine[Any, Any, Any] = pending
-            task.add_done_callback(lambda _: binding_coro.close())
+        binding_coro = pending if inspect.iscoroutine(pending) else None
+        task.add_done_callback(functools.partial(self._call_done, binding_coro))  # one, not two
         if len(self._tasks) > self._max_in_flight:
             self._channel.pause_control()
 
-    def _call_done(self, task: asyncio.Task[None]) -> None:
+    def _call_done(
+        self, binding_coro: Coroutine[Any, Any, Any] | None, task: asyncio.Task[None]
+    ) -> None:
         self._tasks.discard(task)
+        if binding_coro is not None:
+            # A task cancelled before its first step (the run ended) never awaits the
+            # binding's coroutine: close it, or Python warns "never awaited" on the host.
+            binding_coro.close()
         if self._channel.paused and len(self._tasks) <= self._max_in_flight:
             self._channel.resume_control()
 
