@@ -63,9 +63,15 @@ def _theme(page: Any, dark: bool) -> None:
     page.wait_for_function(
         "(light) => document.body.dataset.jpThemeLight === light", arg=str(not dark).lower()
     )
+    # Changing the theme shows JupyterLab's splash until the new one is in: wait it out, so
+    # contrast is measured (and screenshots taken) on the page, not on the overlay.
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=STEP_MS)
 
 
 def _screenshot(page: Any, tmp: Path, name: str) -> None:
+    # JupyterLab's "get notified about news?" toast would sit over the outputs: hidden
+    # from the picture only (the page's state is left alone).
+    page.add_style_tag(content=".Toastify { display: none !important; }")
     target = _shots() or tmp
     target.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(target / name), full_page=False)
