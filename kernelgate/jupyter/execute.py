@@ -273,9 +273,16 @@ class Executor:
         publish = self.channels.publish
         if kind == "stream":
             publish("stream", stream_content(output["name"], output["text"]), cell.parent)
-        elif kind == "display_data":
+        elif kind in ("display_data", "update_display_data"):
             data = display_data_content(output.get("data", {}), output.get("metadata"))
-            publish("display_data", data, cell.parent)
+            transient = output.get("transient")
+            if isinstance(transient, dict) and isinstance(transient.get("display_id"), str):
+                # display(..., display_id=...) and update_display(...): the front end
+                # replaces the output with that id in place.
+                data["transient"] = {"display_id": transient["display_id"]}
+            publish(kind, data, cell.parent)
+        elif kind == "clear_output":
+            publish("clear_output", {"wait": bool(output.get("wait", False))}, cell.parent)
         elif kind == "execute_result":
             # Shown as its repr: the value's JSON travels in the run record instead.
             data = output.get("data", {})
