@@ -316,15 +316,12 @@ def encode_metadata(result: RunResult, run_number: int | None = None) -> dict[st
 
 
 def metadata_value(meta: Any, where: str, *, blame: str = RECORDING) -> tuple[bool, Any]:
-    """``(True, value)`` when run metadata carries the run's value (:func:`encode_metadata`
-    writes it for an ``ok`` run with a value), its dict key order restored; else
-    ``(False, None)`` (older recordings keep it in the execute_result's application/json).
-    """
+    """``(True, value)`` when run metadata holds the value (an ``ok`` run's, key order
+    restored), else ``(False, None)`` (older recordings: the execute_result's JSON)."""
     if not isinstance(meta, dict) or "value" not in meta:
         return False, None
-    order = _Check(where, blame).key_order(
-        f"{METADATA}value_key_order", meta.get("value_key_order")
-    )
+    field = f"{METADATA}value_key_order"
+    order = _Check(where, blame).key_order(field, meta.get("value_key_order"))
     return True, restore_key_orders(meta["value"], order)
 
 

@@ -7,8 +7,8 @@ other (Jupyter starts kernels in the notebook's directory, which is never search
 from __future__ import annotations
 
 import json
-import struct
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
