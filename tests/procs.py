@@ -67,3 +67,13 @@ def descendants(pid: int) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
+
+
+def kernelgate_command() -> list[str]:
+    """The ``kernelgate`` command installed with the Python running the tests (not whatever
+    ``kernelgate`` is first on PATH, which may belong to another environment)."""
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "kernelgate"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "kernelgate.cli"]

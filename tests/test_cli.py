@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 
 import nbformat
 import pytest
+
+from tests.procs import kernelgate_command
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def kernelgate(*args: str, stdin: str = "", cwd: str | None = None) -> subprocess.CompletedProcess:
-    exe = shutil.which("kernelgate")
-    argv = [exe] if exe else [sys.executable, "-m", "kernelgate.cli"]
+    argv = kernelgate_command()
     return subprocess.run(
         [*argv, *args], input=stdin, capture_output=True, text=True, timeout=100, cwd=cwd
     )

@@ -14,10 +14,8 @@ import dataclasses
 import json
 import os
 import pickle
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,7 +25,7 @@ import kernelgate
 from kernelgate import Gateway, Limits
 from kernelgate.model.limits import frame_headroom
 from kernelgate.notebooks import load_run
-from tests.procs import descendants, pid_alive
+from tests.procs import descendants, kernelgate_command, pid_alive
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,8 +34,7 @@ ROOT = str(Path(kernelgate.__file__).resolve().parent.parent)
 
 
 def command() -> list[str]:
-    exe = shutil.which("kernelgate")
-    return [exe] if exe else [sys.executable, "-m", "kernelgate.cli"]
+    return kernelgate_command()
 
 
 def environment(tmpdir: Path) -> dict[str, str]:

@@ -202,7 +202,7 @@ class Run:
                 if pooled.cgroup is not None:
                     self._cgroup = pooled.cgroup
                     try:
-                        pooled.cgroup.set_max(self.limits.max_processes + 2)
+                        pooled.cgroup.set_max(self.sandbox.pids_max(self.limits.max_processes))
                     except OSError:
                         pass
             else:
@@ -219,7 +219,9 @@ class Run:
                     # Before the program arrives, so everything it forks is counted.
                     try:
                         self._cgroup = PidsCgroup(
-                            self.sandbox.pids_cgroup, self.run_id, self.limits.max_processes + 2
+                            self.sandbox.pids_cgroup,
+                            self.run_id,
+                            self.sandbox.pids_max(self.limits.max_processes),
                         )
                         self._cgroup.attach(child.pid)
                     except OSError:

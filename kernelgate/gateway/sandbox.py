@@ -105,6 +105,16 @@ class SandboxPlan:
     pids_cgroup: str | None = None
     notes: tuple[str, ...] = field(default=())
 
+    def pids_max(self, max_processes: int) -> int:
+        """``pids.max`` of the run's cgroup: ``max_processes`` for the program and what it
+        forks, plus at the namespace levels the two processes the sandbox adds (the mirror
+        outside the namespaces and their init). ``process`` adds none.
+
+        >>> SandboxPlan("process", {}).pids_max(8), SandboxPlan("namespaces", {}).pids_max(8)
+        (8, 10)
+        """
+        return max_processes + (0 if self.level == "process" else 2)
+
     def child_options(self) -> dict[str, Any]:
         return {
             "level": self.level,

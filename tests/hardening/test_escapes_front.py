@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -30,12 +29,12 @@ from typing import Any
 import pytest
 
 from kernelgate import Limits, RunResult
-from kernelgate.gateway.sandbox import LEVELS, probe_support
+from tests.procs import kernelgate_command
 
-STRONGEST = probe_support(os.path.realpath(sys.executable)).strongest
+from .conftest import ALL_LEVELS as EVERY_LEVEL
+from .conftest import REAL_LEVELS_ONLY
 
 BOTH = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
-EVERY_LEVEL = pytest.mark.parametrize("level", LEVELS)
 
 #: Slack on durations: the machine may be loaded.
 SLACK = 5.0
@@ -143,7 +142,6 @@ def _check_stopped_run(r: RunResult, started: float) -> None:
         assert "SIG" in r.message, r.message  # names the signal; never "exit code None"
 
 
-@pytest.mark.skipif(STRONGEST != "namespaces+landlock", reason=f"strongest level {STRONGEST}")
 @pytest.mark.timeout(90)
 @STOPPERS
 @EVERY_LEVEL
@@ -172,7 +170,6 @@ def test_a_stopped_program_never_hangs_run(hostile, level, warm, source):
     assert errors.errors == [], [e.get("message") for e in errors.errors]
 
 
-@pytest.mark.skipif(STRONGEST != "namespaces+landlock", reason=f"strongest level {STRONGEST}")
 @pytest.mark.timeout(90)
 @STOPPERS
 @EVERY_LEVEL
@@ -225,8 +222,7 @@ def test_cancelling_a_stopped_program_returns_promptly(hostile, level, warm, sou
 
 
 def _kernelgate_cmd() -> list[str]:
-    exe = shutil.which("kernelgate")
-    return [exe] if exe else [sys.executable, "-m", "kernelgate.cli"]
+    return kernelgate_command()
 
 
 def kernelgate(*args: str, cwd: str | os.PathLike[str] | None = None, stdin: str = "") -> Any:
@@ -298,7 +294,7 @@ def started_kernel(
 # -- finding 11 in the kernel: stopped cells, then an interrupt ------------------------------
 
 
-@pytest.mark.skipif(STRONGEST != "namespaces+landlock", reason=f"strongest level {STRONGEST}")
+@REAL_LEVELS_ONLY  # the kernel runs at the machine's strongest level, whatever it is
 @pytest.mark.timeout(120)
 def test_stopped_cells_leave_the_kernel_idle_and_usable(tmp_path, monkeypatch):
     from tests.kernel.helpers import collect, execute, send_execute

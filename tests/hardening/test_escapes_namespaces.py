@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import textwrap
 import time
@@ -24,24 +23,18 @@ from typing import Any
 import pytest
 
 from kernelgate import Gateway, Limits
-from kernelgate.gateway.sandbox import LEVELS, PidsCgroup, probe_support
+from kernelgate.gateway.sandbox import LEVELS, PidsCgroup
 from kernelgate.kernels.python import sandbox as child_sandbox
+from kernelgate.kernels.python import userns as child_userns
 
 from .asuser import HOST_FD, AsUser, make_as_user, unavailable
+from .conftest import ALL_LEVELS, NEEDS_NAMESPACES, ROOT_HOST, at_levels
+from .conftest import NS_LEVELS as NS_ONLY
 
-STRONGEST = probe_support(os.path.realpath(sys.executable)).strongest
-
-pytestmark = pytest.mark.skipif(
-    STRONGEST != "namespaces+landlock",
-    reason=f"this machine's strongest sandbox level is {STRONGEST!r}",
-)
-
-NS_LEVELS = ("namespaces", "namespaces+landlock")
 BOTH = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
-ALL_LEVELS = pytest.mark.parametrize("level", LEVELS)
-NS_ONLY = pytest.mark.parametrize("level", NS_LEVELS)
+#: Every level; at ``process`` only on a root host, where the program has a uid of its own.
+ALL_LEVELS_ROOT_AT_PROCESS = at_levels(*LEVELS, process_needs_root=True)
 SLACK = 5.0
-ROOT_HOST = os.geteuid() == 0
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -203,7 +196,7 @@ def test_global_sysctls_cannot_be_written(hostile, level, warm):
     assert open(path).read() == before
 
 
-@ALL_LEVELS
+@ALL_LEVELS_ROOT_AT_PROCESS
 @BOTH
 def test_cgroupfs_cannot_be_written(hostile, level, warm):
     if PidsCgroup.find_root() is None:
@@ -275,7 +268,7 @@ def test_no_setuid_root_file_can_be_made(hostile, level, warm):
         assert uid == child_sandbox.RUN_UID
 
 
-@ALL_LEVELS
+@ALL_LEVELS_ROOT_AT_PROCESS
 @BOTH
 def test_code_paths_cannot_be_planted(hostile, level, warm):
     src = program(
@@ -344,6 +337,7 @@ def test_shared_writable_directories_are_private_to_the_run(hostile, level, warm
                 os.unlink(os.path.join(d, name))
 
 
+@NEEDS_NAMESPACES
 def test_proc_inside_is_read_only_and_python_still_works(hostile):
     src = program(
         """
@@ -547,7 +541,10 @@ def test_idle_siblings_and_the_zygote_are_unreachable_at_process_level(hostile):
         out = {'me': os.getuid(), 'parent': parent, 'targets': []}
         for pid, uid in targets:
             got = {'pid': pid, 'uid': uid}
-            pidfd = os.pidfd_open(pid)
+            try:
+                pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue  # gone since the listing (another gateway's zygote on this machine)
             r = libc.syscall(438, pidfd, 3, 0)  # pidfd_getfd(pidfd, 3, 0)
             got['getfd'] = 'fd' if r >= 0 else ctypes.get_errno()
             os.close(pidfd)
@@ -616,7 +613,7 @@ def test_init_reports_only_an_ending_of_a_traced_program():
                 ctypes.CDLL(None).ptrace(0, 0, None, None)
                 os.kill(os.getpid(), signal.SIGSTOP)
                 os._exit(0)
-            child_sandbox._init(prog, status_w)
+            child_userns.serve_as_init(prog, status_w)
         finally:
             os._exit(99)
     os.close(status_w)

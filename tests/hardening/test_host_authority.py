@@ -155,8 +155,8 @@ def test_forged_call_that_does_not_fit_the_signature_never_reaches_policy_or_bin
         for args, kwargs in (([1, 2, 3], {}), ([1], {'c': 2}), ([], {})):
             call_id = conn.next_call_id
             fut = asyncio.get_running_loop().create_future()
-            child = [o for o in gc.get_objects() if type(o).__name__ == 'Child'][0]
-            child.pending[call_id] = (fut, 'tools.add')
+            client = [o for o in gc.get_objects() if type(o).__name__ == 'CallClient'][0]
+            client.pending[call_id] = (fut, 'tools.add')
             write_all(conn.send(CallRequest(call_id, 'tools', 'add', args, kwargs)))
             try:
                 await fut

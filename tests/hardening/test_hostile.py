@@ -1,4 +1,6 @@
-"""The hostile-program suite: real programs, real children, the strongest sandbox level here.
+"""The hostile-program suite: real programs, real children, the strongest sandbox level here
+(and each level, where a test says so); what needs a level or a facility this machine lacks
+is skipped with the reason (tests/hardening/conftest.py).
 
 Each program attacks the host or its limits. Every test checks the status, that the message
 says what happened, that what the program printed before it failed is kept, and (through
@@ -24,16 +26,18 @@ import pytest
 
 from kernelgate import Limits
 from kernelgate.gateway.output import truncation_marker
-from kernelgate.gateway.sandbox import LEVELS, PidsCgroup, SandboxSupport, probe_support
+from kernelgate.gateway.sandbox import PidsCgroup, SandboxSupport
 from tests.procs import processes_with
 
-from .conftest import BINDINGS, kernelgate_cgroups
-
-STRONGEST = probe_support(os.path.realpath(sys.executable)).strongest
-
-pytestmark = pytest.mark.skipif(
-    STRONGEST != "namespaces+landlock",
-    reason=f"this machine's strongest sandbox level is {STRONGEST!r}",
+from .conftest import (
+    ALL_LEVELS,
+    BINDINGS,
+    NEEDS_LANDLOCK,
+    NEEDS_NAMESPACES,
+    NEEDS_PIDS_CGROUP_AT_PROCESS,
+    NEEDS_ROOT_HOST_AT_PROCESS,
+    STRONGEST,
+    kernelgate_cgroups,
 )
 
 #: Run in a child from the warm pool and in a cold one: the two enter the sandbox at
@@ -85,7 +89,9 @@ def test_busy_loop_is_stopped_at_cpu_seconds(hostile, warm):
     assert "CPU" in r.error.evalue and "cpu_seconds=1" in r.error.evalue
     assert "wall_seconds" not in r.error.evalue  # the CPU limit stopped it, not the clock
     assert r.stdout == "before\n"
-    assert r.usage["cpu_user_s"] + r.usage["cpu_system_s"] >= 0.9
+    # Most of its budget: on a loaded VM the kernel sends SIGXCPU when the process's own
+    # clock reads 0.8 to 0.95 s (measured at load 7 on 2 CPUs), so no tighter bound.
+    assert r.usage["cpu_user_s"] + r.usage["cpu_system_s"] >= 0.5
 
 
 @pytest.mark.parametrize("trap", ["ignore", "handler"])
@@ -131,6 +137,7 @@ def test_program_trapping_sigterm_is_killed_after_the_grace(hostile, warm, trap)
 # -- processes --------------------------------------------------------------------------------
 
 
+@NEEDS_PIDS_CGROUP_AT_PROCESS
 @BOTH
 def test_fork_bomb_is_capped_by_max_processes(hostile, warm):
     src = program(
@@ -156,6 +163,7 @@ def test_fork_bomb_is_capped_by_max_processes(hostile, warm):
     assert r.stdout == "before\n"
 
 
+@NEEDS_PIDS_CGROUP_AT_PROCESS
 @BOTH
 def test_exponential_fork_bomb_ends_at_wall_seconds_and_nothing_survives(hostile, warm):
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
@@ -224,6 +232,7 @@ def test_closing_a_gateway_leaves_no_pool_cgroups(hostile):
     assert set(kernelgate_cgroups({mine})) - before == set()
 
 
+@NEEDS_PIDS_CGROUP_AT_PROCESS
 @BOTH
 def test_setsid_grandchild_holding_the_pipes_and_fd3(hostile, warm):
     src = program(
@@ -288,7 +297,7 @@ _HOST_THAT_DIES = '''
 import asyncio, json, os, sys
 from kernelgate import Gateway, Limits
 
-warm, tmp_dir, marker = sys.argv[1] == "warm", sys.argv[2], sys.argv[3]
+warm, tmp_dir, marker, level = sys.argv[1] == "warm", sys.argv[2], sys.argv[3], sys.argv[4]
 # Each sleeper says when it is up: once execve closes the CLOEXEC pipe Popen waits on, the
 # new command line is not yet readable from /proc, so Popen returning proves nothing.
 sleeper = (
@@ -307,7 +316,8 @@ program = (
 
 async def main():
     limits = Limits(wall_seconds=60, cpu_seconds=60)
-    gw = Gateway(tmp_dir=tmp_dir, pool_size=1 if warm else 0, limits=limits)
+    gw = Gateway(tmp_dir=tmp_dir, pool_size=1 if warm else 0, limits=limits, sandbox=level,
+                 strict=True)
     if warm:
         await gw.run("1")
         await asyncio.shield(gw._pool._filler)
@@ -326,13 +336,14 @@ asyncio.run(main())
 '''
 
 
+@NEEDS_NAMESPACES  # at process only the child has the death signal (docs/security.md)
 @BOTH
 def test_killing_the_host_takes_the_run_with_it(hostile, tmp_path, warm):
     base = tmp_path / "host-runs"
     base.mkdir()
     host = subprocess.Popen(
         [sys.executable, "-c", _HOST_THAT_DIES, "warm" if warm else "cold", str(base),
-         hostile.marker],
+         hostile.marker, STRONGEST],
         stdout=subprocess.PIPE,
     )
     try:
@@ -398,17 +409,19 @@ def test_one_huge_allocation(hostile):
 def test_disk_filling_write_stops_at_max_file_bytes(hostile, warm):
     src = program(
         """
-        import os
+        import os, tempfile
         print('before', flush=True)
         results = []
-        for path in ['big.bin', '/tmp/big.bin']:
+        # The run directory, and the temporary directory (the private /tmp at the namespace
+        # levels, the run directory again at process: the host's /tmp is shared there).
+        for where, path in [('cwd', 'big.bin'), ('tmp', tempfile.gettempdir() + '/big2.bin')]:
             with open(path, 'wb') as f:
                 try:
                     while True:
                         f.write(b'x' * 65536)
                         f.flush()
                 except OSError as exc:
-                    results.append([path, exc.errno, os.path.getsize(path)])
+                    results.append([where, exc.errno, os.path.getsize(path)])
         return results
         """
     )
@@ -416,10 +429,11 @@ def test_disk_filling_write_stops_at_max_file_bytes(hostile, warm):
         src, Limits(wall_seconds=20, kill_grace_seconds=0.3, max_file_bytes=1_000_000), warm=warm
     )
     assert r.status == "ok", r.message
-    assert r.value == [["big.bin", 27, 1_000_000], ["/tmp/big.bin", 27, 1_000_000]]  # EFBIG
+    assert r.value == [["cwd", 27, 1_000_000], ["tmp", 27, 1_000_000]]  # EFBIG
     assert r.stdout == "before\n"
 
 
+@NEEDS_NAMESPACES
 def test_filling_tmp_hits_the_private_tmpfs_size(hostile):
     name = f"{hostile.marker}-fill"
     src = program(
@@ -474,7 +488,8 @@ def test_a_tighter_limit_inherited_from_the_host_stays_in_force(tmp_path):
         limits = Limits(max_open_files=256, wall_seconds=30)
         src = 'import resource\\nreturn list(resource.getrlimit(resource.RLIMIT_NOFILE))'
         out = []
-        with Gateway(limits=limits, tmp_dir=sys.argv[1], pool_size=1) as gw:
+        with Gateway(limits=limits, tmp_dir=sys.argv[1], pool_size=1, sandbox=sys.argv[2],
+                     strict=True) as gw:
             for _ in range(2):  # a cold child, then a warm one
                 r = gw.run_sync(src)
                 out.append([r.status, r.value, r.isolation, r.usage.get('warm')])
@@ -488,7 +503,7 @@ def test_a_tighter_limit_inherited_from_the_host_stays_in_force(tmp_path):
     results = {}
     for name, (soft, hard) in {"both": (100, 100), "soft only": (100, 4096)}.items():
         done = subprocess.run(
-            [sys.executable, "-c", script, str(base)],
+            [sys.executable, "-c", script, str(base), STRONGEST],
             preexec_fn=lambda s=soft, h=hard: resource.setrlimit(resource.RLIMIT_NOFILE, (s, h)),
             capture_output=True,
             timeout=50,
@@ -924,6 +939,7 @@ def test_calls_past_max_calls_fail_in_the_program(hostile):
 # -- what the program can see of the host -----------------------------------------------------
 
 
+@NEEDS_ROOT_HOST_AT_PROCESS
 @BOTH
 def test_host_environment_is_not_visible(hostile, monkeypatch, warm):
     monkeypatch.setenv("KG_HOSTILE_SECRET", "s3cret-value")
@@ -950,6 +966,7 @@ def test_host_environment_is_not_visible(hostile, monkeypatch, warm):
     assert "KG_HOSTILE_SECRET" not in json.dumps(r.value)
 
 
+@NEEDS_NAMESPACES
 @BOTH
 def test_host_processes_are_not_visible(hostile, warm):
     r = hostile.run(
@@ -975,6 +992,7 @@ def _read_attempts(paths: list[str]) -> str:
     )
 
 
+@NEEDS_LANDLOCK
 @BOTH
 def test_host_files_cannot_be_read(hostile, tmp_path, outside_dir, warm):
     under_tmp = tmp_path / "host-file.txt"
@@ -1008,6 +1026,7 @@ def test_read_paths_under_tmp_grant_reading(hostile, tmp_path):
     assert r.value[path] == ["read", "shared data\n"]
 
 
+@NEEDS_ROOT_HOST_AT_PROCESS
 @BOTH
 def test_writing_outside_the_run_directory_fails(hostile, tmp_path, outside_dir, warm):
     refused = [
@@ -1017,11 +1036,12 @@ def test_writing_outside_the_run_directory_fails(hostile, tmp_path, outside_dir,
         "/usr/lib/kg-planted.txt",
         os.path.join(os.path.dirname(os.path.abspath(__file__)), "kg-planted.txt"),
     ]
-    # Under /tmp a write lands in the run's private tmpfs, never on the host.
+    # Under /tmp a write lands in the run's private tmpfs, never on the host (at process:
+    # the host's /tmp, where the test's own directory is not the run's to write).
     private = str(tmp_path / "planted.txt")
     src = program(
         f"""
-        import os
+        import os, tempfile
         out = {{}}
         for path in {[*refused, private]!r}:
             try:
@@ -1030,10 +1050,11 @@ def test_writing_outside_the_run_directory_fails(hostile, tmp_path, outside_dir,
                 out[path] = 'written'
             except OSError as exc:
                 out[path] = type(exc).__name__
-        for path in ['inside.txt', '/tmp/inside.txt']:
+        for where, path in [('cwd', 'inside.txt'),
+                            ('tmp', os.path.join(tempfile.gettempdir(), 'inside2.txt'))]:
             with open(path, 'w') as f:
                 f.write('fine')
-            out[path] = 'written'
+            out[where] = 'written'
         try:
             os.symlink('{outside_dir}/secret.txt', 'link')
             out['symlink-read'] = open('link').read()
@@ -1053,10 +1074,12 @@ def test_writing_outside_the_run_directory_fails(hostile, tmp_path, outside_dir,
         )
     for path in [*refused, private]:
         assert not os.path.exists(path), path
-    assert r.value["inside.txt"] == r.value["/tmp/inside.txt"] == "written"
-    assert r.value["symlink-read"] == "PermissionError"
+    assert r.value["cwd"] == r.value["tmp"] == "written"
+    if STRONGEST == "namespaces+landlock":  # reading the host's files: landlock only
+        assert r.value["symlink-read"] == "PermissionError"
 
 
+@NEEDS_NAMESPACES
 @BOTH
 def test_no_network(hostile, warm):
     listener = socket.socket()
@@ -1112,6 +1135,7 @@ def test_no_network(hostile, warm):
         assert r.value[name] != "connected", name
 
 
+@NEEDS_NAMESPACES  # at process AF_UNIX is allowed: only file modes guard host sockets
 @BOTH
 def test_host_unix_sockets_are_unreachable(hostile, outside_dir, warm):
     path = os.path.join(outside_dir, "host.sock")
@@ -1150,7 +1174,7 @@ def test_host_unix_sockets_are_unreachable(hostile, outside_dir, warm):
     assert r.value != "connected" and not reached
 
 
-@pytest.mark.parametrize("level", LEVELS)
+@ALL_LEVELS
 def test_what_each_level_isolates(hostile, tmp_path, level):
     """The guarantees docs/security.md lists per level, and the gaps it admits."""
     (tmp_path / "host-tmp.txt").write_text("x")
@@ -1284,8 +1308,8 @@ def test_async_policy(hostile):
 
 
 def test_strict_with_an_available_level_runs_at_that_level(hostile):
-    r = hostile.run("return 1", sandbox="namespaces+landlock", strict=True)
-    assert r.status == "ok" and r.isolation == "namespaces+landlock"
+    r = hostile.run("return 1", sandbox=STRONGEST, strict=True)
+    assert r.status == "ok" and r.isolation == STRONGEST
 
 
 def test_missing_reasons():
@@ -1329,7 +1353,7 @@ def test_without_strict_the_run_falls_back_to_what_the_machine_gives(hostile):
 
 
 @BOTH
-@pytest.mark.parametrize("level", LEVELS)
+@ALL_LEVELS
 def test_every_level_keeps_rlimits(hostile, level, warm):
     src = program(
         """

@@ -1,11 +1,18 @@
-"""``display(obj)`` in programs, and the MIME bundle of an object (as IPython builds it)."""
+"""``display(obj)`` in programs, and the MIME bundle of an object (as IPython builds it).
+
+>>> mime_bundle(3)
+({'text/plain': '3'}, {})
+"""
 
 from __future__ import annotations
 
 import base64
 from typing import Any
 
-__all__ = ["mime_bundle", "plain_repr"]
+from kernelgate.model.constants import FRAME_OVERHEAD
+from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
+
+__all__ = ["mime_bundle", "plain_repr", "display_bundle"]
 
 _REPR_METHODS = (
     ("_repr_html_", "text/html"),
@@ -90,3 +97,29 @@ def _lookup(obj: Any, name: str) -> Any:
         return getattr(obj, name)
     except Exception:
         return None
+
+
+def display_bundle(obj: Any, max_frame_bytes: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(data, metadata)`` of one ``display(obj)``, fit for one frame of ``max_frame_bytes``.
+
+    A representation that is not JSON is dropped; metadata that is not JSON is dropped; a
+    bundle too big for the frame becomes one ``text/plain`` line saying so.
+    """
+    data, metadata = mime_bundle(obj)
+    for key in list(data):
+        try:
+            check_json(data[key], f"display data[{key!r}]")
+        except (NotJSONError, ValueTooLargeError):
+            del data[key]
+    try:
+        size = check_json(data, "display", max_frame_bytes - FRAME_OVERHEAD)
+        check_json(metadata, "display metadata", max_frame_bytes - size)
+    except ValueTooLargeError:
+        data = {
+            "text/plain": "[kernelgate: display output over "
+            f"max_frame_bytes={max_frame_bytes} not shown]"
+        }
+        metadata = {}
+    except NotJSONError:
+        metadata = {}
+    return data, metadata

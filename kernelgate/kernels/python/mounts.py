@@ -24,113 +24,45 @@ What a program sees at the namespace levels (issue 9, findings 4, 5 and 9):
 
 from __future__ import annotations
 
-import ctypes
 import os
 import stat
-from typing import Any
 
 from kernelgate.model.constants import RUN_GID, RUN_UID
 
+from .syscalls import (
+    CLONE_NEWUSER,
+    MOUNT_ATTR_IDMAP,
+    MOUNT_ATTR_NODEV,
+    MOUNT_ATTR_NOSUID,
+    MOUNT_ATTR_RDONLY,
+    MS_NODEV,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_REC,
+    mount,
+    move_mount,
+    open_tree,
+    unshare,
+)
+from .syscalls import mount_setattr as set_attr
+
 __all__ = [
-    "libc",
-    "check",
     "RUN_UID",
     "RUN_GID",
-    "MOUNT_ATTR_RDONLY",
-    "MOUNT_ATTR_NOSUID",
-    "MOUNT_ATTR_NODEV",
-    "mount",
-    "set_attr",
     "private_view",
     "private_dirs",
     "untraversable_ancestors",
+    "idmap_userns",
+    "writable_proc",
+    "write_maps",
 ]
-
-#: The uid and gid a run gets on a root host (the user/group ``nogroup``/``nobody`` on
-#: Debian-like systems): uid 0 inside the run's user namespace maps to it, and at the
-#: ``process`` level the child drops to it. Never 0, so "euid is root" checks on the host
-#: (sysctls, cgroupfs, root's files, setuid-root files) all fail for a program.
-
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REC, MS_PRIVATE = 16384, 1 << 18
-MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
-MOUNT_ATTR_IDMAP = 0x00100000
-SYS_open_tree, SYS_move_mount, SYS_mount_setattr = 428, 429, 442
-OPEN_TREE_CLONE, AT_RECURSIVE, AT_EMPTY_PATH = 1, 0x8000, 0x1000
-MOVE_MOUNT_F_EMPTY_PATH = 4
-AT_FDCWD = -100
-CLONE_NEWUSER = 0x10000000
-
-_libc: Any = None
-
-
-def libc() -> Any:
-    """The C library, loaded once, with errno kept (for the sandbox's system calls)."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc
-
-
-def check(result: int, what: str) -> int:
-    """``result`` of a libc call, or an OSError naming ``what`` and errno's text."""
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-    return result
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    ]
-
-
-def mount(
-    source: str, target: str, fstype: str | None, flags: int, data: str | None = None
-) -> None:
-    check(
-        libc().mount(
-            source.encode(),
-            target.encode(),
-            fstype.encode() if fstype else None,
-            ctypes.c_ulong(flags),
-            data.encode() if data else None,
-        ),
-        f"mount {target}",
-    )
-
-
-def set_attr(where: str | int, attr_set: int, recursive: bool = True, userns_fd: int = 0) -> None:
-    """``mount_setattr`` on the mount at path ``where`` (or the detached tree fd)."""
-    dirfd, path, flags = (
-        (where, b"", AT_EMPTY_PATH) if isinstance(where, int) else (AT_FDCWD, where.encode(), 0)
-    )
-    attr = _MountAttr(attr_set, 0, 0, userns_fd)
-    check(
-        libc().syscall(
-            SYS_mount_setattr,
-            dirfd,
-            path,
-            flags | (AT_RECURSIVE if recursive else 0),
-            ctypes.byref(attr),
-            ctypes.sizeof(attr),
-        ),
-        f"mount_setattr {where}",
-    )
 
 
 def _open_tree(path: str, attr_set: int, userns_fd: int = -1) -> int:
     """A detached copy of the mount trees at ``path``, with ``attr_set`` on all of them
     (and idmapped through ``userns_fd`` when >= 0; without the idmap if the file system
     cannot have one)."""
-    tree = check(
-        libc().syscall(SYS_open_tree, AT_FDCWD, path.encode(), OPEN_TREE_CLONE | AT_RECURSIVE),
-        f"open_tree {path}",
-    )
+    tree = open_tree(path)
     try:
         if userns_fd >= 0:
             try:
@@ -152,12 +84,7 @@ def _move_mount(tree: int, target: str) -> None:
         else:  # a single file kept: its mount point is an empty file
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
-    check(
-        libc().syscall(
-            SYS_move_mount, tree, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH
-        ),
-        f"move_mount {target}",
-    )
+    move_mount(tree, target)
 
 
 def _inside(path: str, top: str) -> bool:
@@ -216,7 +143,7 @@ def idmap_userns(uid: int = RUN_UID, gid: int = RUN_GID) -> int:
         try:
             os.close(ready_r)
             os.close(done_w)
-            check(libc().unshare(CLONE_NEWUSER), "unshare user namespace")
+            unshare(CLONE_NEWUSER, "unshare user namespace")
             os.write(ready_w, b"x")
             os.read(done_r, 1)
         finally:
@@ -237,9 +164,7 @@ def idmap_userns(uid: int = RUN_UID, gid: int = RUN_GID) -> int:
 def writable_proc() -> int:
     """A detached copy of the /proc mount: the maps stay writable through it once the view
     has made /proc read-only."""
-    return check(
-        libc().syscall(SYS_open_tree, AT_FDCWD, b"/proc", OPEN_TREE_CLONE), "open_tree /proc"
-    )
+    return open_tree("/proc", recursive=False)
 
 
 def write_maps(pid: int, uid: int, gid: int, proc: int | None = None) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_NAME",
     "cap_text",
     "compile_program",
+    "forget_source",
     "format_exception",
     "safe_str",
 ]
@@ -120,8 +121,14 @@ def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType
     """Compile ``source`` into an ``async def`` taking no arguments.
 
     Raises ``SyntaxError`` (with the program's own line numbers) when it does not compile.
-    The returned function must be called with the globals it was built for; see
-    :func:`build_main`.
+    The returned function must be called with the globals it is to run with; see
+    :func:`bind_globals`.
+
+    >>> import asyncio
+    >>> fn = compile_program("x = 20\\nawait asyncio.sleep(0)\\nx + 1")
+    >>> outcome = asyncio.run(bind_globals(fn, {"asyncio": asyncio})())
+    >>> outcome[0] is LAST_EXPRESSION, outcome[1]
+    (True, 21)
     """
     tree = ast.parse(source, filename, "exec")
     body = tree.body
@@ -138,6 +145,52 @@ def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType
     bound = _Bound()
     for stmt in body:
         bound.visit(stmt)
+    module = _as_factory(body, futures, bound.names)
+    try:
+        code = compile(module, filename, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        if exc.msg == "'return' with value in async generator":
+            # A top-level yield made the wrapper a generator: say what Python says of it.
+            raise _yield_outside_function(source, body, filename) from None
+        raise
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)
+    make = namespace["__kernelgate_factory__"]
+    fn = make(LAST_EXPRESSION)
+    if fn.__code__.co_flags & _CO_ASYNC_GENERATOR:
+        raise _yield_outside_function(source, body, filename)
+    fn.__code__ = fn.__code__.replace(co_name="<module>", **_qualname("<module>"))
+    lines = source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    return fn  # type: ignore[no-any-return]
+
+
+def _yield_outside_function(source: str, body: list[ast.stmt], filename: str) -> SyntaxError:
+    """Python's own error for a ``yield`` in the program's top-level scope, at its line."""
+    todo: list[ast.AST] = list(reversed(body))
+    where: ast.AST | None = None
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            where = node
+            break
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue  # a scope of its own
+        todo.extend(reversed(list(ast.iter_child_nodes(node))))
+    line = getattr(where, "lineno", 1)
+    lines = source.splitlines()
+    text = lines[line - 1] if 0 < line <= len(lines) else None
+    return SyntaxError(
+        "'yield' outside function", (filename, line, getattr(where, "col_offset", 0) + 1, text)
+    )
+
+
+def _as_factory(body: list[ast.stmt], futures: list[ast.stmt], names: list[str]) -> ast.Module:
+    """The module ``futures`` + ``def __kernelgate_factory__(mark): async def main(): body``.
+
+    ``names``: what the top level binds, declared ``global`` in ``main``. A final expression
+    statement becomes ``return (mark, value)``.
+    """
     first = body[0] if body else None
     if body and isinstance(body[-1], ast.Expr):
         last = body[-1]
@@ -145,8 +198,8 @@ def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType
         pair = _placed(ast.Tuple(elts=[mark, last.value], ctx=ast.Load()), last)
         body[-1] = _placed(ast.Return(value=pair), last)
     stmts: list[ast.stmt] = []
-    if bound.names:
-        stmts.append(ast.Global(names=bound.names))
+    if names:
+        stmts.append(ast.Global(names=names))
     stmts.extend(body or [ast.Pass()])
     fn_kwargs: dict[str, Any] = {}
     if "type_params" in ast.AsyncFunctionDef._fields:
@@ -180,24 +233,18 @@ def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType
     anchor = first if first is not None else (futures[0] if futures else None)
     made: list[ast.AST] = [main, factory, *factory.args.args, *factory.body[1:]]
     made += [factory.body[1].value]  # type: ignore[attr-defined]
-    if bound.names:
+    if names:
         made.append(stmts[0])
     if not body:
         made.append(stmts[-1])
     for node in made:
         _placed(node, anchor)
-    module = ast.Module(body=[*futures, factory], type_ignores=[])
-    code = compile(module, filename, "exec", dont_inherit=True)
-    namespace: dict[str, Any] = {}
-    exec(code, namespace)
-    make = namespace["__kernelgate_factory__"]
-    fn = make(LAST_EXPRESSION)
-    if fn.__code__.co_flags & _CO_ASYNC_GENERATOR:
-        raise SyntaxError("'yield' outside function", (filename, 1, 1, None))
-    fn.__code__ = fn.__code__.replace(co_name="<module>", **_qualname("<module>"))
-    lines = source.splitlines(keepends=True)
-    linecache.cache[filename] = (len(source), None, lines, filename)
-    return fn  # type: ignore[no-any-return]
+    return ast.Module(body=[*futures, factory], type_ignores=[])
+
+
+def forget_source(filename: str = FILENAME) -> None:
+    """Drop the source :func:`compile_program` registered for tracebacks under ``filename``."""
+    linecache.cache.pop(filename, None)
 
 
 def _placed(node: _N, anchor: ast.AST | None) -> _N:

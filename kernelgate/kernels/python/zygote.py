@@ -23,10 +23,21 @@ gone, then removes the cgroups and run directories. Beside the paths the fork re
 named, it removes every entry their directories hold under the host's ``owner`` name
 prefix (its cold runs' too). A host that merely closed the pool is alive: it cleans up
 itself (and kills the zygote), so the zygote then just exits.
+
+Before its first fork the zygote warms up (:func:`warm_up`): it encodes once what every child
+would make itself, and each warm child rehearses a run on throwaway objects
+(:func:`rehearse`) while it waits for its program.
 """
+
+# Over the ~500 lines a module may have: the fork loop, the cleanup after a dead host and
+# the warm-up all read and write the zygote's own state (its children, their places, the
+# host it watches, what it encoded once), and the warm-up belongs with the process that
+# does it once for all its children.
 
 from __future__ import annotations
 
+import asyncio
+import builtins
 import errno
 import gc
 import json
@@ -39,9 +50,25 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from . import bootstrap, sandbox
+from kernelgate.wire.connection import CHILD, HOST, Connection
+from kernelgate.wire.events import (
+    CallReply,
+    CallRequest,
+    ExecuteReply,
+    ExecuteRequest,
+    ExecuteResult,
+    OpenBindings,
+    Stream,
+)
+from kernelgate.wire.values import check_json
 
-__all__ = ["main"]
+from . import bootstrap, sandbox
+from .display import plain_repr
+from .namespace import Binding, Namespace
+from .program import bind_globals, compile_program, forget_source
+from .report import cache_fallback, with_usage
+
+__all__ = ["main", "warm_up", "rehearse", "rehearsal_frames"]
 
 _ZYGOTE_FD = 3
 
@@ -107,6 +134,7 @@ def _child(
         run_dir=request["run_dir"],
         read_paths=list(request.get("read_paths") or []),
         born_in=born_in,
+        rehearse=rehearse,
     )
     os._exit(0)
 
@@ -197,7 +225,7 @@ def main() -> None:
 
     asyncio.new_event_loop().close()
     compile("async def f():\n    await g()\n", "<warm>", "exec", dont_inherit=True)
-    bootstrap.warm_up()
+    warm_up()
     # Children share these objects with us until they write to them; a garbage collection
     # in a child would walk (and so copy) all of them. Frozen, they are never walked.
     gc.collect()
@@ -468,6 +496,92 @@ def _remove_tree(path: str) -> None:
             pass
 
     shutil.rmtree(path, onerror=onerror)
+
+
+# -- the warm-up: what every child would otherwise make itself -------------------------------
+
+
+def warm_up() -> None:
+    """In the zygote, before it forks: make once what every child it forks would otherwise
+    make itself (the fallback reply, the rehearsal's frames, the sandbox's paths and
+    filters), then rehome the frames of what is loaded.
+
+    faulthandler writes to fd 2 by number, which is each child's own stderr by then.
+    """
+    import faulthandler
+
+    try:
+        faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+    except (RuntimeError, ValueError, OSError):
+        pass  # no stderr to write to: each child tries again with its own
+    cache_fallback()
+    rehearsal_frames()
+    sandbox.warm_sandbox()
+    bootstrap.rehome_code()  # the zygote's own functions are defined by now
+
+
+_REHEARSAL_SPEC = {"params": [["x", "POSITIONAL_OR_KEYWORD", False]], "signature": "(x)", "doc": ""}
+_rehearsal_frames: list[bytes] | None = None
+
+
+def rehearsal_frames() -> list[bytes]:
+    """What a host sends in a run with one call (comm_open, execute_request, the call's
+    reply), encoded once: the zygote makes them, its children only read them."""
+    global _rehearsal_frames
+    if _rehearsal_frames is None:
+        host = Connection(HOST, session="rehearsal")
+        child = Connection(CHILD, session="rehearsal")
+        frames = [
+            host.send(OpenBindings("rehearsal", {"tools": {"echo": _REHEARSAL_SPEC}})),
+            host.send(ExecuteRequest("x = 1\nx", {"cwd": "/"})),
+        ]
+        for frame in frames:
+            child.receive_data(frame)
+            child.next_event()
+        host.receive_data(child.send(CallRequest(0, "tools", "echo", [1], {})))
+        host.next_event()
+        frames.append(host.send(CallReply(0, True, [1, "a", {"b": None}])))
+        _rehearsal_frames = frames
+    return _rehearsal_frames
+
+
+def rehearse(loop: asyncio.AbstractEventLoop) -> None:
+    """In a warm child, booted, before its program arrives: go once through the child's
+    side of a run, on throwaway objects, on the run's event loop ``loop``.
+
+    A forked child shares the zygote's memory until it writes to it, and merely using an
+    object writes its reference count: the first run of every code path pays a page
+    copy for each page it touches. This pays them before the program arrives. Nothing
+    here outlives the call.
+    """
+    opening, executing, replying = rehearsal_frames()
+    peer = Connection(CHILD, session="rehearsal")
+    peer.receive_data(opening + executing)
+    opened, request = peer.next_event(), peer.next_event()
+    assert type(opened) is OpenBindings and type(request) is ExecuteRequest
+
+    def start(*_call: Any) -> asyncio.Future[Any]:
+        fut = loop.create_future()
+        loop.call_soon(fut.set_result, getattr(reply, "value", None))
+        return fut
+
+    echo = Binding("tools", "echo", _REHEARSAL_SPEC, start, 1 << 20)
+    namespace = Namespace("tools", {"echo": echo})
+    fn = bind_globals(compile_program(request.code), {"tools": namespace, "__builtins__": builtins})
+    peer.send(Stream("stdout", "rehearsal\n"))
+    peer.send(CallRequest(peer.next_call_id, "tools", "echo", [1], {}))
+    peer.receive_data(replying)
+    reply = peer.next_event()
+
+    async def one_run() -> Any:
+        await namespace.echo(1)
+        return await fn()
+
+    outcome = loop.run_until_complete(one_run())
+    check_json(outcome[1], "value", 1 << 20)
+    peer.send(ExecuteResult({"application/json": 1, "text/plain": plain_repr(1)}))
+    peer.send(with_usage(ExecuteReply("ok")))
+    forget_source()
 
 
 # Last, once everything above is defined: this module's frames (main() is below every warm

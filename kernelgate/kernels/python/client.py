@@ -1,0 +1,261 @@
+"""The child's end of fd 3: whole frames out, the host's messages in, binding calls.
+
+fd 3 is shared by every thread of the program: each frame is written whole under one lock
+(a thread printing while another sends a large call must not splice frames), and replies
+are read by whichever event loop is waiting for one (the program's, or a loop of its own
+in another thread) and handed to the loop that made the call.
+
+Everything here is bound before the program runs: the program may rebind builtins or
+module globals such as ``os.read``, and the calls and the reporting must still work.
+
+>>> CallClient.__name__
+'CallClient'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import sys
+import threading
+from asyncio.events import _get_running_loop
+from typing import Any
+
+from kernelgate.wire.connection import CHILD, Connection
+from kernelgate.wire.events import CallReply, CallRequest, ExecuteRequest, OpenBindings
+from kernelgate.wire.messages import binding_label
+
+from .namespace import ToolError
+from .program import safe_str
+from .streams import OutputStream
+
+__all__ = ["CONTROL_FD", "CallClient"]
+
+CONTROL_FD = 3
+_HOST_FRAME_CEILING = 1 << 30  # the host is trusted; its frames are bounded by its limits
+
+_os_write = os.write
+_os_read = os.read
+_os_exit = os._exit
+_select = select.select
+
+
+class CallClient:
+    """fd 3 of one run: framed writes, the host's bindings and request, binding calls.
+
+    ``fallback``: a pre-encoded ``execute_reply`` written when nothing else can be
+    (:func:`give_up`). ``streams``: flushed before each call leaves, so a call's output
+    comes before it.
+    """
+
+    def __init__(self, fallback: bytes, fd: int = CONTROL_FD) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self.conn = Connection(
+            CHILD, session=f"child-{os.getpid()}", max_frame_bytes=_HOST_FRAME_CEILING
+        )
+        self.fallback = fallback
+        # call id -> (future of the answer, in the loop that made the call; binding label)
+        self.pending: dict[int, tuple[asyncio.Future[Any], str]] = {}
+        # Writing fd 3: one frame at a time whatever thread sends it. Reentrant, because
+        # a signal handler that prints may run on a thread in the middle of its own write:
+        # that frame waits in the backlog until the one being written is whole.
+        self._wlock = threading.RLock()
+        self._writing = False
+        self._backlog: list[bytes] = []
+        self._rlock = threading.Lock()  # reading fd 3 and decoding, from any loop
+        # Loops of other threads waiting for replies -> how many calls each waits for.
+        self._watching: dict[asyncio.AbstractEventLoop, int] = {}
+        self.namespaces: dict[str, dict[str, dict[str, Any]]] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None  # the program's
+        self.streams: tuple[OutputStream, ...] = ()
+        self.calls = 0
+        self.max_calls = 10_000
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        fd = self.fd
+        while view:
+            try:
+                n = _os_write(fd, view)
+            except BlockingIOError:
+                _select([], [fd], [])
+                continue
+            except InterruptedError:
+                continue
+            view = view[n:]
+
+    def send(self, event: Any) -> None:
+        with self._wlock:
+            self._write_frame(self.conn.send(event))
+
+    def _write_frame(self, data: bytes) -> None:
+        """Write one encoded frame whole (the caller holds ``_wlock``)."""
+        if self._writing:  # re-entered from a signal handler on this thread
+            self._backlog.append(data)
+            return
+        self._writing = True
+        try:
+            self.write(data)
+            backlog = self._backlog
+            while backlog:
+                self.write(backlog.pop(0))
+        finally:
+            self._writing = False
+
+    def give_up(self, why: str) -> None:
+        """The run cannot go on: say why on stderr and end with the InternalError reply."""
+        try:
+            sys.__stderr__.write(f"kernelgate child: {why}\n")  # type: ignore[union-attr]
+            sys.__stderr__.flush()  # type: ignore[union-attr]
+        except BaseException:
+            pass
+        try:
+            with self._wlock:
+                self.write(self.fallback)
+        except BaseException:
+            pass
+        _os_exit(70)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read_until_request(self) -> ExecuteRequest:
+        """Block until the host's ``execute_request`` (keeping the bindings it opened)."""
+        while True:
+            event = self.conn.next_event()
+            if event is None:
+                _select([self.fd], [], [])
+                try:
+                    data = os.read(self.fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    _os_exit(1)  # the host went away before sending a program
+                self.conn.receive_data(data)
+                continue
+            if type(event) is OpenBindings:
+                self.namespaces = event.namespaces
+            elif type(event) is ExecuteRequest:
+                return event
+
+    def on_readable(self) -> None:
+        """fd 3 is readable: take the host's replies and hand each to its call's loop.
+
+        Runs in the program's loop, and in the loop of any other thread waiting for a
+        reply (the program's loop may be blocked, e.g. in ``thread.join()``).
+        """
+        try:
+            replies = self._take_replies()
+            if replies is None:
+                return  # another loop took it
+            here = _get_running_loop()
+            pending = self.pending
+            for reply in replies:
+                entry = pending.pop(reply.call_id, None)
+                if entry is None:
+                    continue
+                fut, tool = entry
+                loop = fut.get_loop()
+                if loop is here:
+                    _resolve(fut, reply, tool)
+                else:
+                    try:
+                        loop.call_soon_threadsafe(_resolve, fut, reply, tool)
+                    except RuntimeError:
+                        pass  # that loop is closed: nobody waits for the answer
+        except Exception as exc:
+            # Replies can no longer be read (the program broke something this needs):
+            # end the run now rather than let it wait for answers until wall_seconds.
+            self.give_up(f"reading the host's replies failed: {_brief(exc)}")
+
+    def _take_replies(self) -> list[CallReply] | None:
+        """Read what fd 3 holds and decode the replies in it (None: nothing to read)."""
+        replies: list[CallReply] = []
+        with self._rlock:
+            try:
+                data = _os_read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return None
+            except OSError:
+                data = b""
+            if not data:
+                _os_exit(1)  # the host is gone: nobody is left to report to
+            self.conn.receive_data(data)
+            while True:
+                event = self.conn.next_event()
+                if event is None:
+                    break
+                if type(event) is CallReply:
+                    replies.append(event)
+        return replies
+
+    # -- binding calls -----------------------------------------------------------------------
+
+    def call(
+        self, namespace: str, name: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> asyncio.Future[Any]:
+        """Send a call (when a :class:`BindingCall` first runs) and return the future of
+        its answer, which belongs to the event loop running the call."""
+        loop = _get_running_loop()
+        if loop is None:
+            raise RuntimeError(
+                f"{binding_label(namespace, name)}() must run in an event loop: await it, "
+                "or pass it to asyncio.run() or create_task()"
+            )
+        tool = binding_label(namespace, name)
+        for stream in self.streams:
+            stream.flush()
+        fut = loop.create_future()
+        with self._wlock:
+            if self.calls >= self.max_calls:
+                raise ToolError(
+                    f"max_calls={self.max_calls} binding calls per run reached; "
+                    "make fewer calls (batch the work) or raise Limits.max_calls",
+                    tool=tool,
+                    ename="LimitExceeded",
+                )
+            call_id = self.conn.next_call_id
+            frame = self.conn.send(CallRequest(call_id, namespace, name, args, kwargs))
+            self.calls += 1
+            # Registered before the frame leaves: another thread may read the reply.
+            self.pending[call_id] = (fut, tool)
+            self._write_frame(frame)
+        if loop is not self.loop:
+            self._watch(loop, fut)
+        return fut
+
+    def _watch(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any]) -> None:
+        """Let a loop of another thread read fd 3 while it waits for ``fut``."""
+        watching = self._watching
+        count = watching.get(loop, 0)
+        if count == 0:
+            loop.add_reader(self.fd, self.on_readable)
+        watching[loop] = count + 1
+        fut.add_done_callback(lambda _f: self._unwatch(loop))
+
+    def _unwatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        count = self._watching.pop(loop, 1) - 1
+        if count > 0:
+            self._watching[loop] = count
+            return
+        try:
+            loop.remove_reader(self.fd)
+        except Exception:
+            pass  # the loop is closing: its selector goes with it
+
+
+def _resolve(fut: asyncio.Future[Any], reply: CallReply, tool: str) -> None:
+    """Give a call's answer to its future (in the future's loop)."""
+    if fut.done():
+        return  # the program cancelled the call; the answer is dropped
+    if reply.ok:
+        fut.set_result(reply.value)
+    else:
+        fut.set_exception(ToolError(reply.evalue, tool=tool, ename=reply.ename))
+
+
+def _brief(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {safe_str(exc, 500)}"

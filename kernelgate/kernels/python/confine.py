@@ -1,0 +1,251 @@
+"""The confinement policy: what a child gives up before its program runs, and in which order.
+Stdlib only.
+
+- **rlimits** (:func:`apply_rlimits`): never above what is already in force;
+- **not dumpable** (:func:`not_dumpable`) and **killed with its parent**
+  (:func:`die_with_parent`);
+- ``process`` level on a root host: **the run's uid** (:func:`_become_run_user`), keeping
+  only CAP_DAC_READ_SEARCH;
+- ``namespaces+landlock``: a **landlock ruleset** (:func:`_landlock`), which sets
+  ``no_new_privs`` itself;
+- the namespace levels: **no capabilities** (:func:`_drop_capabilities`);
+- last, the **seccomp filter** (:mod:`.seccomp`, which sets ``no_new_privs`` too): it denies
+  calls the steps before need (landlock's own, ``capset``, ``setresuid``).
+
+:func:`lock_down` is that order. The system calls are :mod:`.syscalls`.
+
+>>> sorted(set(interpreter_paths()) & {"/proc", "/usr/bin"})
+['/proc', '/usr/bin']
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import sys
+
+from kernelgate.model.constants import RUN_GID, RUN_UID
+
+from . import seccomp
+from .syscalls import (
+    PR_CAPBSET_DROP,
+    PR_SET_DUMPABLE,
+    PR_SET_KEEPCAPS,
+    PR_SET_NO_NEW_PRIVS,
+    PR_SET_PDEATHSIG,
+    LandlockAttr,
+    capset,
+    check,
+    landlock_abi,
+    landlock_add_path_rule,
+    landlock_create_ruleset,
+    landlock_restrict_self,
+    prctl,
+)
+
+__all__ = [
+    "apply_rlimits",
+    "not_dumpable",
+    "die_with_parent",
+    "interpreter_paths",
+    "lock_down",
+]
+
+CAP_DAC_READ_SEARCH = 2
+
+
+# -- rlimits and the process's own flags ------------------------------------------------------
+
+
+def apply_rlimits(limits: dict[str, list[int]]) -> None:
+    """Set each ``RLIMIT_*`` to ``[soft, hard]``, never above what is already in force."""
+    for name, (soft, hard) in limits.items():
+        which = getattr(resource, name)
+        cur_soft, cur_hard = resource.getrlimit(which)
+        if cur_hard != resource.RLIM_INFINITY:
+            hard = min(hard, cur_hard)
+        if cur_soft != resource.RLIM_INFINITY and cur_soft < soft:
+            soft = cur_soft  # a tighter inherited limit stays in force
+        soft = min(soft, hard)
+        resource.setrlimit(which, (soft, hard))
+
+
+def not_dumpable() -> None:
+    """Make this process (and what it forks) non-dumpable: its /proc/<pid>/fd, mem and
+    environ need CAP_SYS_PTRACE then, so a program of the same uid at ``process`` level
+    cannot reach an idle pool child or another run's child through them (issue 9,
+    finding 8). Execve resets it: what a program execs is its own business."""
+    prctl(PR_SET_DUMPABLE, 0)
+
+
+def die_with_parent() -> None:
+    """Be killed when the process that started us dies (the host, or the zygote).
+
+    Without this a busy program would outlive a host killed with SIGKILL.
+    """
+    parent = os.getppid()
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)
+
+
+# -- capabilities ----------------------------------------------------------------------------
+
+
+def _drop_capabilities() -> None:
+    for cap in range(64):
+        if prctl(PR_CAPBSET_DROP, cap) < 0:
+            break  # past the last capability this kernel knows
+    capset(0)
+
+
+def _become_run_user() -> None:
+    """``process`` level on a root host: drop to :data:`RUN_UID`/:data:`RUN_GID` (no
+    supplementary groups), keeping only CAP_DAC_READ_SEARCH (effective and permitted; the
+    bounding set otherwise empty).
+
+    The trade-off, on purpose: the interpreter often lives where only root may look (a
+    pyenv under /root, mode 0700), and this level has no mount namespace to show it
+    elsewhere, so the program keeps root's right to read and search any file, as it had
+    before; it loses everything else root had: writing root's files, /proc/sys, cgroupfs,
+    signalling root's processes, setuid-root files. The one known escape through this
+    capability, open_by_handle_at, is denied by the seccomp filter.
+    """
+    for cap in range(64):
+        if cap != CAP_DAC_READ_SEARCH and prctl(PR_CAPBSET_DROP, cap) < 0:
+            break  # past the last capability this kernel knows
+    check(prctl(PR_SET_KEEPCAPS, 1), "keepcaps")
+    os.setgroups([])
+    os.setresgid(RUN_GID, RUN_GID, RUN_GID)
+    os.setresuid(RUN_UID, RUN_UID, RUN_UID)
+    check(prctl(PR_SET_KEEPCAPS, 0), "keepcaps")
+    capset(1 << CAP_DAC_READ_SEARCH)
+
+
+# -- landlock --------------------------------------------------------------------------------
+
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1, 2, 4, 8
+_FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 14, 1 << 15
+_READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
+_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+
+
+def _handled_fs(abi: int) -> int:
+    handled = (1 << 13) - 1
+    if abi >= 2:
+        handled |= 1 << 13  # REFER
+    if abi >= 3:
+        handled |= _FS_TRUNCATE
+    if abi >= 5:
+        handled |= _FS_IOCTL_DEV
+    return handled
+
+
+def _landlock(read_paths: list[str], write_paths: list[str]) -> None:
+    abi = landlock_abi()
+    if abi < 1:
+        raise OSError("landlock is not available in this kernel")
+    handled = _handled_fs(abi)
+    attr = LandlockAttr(handled, 3 if abi >= 4 else 0)  # TCP bind and connect: none allowed
+    size = ctypes.sizeof(LandlockAttr) if abi >= 4 else 8  # ABI 1-3 know only .fs
+    ruleset = landlock_create_ruleset(attr, size)
+    try:
+        for paths, rights in ((read_paths, _READ), (write_paths, handled)):
+            for path in paths:
+                try:
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue  # a configured path that does not exist grants nothing
+                try:
+                    allowed = rights & handled
+                    if not os.path.isdir(path):
+                        allowed &= _FILE_RIGHTS
+                    landlock_add_path_rule(ruleset, allowed, fd, path)
+                finally:
+                    os.close(fd)
+        check(prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
+        landlock_restrict_self(ruleset)
+    finally:
+        os.close(ruleset)
+
+
+# -- where the interpreter reads ----------------------------------------------------------------
+
+_interpreter_paths: list[str] | None = None
+
+
+def interpreter_paths() -> list[str]:
+    """Where this interpreter reads from: its prefixes, its sys.path, system libraries.
+
+    Found once per process (a zygote's children inherit it): it walks sys.modules and
+    resolves paths.
+    """
+    global _interpreter_paths
+    if _interpreter_paths is None:
+        _interpreter_paths = _find_interpreter_paths()
+    return list(_interpreter_paths)
+
+
+def _find_interpreter_paths() -> list[str]:
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+    }
+    paths.update(p for p in sys.path if p)
+    paths.update(
+        os.path.dirname(os.path.dirname(os.path.abspath(m.__file__)))
+        for m in [sys.modules.get("kernelgate")]
+        if m is not None and m.__file__
+    )
+    paths.update(
+        [
+            "/usr/lib",
+            "/usr/lib64",
+            "/lib",
+            "/lib64",
+            "/usr/local/lib",
+            "/usr/share/zoneinfo",
+            "/etc/ld.so.cache",
+            "/etc/localtime",
+            "/dev/null",
+            "/dev/zero",
+            "/dev/urandom",
+            "/dev/random",
+            "/proc",
+            "/usr/bin",
+            "/bin",
+            "/usr/local/bin",
+        ]
+    )
+    return sorted(paths)
+
+
+# -- the order ---------------------------------------------------------------------------------
+
+
+def lock_down(
+    level: str, run_dir: str, read_paths: list[str], write_paths: list[str] | None = None
+) -> None:
+    """What depends on the level only: the run's uid (``process`` on a root host), landlock,
+    seccomp, dropping capabilities.
+
+    A warm child does this before its program arrives, a cold one after. The seccomp filter
+    comes after everything that needs a syscall it denies (landlock's own, capset,
+    setresuid).
+    """
+    not_dumpable()
+    if level == "process" and os.geteuid() == 0:
+        _become_run_user()
+    if level == "namespaces+landlock":
+        _landlock(
+            [*interpreter_paths(), *read_paths],
+            [run_dir, "/tmp", "/dev/shm", "/dev/null", *(write_paths or [])],
+        )
+    if level != "process":
+        _drop_capabilities()
+    seccomp.apply(level)

@@ -1,0 +1,334 @@
+"""The run's namespaces and their init: user, mount, network, pid and IPC. Stdlib only.
+
+At the namespace levels the program runs as pid 2 under a small init (pid 1) that reaps
+everything and takes the whole namespace down when the program ends. Who makes the
+namespaces:
+
+- a non-root host: a cold child unshares and maps uid 0 inside to its own uid, staying
+  outside the pid namespace to mirror the program's exit; a warm child is cloned into its
+  namespaces by the zygote (:func:`fork_into_namespaces`) and is their init;
+- a root host (:func:`_unprivileged_init`): uid 0 inside must not be root outside, so the
+  child (cold, or forked by the zygote) arranges the view as real root in a mount namespace
+  of its own, clones the init into the other namespaces, maps its uid 0 to :data:`RUN_UID`
+  from outside (which needs CAP_SETUID in the parent namespace) and mirrors it.
+
+The view itself is :mod:`.mounts`; the system calls are :mod:`.syscalls`.
+
+>>> NAMESPACES & CLONE_NEWPID != 0
+True
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+from typing import Any
+
+from kernelgate.model.constants import RUN_GID, RUN_UID
+
+from . import mounts
+from .syscalls import (
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    MOUNT_ATTR_NOSUID,
+    MOUNT_ATTR_RDONLY,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    PR_SET_DUMPABLE,
+    PR_SET_PDEATHSIG,
+    clone_with_flags,
+    landlock_abi,
+    mount,
+    mount_setattr,
+    prctl,
+    unshare,
+)
+
+__all__ = [
+    "NAMESPACES",
+    "Born",
+    "fork_into_namespaces",
+    "probe",
+    "enter_namespaces",
+    "read_all",
+    "read_status",
+    "serve_as_init",
+]
+
+#: CLONE_NEWIPC: SysV shared memory, semaphores, message queues and POSIX message queues
+#: are per IPC namespace; in a fresh one a run sees none of the host's or other runs', and
+#: the kernel frees what it made when the namespace goes (issue 9, finding 3).
+NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC
+
+
+class Born:
+    """How a child forked into its namespaces came to be: who it is outside (the uid and
+    gid to map to) and the fd its init reports the program's wait status on.
+
+    ``mapped``: its parent wrote its id maps and arranged its view already (a root host).
+    """
+
+    def __init__(self, uid: int, gid: int, status_fd: int, mapped: bool = False) -> None:
+        self.uid, self.gid, self.status_fd, self.mapped = uid, gid, status_fd, mapped
+
+
+def fork_into_namespaces() -> int:
+    """``os.fork()``, with the child born in new user, mount, network and pid namespaces
+    (as pid 1 of its own): one process where ``unshare`` needs two, since unshare moves
+    only the caller's later children into a new pid namespace.
+
+    The interpreter's fork bookkeeping runs as in ``os.fork``; for a single-threaded caller
+    only (the zygote). See :func:`.syscalls.clone_with_flags`.
+    """
+    return clone_with_flags(NAMESPACES)
+
+
+def probe() -> dict[str, Any]:
+    """What this machine allows, found by trying it in a throwaway process."""
+    found: dict[str, Any] = {"namespaces": False, "landlock_abi": landlock_abi(), "why": ""}
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the forked probe
+        os.close(r)
+        code = 0
+        uid, gid = os.geteuid(), os.getegid()  # before unshare: inside, they read as unmapped
+        try:
+            unshare(NAMESPACES)
+            _map_ids(uid, gid)
+            # The view needs the new mount API (Linux 5.12+: mount_setattr).
+            mount("none", "/", None, MS_REC | MS_PRIVATE)
+            mount_setattr("/", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID)
+        except OSError as exc:
+            os.write(w, str(exc).encode()[:500])
+            code = 1
+        os._exit(code)
+    os.close(w)
+    why = read_all(r)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    found["namespaces"] = os.waitstatus_to_exitcode(status) == 0
+    found["why"] = why.decode(errors="replace")
+    return found
+
+
+# -- id maps -------------------------------------------------------------------------------
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _map_ids(uid: int, gid: int) -> None:
+    # Root inside maps to whoever we are outside: the namespace grants nothing new on the
+    # host, and capabilities are dropped before the program runs. A process that is not
+    # dumpable (the zygote's children) cannot open its own maps (/proc/self is owned by
+    # root then): dumpable only while it writes them, before any program exists.
+    prctl(PR_SET_DUMPABLE, 1)
+    try:
+        try:
+            _write("/proc/self/setgroups", "deny")
+        except FileNotFoundError:
+            pass
+        _write("/proc/self/uid_map", f"0 {uid} 1")
+        _write("/proc/self/gid_map", f"0 {gid} 1")
+    finally:
+        prctl(PR_SET_DUMPABLE, 0)
+
+
+# -- entering --------------------------------------------------------------------------------
+
+
+def _unprivileged_init(run_dir: str, kept: list[str], read_paths: list[str]) -> Born:
+    """On a root host: arrange the view as real root in a mount namespace of our own, then
+    clone the namespace's init into new user, mount, network, pid and IPC namespaces, map
+    its uid 0 to :data:`RUN_UID` from out here, and mirror it. Returns in the init only.
+
+    The clone copies our mount namespace into one owned by the new user namespace: every
+    mount in it is locked there (the program cannot unmount what hides the host, nor make
+    the tree writable). Our supplementary groups go first: the init would inherit them.
+    """
+    unshare(CLONE_NEWNS, "unshare mount namespace")
+    proc = mounts.writable_proc()
+    mounts.private_view(run_dir, kept, read_paths, root_host=True)
+    os.setgroups([])
+    status_r, status_w = os.pipe()
+    go_r, go_w = os.pipe()
+    init = fork_into_namespaces()
+    if init == 0:
+        os.close(proc)
+        os.close(status_r)
+        os.close(go_w)
+        ok = os.read(go_r, 1) == b"x"
+        os.close(go_r)
+        if not ok:
+            os._exit(72)  # not mapped (the parent failed, or is gone): never run
+        # Our credentials are still the host's root until we set them inside: uid 0 here
+        # is RUN_UID outside now.
+        os.setresgid(0, 0, 0)
+        os.setresuid(0, 0, 0)
+        return Born(RUN_UID, RUN_GID, status_w, mapped=True)
+    os.close(status_w)
+    os.close(go_r)
+    try:
+        mounts.write_maps(init, RUN_UID, RUN_GID, proc)
+        os.write(go_w, b"x")
+    except OSError:
+        os.kill(init, signal.SIGKILL)
+    finally:
+        os.close(go_w)
+        os.close(proc)
+    _mirror(init, status_r)  # never returns
+    raise AssertionError("unreachable")
+
+
+def enter_namespaces(
+    run_dir: str, kept: list[str], read_paths: list[str], born_in: Born | None = None
+) -> None:
+    """Called in the process the host started; returns in the program's process (pid 2).
+
+    ``kept``: the paths the interpreter reads (they come back read-only where the view
+    hides them). ``born_in``: this process was forked into its namespaces already (by the
+    zygote, :func:`fork_into_namespaces`, or by :func:`_unprivileged_init`) and is their
+    pid 1: no unshare, and no mirror process here.
+    """
+    mirror = born_in is None
+    if born_in is None and os.geteuid() == 0:
+        born_in = _unprivileged_init(run_dir, kept, read_paths)
+        mirror = False
+    if born_in is None or not born_in.mapped:
+        if born_in is None:
+            uid, gid = os.geteuid(), os.getegid()
+            unshare(NAMESPACES)
+        else:
+            uid, gid = born_in.uid, born_in.gid
+        _map_ids(uid, gid)
+        mounts.private_view(run_dir, kept, read_paths, root_host=False)
+    os.chdir(run_dir)
+    if mirror:
+        status_r, status_w = os.pipe()
+        init = os.fork()
+        if init:
+            os.close(status_w)
+            _mirror(init, status_r)  # never returns
+        os.close(status_r)
+    else:
+        assert born_in is not None
+        status_w = born_in.status_fd  # the zygote (or the mirror) reads the program's end here
+    # pid 1 of the new namespace: reap everything, end with the program.
+    # If the host's child dies (the host's SIGKILL), the namespace goes with it. (Our ppid
+    # reads 0 here: the parent is outside this pid namespace.)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    try:
+        # Read-only: /proc/sys above all (a root host's core_pattern runs code as root).
+        mount("proc", "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:
+        pass  # /proc keeps the outer view (read-only too); not a reason to refuse the run
+    program = os.fork()
+    if program:
+        serve_as_init(program, status_w)  # never returns
+    os.close(status_w)
+
+
+# -- the mirror and the init -----------------------------------------------------------------
+
+
+def _ended(status: int) -> bool:
+    """A wait status that ends a process (not a stop, a ptrace stop or a continue)."""
+    return os.WIFEXITED(status) or os.WIFSIGNALED(status)
+
+
+def _mirror(init: int, status_r: int) -> None:
+    """The host's child: wait for the namespace's init and exit the way the program did."""
+    for fd in (0, 1, 2, 3):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    # Stopping is the host's job (SIGKILL after SIGTERM); we must outlive the program's
+    # SIGTERM handling to report how it ended.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            _, status = os.waitpid(init, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if _ended(status):
+            break
+    reported = read_status(status_r)
+    _exit_like(1 << 8 if reported is None else reported)
+
+
+def read_all(fd: int) -> bytes:
+    """What ``fd`` holds until EOF (or, non-blocking, until it is empty for now)."""
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def read_status(fd: int) -> int | None:
+    """The program's wait status as its init wrote it to ``fd``; None if it did not (it
+    was killed first, or wrote something that is not an ending)."""
+    text = read_all(fd).strip()
+    if not text.lstrip(b"-").isdigit():
+        return None
+    status = int(text)
+    return status if status >= 0 and _ended(status) else None
+
+
+def _exit_like(status: int) -> None:
+    code = os.waitstatus_to_exitcode(status) if status >= 0 and _ended(status) else 1
+    if code < 0:
+        sig = -code
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be caught or reset
+            signal.signal(sig, signal.SIG_DFL)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(code)
+
+
+def serve_as_init(program: int, status_w: int) -> None:
+    """Pid 1 of the run's namespace: reap everything until ``program`` ends, write its wait
+    status to ``status_w``, exit (the kernel then kills what is left). Never returns."""
+    for fd in (0, 1, 2, 3):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    program_status = 1 << 8
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        # A program that made us its tracer (PTRACE_TRACEME) reports its stops to us:
+        # only an ending is its status; a stopped program stays stopped until the host
+        # kills the run (wall_seconds).
+        if pid == program and _ended(status):
+            program_status = status
+            break
+    os.write(status_w, str(program_status).encode())
+    os._exit(0)  # as pid 1 exits, the kernel kills everything left in the namespace
