@@ -112,3 +112,26 @@ def test_history_tail_range_and_search(kc: BlockingKernelClient) -> None:
     start = tail[0][1]
     kc.history(hist_access_type="range", session=0, start=start, stop=start + 2)
     assert [h[2] for h in kc.get_shell_msg(timeout=10)["content"]["history"]] == ["'h1'", "'h2'"]
+
+
+def test_a_rich_final_expression_renders_and_its_value_stays_none(
+    kc: BlockingKernelClient,
+) -> None:
+    code = (
+        "class Table:\n"
+        "    def _repr_html_(self):\n"
+        "        return '<table><tr><td>1</td></tr></table><script>x()</script>'\n"
+        "    def _repr_json_(self):\n"
+        "        return {'rows': 1}\n"
+        "Table()"
+    )
+    cell = execute(kc, code)
+    assert cell.status == "ok"
+    [result] = cell.outputs("execute_result")
+    data = result["content"]["data"]
+    # The object's HTML (sanitized, as every output), its repr; not taken for the value.
+    assert "<td>1</td>" in data["text/html"] and "script" not in data["text/html"]
+    assert data["text/plain"].startswith("<__main__.Table object at ")
+    assert "application/json" not in data
+    record = _record(cell)
+    assert "value" not in record and "is not JSON, so value is None" in record["note"]
