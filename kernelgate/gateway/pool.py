@@ -54,6 +54,7 @@ from .teardown import (
     off_loop,
     reap,
     remove_cgroup,
+    remove_dir,
     sweep_leftovers,
 )
 
@@ -498,7 +499,7 @@ class WarmPool:
                 )
             except OSError:
                 failures += 1
-                remove_tree(run_dir)
+                await remove_dir(run_dir)
                 if cgroup is not None:
                     await remove_cgroup(cgroup)
                 continue

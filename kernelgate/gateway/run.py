@@ -177,10 +177,18 @@ class Run:
             else:
                 self._send_program(run_dir)
                 end.call_later(self.limits.wall_seconds, self._on_timeout)
-            return await self._wait(loop, end, started_at)
-        finally:
+            result = await self._wait(loop, end, started_at)
+        except GeneratorExit:  # destroyed with its loop: nothing can be awaited
             if self.finishing is None:
-                end.release()
+                end.release_now()
+            raise
+        except BaseException:
+            if self.finishing is None:
+                await end.release()
+            raise
+        if self.finishing is None:  # else the teardown task releases
+            await end.release()
+        return result
 
     # -- the stages of execute() -----------------------------------------------------------
 

@@ -30,6 +30,7 @@ __all__ = [
     "off_loop",
     "reap",
     "remove_cgroup",
+    "remove_dir",
     "wait_readable",
 ]
 
@@ -94,6 +95,24 @@ async def empty_cgroup(cgroup: PidsCgroup, remove: bool = True) -> bool:
     return cgroup.settle(remove)
 
 
+def _rmdir(path: str) -> bool:
+    """Remove ``path`` if it is an empty directory (or gone); False if anything is left."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # not empty, or no longer a directory (remove_tree sees to both)
+    return True
+
+
+async def remove_dir(path: str) -> None:
+    """Remove a run directory without blocking the loop: an empty one at once (the usual
+    case), anything a program left in it (any number of files) in a worker thread."""
+    if not _rmdir(path):
+        await asyncio.to_thread(remove_tree, path)
+
+
 def off_loop(fn: Callable[[], Any], name: str) -> None:
     """Run ``fn`` (a bounded cleanup that may wait) in a thread of its own: for what must
     still be finished when the event loop can no longer await it. Not a daemon thread, so
@@ -149,7 +168,7 @@ async def discard(child: IdleChild) -> None:
             off_loop(child.cgroup.settle_blocking, "cgroup")
         raise
     child.close()
-    remove_tree(child.run_dir)
+    await remove_dir(child.run_dir)
     if child.cgroup is not None:
         await remove_cgroup(child.cgroup)
 
@@ -290,17 +309,23 @@ class Teardown:
         try:
             await asyncio.shield(self.exited)
             await self.settle()
-        except asyncio.CancelledError:
-            # The loop is closing (asyncio.run ends) with the child still on its way out;
-            # it still runs this task to its end, so the waits are awaited.
-            await self._abandon()
-            raise
         except GeneratorExit:
             # The task is destroyed with its loop: nothing can be awaited any more.
             self._abandon_now()
+            self.release_now()
             raise
-        finally:
-            self.release()
+        except asyncio.CancelledError:
+            # The loop is closing (asyncio.run ends) with the child still on its way out;
+            # it still runs this task to its end, so the waits are awaited.
+            try:
+                await self._abandon()
+            finally:
+                await self.release()
+            raise
+        except BaseException:
+            await self.release()
+            raise
+        await self.release()
 
     async def _abandon(self) -> None:
         """Kill the child, wait (bounded) until it is gone, empty its cgroup."""
@@ -325,9 +350,18 @@ class Teardown:
         if self._cgroup is not None and not self._cgroup.settle():
             off_loop(self._cgroup.settle_blocking, "cgroup")
 
-    def release(self) -> None:
-        """The last step of either ending: timers, our fds, the run directory."""
+    def _close(self) -> None:
         for timer in self._timers:
             timer.cancel()
         self._channel.close()
+
+    async def release(self) -> None:
+        """The last step of either ending: timers and our fds at once, then the run
+        directory (see :func:`remove_dir`)."""
+        self._close()
+        await remove_dir(self._run_dir)
+
+    def release_now(self) -> None:
+        """:meth:`release` where nothing can be awaited (the loop is gone)."""
+        self._close()
         remove_tree(self._run_dir)

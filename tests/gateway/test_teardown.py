@@ -1,8 +1,10 @@
 """Teardown never blocks the event loop: every ending of a run and of a pool is awaited.
 
 A guard records any wait made on a running event loop's thread (``time.sleep``, a
-``select`` with a timeout, a ``waitpid`` without ``WNOHANG``): the loop serves every run of
-the host, so none of them may wait there, however a run or its pool ends.
+``select`` with a timeout, a ``waitpid`` without ``WNOHANG``), and any removal of a tree a
+program left (``shutil.rmtree`` of a directory that is not empty: a program may leave any
+number of files): the loop serves every run of the host, so none of them may happen there,
+however a run or its pool ends.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -37,6 +40,7 @@ def waits_on_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The blocking waits made on an event loop's thread while the test runs."""
     seen: list[str] = []
     real_sleep, real_select, real_waitpid = time.sleep, select.select, os.waitpid
+    real_rmtree = shutil.rmtree
 
     def sleep(seconds: float) -> None:
         if _on_loop():
@@ -53,6 +57,12 @@ def waits_on_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
             seen.append(f"os.waitpid({pid}, {options})")
         return real_waitpid(pid, options)
 
+    def rmtree(path: str, *args: Any, **kwargs: Any) -> None:
+        if _on_loop() and os.path.isdir(path) and os.listdir(path):
+            seen.append(f"shutil.rmtree({path!r}) of a tree")
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
     monkeypatch.setattr(time, "sleep", sleep)
     monkeypatch.setattr(select, "select", select_)
     monkeypatch.setattr(os, "waitpid", waitpid)
@@ -82,6 +92,11 @@ def test_no_ending_of_a_run_or_its_pool_waits_on_the_loop(
     async def main() -> list[str]:
         statuses = [(await gw.run("print(1)")).status]
         await filled(gw)
+        # A tree left in the run directory, by a run that replies, and by one that does
+        # not (the directory is then removed before run() returns).
+        files = "import os\nos.makedirs('d/e')\nfor i in range(300):\n    open(f'd/e/{i}', 'w')\n"
+        statuses.append((await gw.run(files)).status)
+        statuses.append((await gw.run(files + "os._exit(3)")).status)
         statuses.append((await gw.run(replies_then_hangs(marker))).status)  # returns early
         statuses.append(
             (await gw.run("import os, time\nos.write(3, b'junk\\n')\ntime.sleep(30)")).status
@@ -110,7 +125,7 @@ def test_no_ending_of_a_run_or_its_pool_waits_on_the_loop(
         return statuses
 
     statuses = asyncio.run(main())
-    assert statuses == ["ok", "ok", "protocol", "timeout", "ok"]
+    assert statuses == ["ok", "ok", "worker_exit", "ok", "protocol", "timeout", "ok"]
     assert waits_on_loop == []
     assert processes_with(marker) == []
 
