@@ -61,6 +61,8 @@ class KernelgateKernelTests(jupyter_kernel_test.KernelTests):
         {"code": "'abc'", "mime": "text/plain", "result": "'abc'"},
         {"code": "hits = await tools.search('messages')\nlen(hits)", "result": "2"},
     ]
+    code_clear_output = "clear_output()"
+
     code_display_data = [  # noqa: RUF012
         {"code": _HTML, "mime": "text/html"},
         {"code": _SVG, "mime": "text/html"},  # SVG arrives inert: an <img> in HTML
