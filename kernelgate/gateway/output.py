@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelgate.model.limits import Limits
-from kernelgate.wire.events import DisplayData, ErrorOutput, ExecuteResult
+from kernelgate.wire.events import DisplayData, ErrorOutput, ExecuteResult, UpdateDisplayData
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
 from .outcome import (
@@ -89,6 +89,11 @@ class OutputCollector:
     def add_output(self, output: dict[str, Any]) -> None:
         self.outputs.append(output)
 
+    def clear_outputs(self) -> None:
+        """``clear_output``: the outputs so far go (the text printed stays in ``text``)."""
+        self.outputs.clear()
+        self._sealed = 0
+
     def text(self, name: str) -> str:
         return "".join(self._text[name])
 
@@ -117,6 +122,7 @@ class RunOutput:
         self._display_used = 0
         self._display_cut = False
         self._streams_ended = False
+        self._clear_pending = False
 
     @property
     def outputs(self) -> list[dict[str, Any]]:
@@ -131,12 +137,16 @@ class RunOutput:
 
     def stream(self, name: str, text: str) -> None:
         """Stream text the child sent on fd 3."""
+        if self._clear_pending:
+            self._clear_now()
         kept = self.collector.add_text(name, text)
         if kept and self.on_output is not None:
             self.on_output({"output_type": "stream", "name": name, "text": kept})
 
     def raw(self, name: str, data: bytes) -> None:
         """Bytes read from the child's fd 1 or 2."""
+        if self._clear_pending and data:
+            self._clear_now()
         kept = self.collector.add_raw(name, data)
         if kept and self.on_output is not None:
             self.on_output({"output_type": "stream", "name": name, "text": kept})
@@ -149,11 +159,59 @@ class RunOutput:
                 self.collector.add_raw(name, b"", final=True)
 
     def display(self, event: DisplayData) -> None:
-        self._add(
-            sanitize_output(
-                {"output_type": "display_data", "data": event.data, "metadata": event.metadata}
-            )
+        output: dict[str, Any] = {
+            "output_type": "display_data",
+            "data": event.data,
+            "metadata": event.metadata,
+        }
+        if event.display_id is not None:
+            output["transient"] = {"display_id": event.display_id}
+        self._add(sanitize_output(output))
+
+    def update_display(self, event: UpdateDisplayData) -> None:
+        """New contents for every kept output shown with the event's ``display_id``; passed
+        on (a live front end updates them too) even when none is kept."""
+        update = sanitize_output(
+            {
+                "output_type": "update_display_data",
+                "data": event.data,
+                "metadata": event.metadata,
+                "transient": {"display_id": event.display_id},
+            }
         )
+        if self._display_cut:
+            return
+        try:  # an update is metered as a display: it may carry as much
+            self._display_used += check_json(
+                update, "output", self.limits.max_display_bytes - self._display_used
+            )
+        except (ValueTooLargeError, NotJSONError):
+            self._display_cut = True
+            self.collector.add_output(display_cut_output(self.limits.max_display_bytes))
+            return
+        outputs = self.collector.outputs
+        for i, output in enumerate(outputs):
+            if output.get("transient") == update["transient"]:
+                # A new dict: the one passed to on_output earlier stays what was shown then.
+                outputs[i] = {**output, "data": update["data"], "metadata": update["metadata"]}
+        if self.on_output is not None:
+            self.on_output(update)
+
+    def clear(self, wait: bool) -> None:
+        """``clear_output``: what was shown so far is removed from the outputs (with
+        ``wait``, when the next output arrives). The printed text stays in ``stdout``."""
+        if wait:
+            self._clear_pending = True
+            return
+        self._clear_now()
+
+    def _clear_now(self) -> None:
+        self._clear_pending = False
+        self.collector.clear_outputs()
+        if self.result_output is not None and self.result_output not in self.collector.outputs:
+            self.result_output = None
+        if self.on_output is not None:
+            self.on_output({"output_type": "clear_output", "wait": False})
 
     def error(self, event: ErrorOutput) -> None:
         self._add(
@@ -194,6 +252,11 @@ class RunOutput:
         return None
 
     def _add(self, output: dict[str, Any]) -> None:
+        if self._clear_pending:
+            self._clear_now()
+        self._add_now(output)
+
+    def _add_now(self, output: dict[str, Any]) -> None:
         # Rich outputs have their own budget: the child could otherwise make the host hold
         # any number of maximal frames. The value's own output always shows (there is one,
         # bounded by max_value_bytes).

@@ -24,6 +24,7 @@ from kernelgate.model.result import CallRecord, RunResult
 from kernelgate.wire.connection import HOST, Connection
 from kernelgate.wire.events import (
     CallRequest,
+    ClearOutput,
     DisplayData,
     ErrorOutput,
     Event,
@@ -32,6 +33,7 @@ from kernelgate.wire.events import (
     ExecuteResult,
     OpenBindings,
     Stream,
+    UpdateDisplayData,
 )
 from kernelgate.wire.messages import iso_now
 
@@ -325,6 +327,10 @@ class Run:
                 self.output.stream(event.name, event.text)
             elif type(event) is DisplayData:
                 self.output.display(event)
+            elif type(event) is UpdateDisplayData:
+                self.output.update_display(event)
+            elif type(event) is ClearOutput:
+                self.output.clear(event.wait)
             elif type(event) is ExecuteResult:
                 verdict = self.output.result(event)
                 if verdict is not None:

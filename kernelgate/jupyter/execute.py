@@ -21,6 +21,8 @@ from kernelgate.gateway.gateway import Gateway
 from kernelgate.model.codec import encode_metadata
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
+from kernelgate.notebooks.cellrun import run_record_output, setup_output
+from kernelgate.notebooks.render import value_shown
 from kernelgate.wire.messages import (
     display_data_content,
     error_content,
@@ -30,7 +32,9 @@ from kernelgate.wire.messages import (
 )
 
 from .calls import call_display
+from .cells import Program
 from .channels import Channels, Message
+from .workbench import Plan, Workbench
 
 __all__ = ["Cell", "Executor", "error_reply"]
 
@@ -45,13 +49,14 @@ def error_reply(ename: str, evalue: str) -> dict[str, Any]:
 class Cell:
     """What the frontend has been shown of the running cell."""
 
-    __slots__ = ("count", "error_sent", "gateway", "parent")
+    __slots__ = ("count", "error_sent", "gateway", "parent", "program")
 
     def __init__(self, parent: Message, count: int, gateway: Gateway) -> None:
         self.parent = parent
         self.count = count
         self.error_sent = False
         self.gateway = gateway
+        self.program: Program | None = None
 
 
 class Executor:
@@ -71,6 +76,8 @@ class Executor:
         self.limits = limits
         self.gateway_for = gateway_for
         self.execution_count = 0
+        #: Setup cells, history and assigned names: the notebook, not program state.
+        self.bench = Workbench()
         #: The cell running now, if any: comm messages of its calls take it as parent.
         self.cell: Cell | None = None
         self.closing = False
@@ -159,38 +166,81 @@ class Executor:
         return Limits(**{**mine, **tighter})
 
     async def _execute(self, msg: Message, idents: list[bytes]) -> bool:
-        """Run one request; publish its outputs and reply. True if the run was ``ok``."""
+        """Run one request; publish its outputs and reply. True if it went ``ok``."""
         parent = msg["header"]
         content = msg.get("content") or {}
         code = content.get("code", "")
+        code = code if isinstance(code, str) else str(code)
         silent = bool(content.get("silent", False))
         publish = self.channels.publish
         publish("status", {"execution_state": "busy"}, parent)
         try:
             if not silent:
                 self.execution_count += 1
-                count = self.execution_count
-                publish("execute_input", {"code": code, "execution_count": count}, parent)
-            cell = self.cell = Cell(parent, self.execution_count, self.gateway_for(parent))
-            try:
-                result = await cell.gateway.run(
-                    code if isinstance(code, str) else str(code),
-                    limits=self.limits_for(msg),
-                    on_output=None if silent else lambda out: self._on_output(cell, out),
-                    on_call=None if silent else lambda rec: self._on_call(cell, rec),
+                publish(
+                    "execute_input", {"code": code, "execution_count": self.execution_count}, parent
                 )
-            except (TypeError, ValueError, RuntimeError) as exc:
-                result = RunResult(
-                    status="exception", error=ErrorInfo(type(exc).__name__, str(exc))
-                )
-            finally:
-                self.cell = None
-            self._reply(msg, idents, cell, result)
+                if content.get("store_history", True):
+                    self.bench.history.add(code)
+            cell = Cell(parent, self.execution_count, self.gateway_for(parent))
+            plan = self._plan(code, cell, msg)
+            if plan.refusal is not None:
+                ename, evalue = plan.refusal
+                error = ErrorInfo(ename, evalue, [f"{ename}: {evalue}"])
+                self._reply(msg, idents, cell, RunResult(status="exception", error=error))
+                return False
+            if plan.setup:
+                if not silent:
+                    note = setup_output(cell.count)
+                    data = display_data_content(note["data"], note["metadata"])
+                    publish("display_data", data, parent)
+                self._reply(msg, idents, cell, RunResult(status="ok"))
+                return True
+            if plan.program is None:  # only obj? lines: answered by the pager
+                self._reply(msg, idents, cell, RunResult(status="ok"), plan.payload)
+                return True
+            result = await self._run(msg, cell, plan.program, silent)
+            self.bench.ran(code, cell.count)
+            if not silent:
+                record = run_record_output(result, plan.program.text, code)
+                data = display_data_content(record["data"], record["metadata"])
+                publish("display_data", data, parent)
+            self._reply(msg, idents, cell, result, plan.payload)
             return result.ok
         finally:
             publish("status", {"execution_state": "idle"}, parent)
 
-    def _reply(self, msg: Message, idents: list[bytes], cell: Cell, result: RunResult) -> None:
+    def _plan(self, code: str, cell: Cell, msg: Message) -> Plan:
+        namespaces = cell.gateway.registry.namespaces
+        meta = msg.get("metadata")
+        helped = self.bench.help_plan(code, namespaces)
+        if helped is not None:
+            return helped
+        return self.bench.plan(code, cell.count, meta if isinstance(meta, dict) else {})
+
+    async def _run(self, msg: Message, cell: Cell, program: Program, silent: bool) -> RunResult:
+        self.cell = cell
+        cell.program = program
+        try:
+            return await cell.gateway.run(
+                program.text,
+                limits=self.limits_for(msg),
+                on_output=None if silent else lambda out: self._on_output(cell, out),
+                on_call=None if silent else lambda rec: self._on_call(cell, rec),
+            )
+        except (TypeError, ValueError, RuntimeError) as exc:
+            return RunResult(status="exception", error=ErrorInfo(type(exc).__name__, str(exc)))
+        finally:
+            self.cell = None
+
+    def _reply(
+        self,
+        msg: Message,
+        idents: list[bytes],
+        cell: Cell,
+        result: RunResult,
+        payload: list[dict[str, Any]] | None = None,
+    ) -> None:
         content = msg.get("content") or {}
         metadata: dict[str, Any] = {"kernelgate": encode_metadata(result)}
         if result.ok:
@@ -203,9 +253,12 @@ class Executor:
                 )
                 for name in (content.get("user_expressions") or {})
             }
+            if payload:
+                reply["payload"] = payload
             metadata["status"] = "ok"
         else:
             error = result.error or ErrorInfo("Error", f"the run ended with {result.status}")
+            error = self.bench.shown_error(cell.program, error, cell.count)
             traceback = error.traceback or [f"{error.ename}: {error.evalue}"]
             if not content.get("silent") and not cell.error_sent:
                 self.channels.publish(
@@ -220,20 +273,35 @@ class Executor:
         publish = self.channels.publish
         if kind == "stream":
             publish("stream", stream_content(output["name"], output["text"]), cell.parent)
-        elif kind == "display_data":
+        elif kind in ("display_data", "update_display_data"):
             data = display_data_content(output.get("data", {}), output.get("metadata"))
-            publish("display_data", data, cell.parent)
+            transient = output.get("transient")
+            if isinstance(transient, dict) and isinstance(transient.get("display_id"), str):
+                # display(..., display_id=...) and update_display(...): the front end
+                # replaces the output with that id in place.
+                data["transient"] = {"display_id": transient["display_id"]}
+            publish(kind, data, cell.parent)
+        elif kind == "clear_output":
+            publish("clear_output", {"wait": bool(output.get("wait", False))}, cell.parent)
         elif kind == "execute_result":
-            data = execute_result_content(
-                cell.count, output.get("data", {}), output.get("metadata")
+            # Shown as its repr: the value's JSON travels in the run record instead.
+            data = output.get("data", {})
+            value = data.get("application/json") if isinstance(data, dict) else None
+            shown = value_shown(output, value)
+            content = execute_result_content(
+                cell.count, shown.get("data", {}), shown.get("metadata")
             )
-            publish("execute_result", data, cell.parent)
+            publish("execute_result", content, cell.parent)
         elif kind == "error":
             cell.error_sent = True
-            traceback = list(output.get("traceback", []))
-            publish(
-                "error", error_content(output["ename"], output["evalue"], traceback), cell.parent
+            raw = ErrorInfo(
+                str(output.get("ename", "")),
+                str(output.get("evalue", "")),
+                [str(line) for line in output.get("traceback", [])],
             )
+            error = self.bench.shown_error(cell.program, raw, cell.count)
+            content = error_content(error.ename, error.evalue, error.traceback)
+            publish("error", content, cell.parent)
 
     def _on_call(self, cell: Cell, record: CallRecord) -> None:
         output = call_display(record)

@@ -13,6 +13,7 @@ import codeop
 import inspect
 import keyword
 import re
+import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from kernelgate.gateway.bindings import Binding
 from kernelgate.model.describe import render_binding, render_stub
 
-__all__ = ["complete", "inspect_code", "is_complete"]
+__all__ = ["complete", "describe_name", "inspect_code", "is_complete", "plain_doc"]
 
 Namespaces = Mapping[str, Mapping[str, Binding]]
 
@@ -171,13 +172,61 @@ def _describe(token: str, namespaces: Namespaces) -> str | None:
     return None
 
 
+_REST_LITERAL = re.compile(r"``([^`\n]+)``")
+_REST_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|attr|mod|data|exc|obj):`~?([^`\n]+)`")
+
+
+def plain_doc(text: str) -> str:
+    """A docstring as a reader sees it in a pager: reST literals (````x````) and roles
+    (``:func:`x```) shown as plain ``x``.
+
+    >>> plain_doc("Return ``x`` (see :func:`~os.path.join`).")
+    'Return x (see os.path.join).'
+    """
+    return _REST_ROLE.sub(r"\1", _REST_LITERAL.sub(r"\1", text))
+
+
+def _python_object(token: str) -> str | None:
+    """Help for a dotted name of a module the kernel has already imported (``json.dumps``).
+
+    Only what is in ``sys.modules`` already: asking for help never imports anything in
+    the kernel, so a cell's ``evil?`` cannot load code into the host."""
+    parts = token.split(".")
+    obj: Any = sys.modules.get(parts[0])
+    if obj is None or parts[0].startswith("_"):
+        return None
+    for part in parts[1:]:
+        if part.startswith("_"):
+            return None
+        try:
+            obj = inspect.getattr_static(obj, part)
+        except AttributeError:
+            return None
+    try:
+        head = f"{token}{inspect.signature(obj)}"
+    except (TypeError, ValueError):
+        head = token
+    doc = inspect.getdoc(obj) or ""
+    return f"{head}\n\n{doc}" if doc else head
+
+
+def describe_name(token: str, namespaces: Namespaces) -> str | None:
+    """What ``inspect`` and ``obj?`` show for a dotted name: a binding's stub and doc, a
+    namespace's bindings, ``ToolError``/``display``, a builtin, or an object of a module
+    already imported (``json.dumps``); ``None`` when there is nothing to show."""
+    text = _describe(token, namespaces)
+    if text is None and token.split(".")[0] not in namespaces:
+        text = _python_object(token)
+    return None if text is None else plain_doc(text)
+
+
 def inspect_code(code: str, cursor_pos: Any, namespaces: Namespaces) -> dict[str, Any]:
     """The ``inspect_reply`` content: a binding's signature and docstring, or a namespace's."""
     pos = _cursor(code, cursor_pos)
     text = None
     for token in (_token_at(code, pos), _callee_before(code, pos)):
         if token:
-            text = _describe(token, namespaces)
+            text = describe_name(token, namespaces)
             if text is not None:
                 break
     if text is None:

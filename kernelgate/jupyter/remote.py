@@ -25,9 +25,15 @@ from typing import TYPE_CHECKING, Any
 from kernelgate.gateway.bindings import BindingRegistry
 from kernelgate.gateway.run import CallListener, OutputListener
 from kernelgate.gateway.sanitize import sanitize_output
-from kernelgate.model.codec import NotARunError, decode_metadata, streams_and_value
+from kernelgate.model.codec import (
+    NotARunError,
+    decode_metadata,
+    metadata_value,
+    streams_and_value,
+)
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord, ErrorInfo, RunResult, Status
+from kernelgate.notebooks.cellrun import RUN_ROLE, SETUP_ROLE
 from kernelgate.wire.messages import BINDINGS_TARGET, CALL_MIME, execute_request_content, iso_now
 from kernelgate.wire.values import NotJSONError, check_json
 
@@ -98,6 +104,8 @@ class _RemoteRun:
             data = content.get("data") or {}
             meta = content.get("metadata") or {}
             role = meta.get("kernelgate") if isinstance(meta, dict) else None
+            if isinstance(role, dict) and role.get("role") in (RUN_ROLE, SETUP_ROLE):
+                return  # the kernel's run record: its facts come with the execute_reply
             if CALL_MIME in data and isinstance(role, dict) and role.get("role") == "call":
                 record = call_record_from_data(data[CALL_MIME], len(self.outputs))
                 if record is not None:
@@ -157,9 +165,19 @@ class _RemoteRun:
             return self._failed("protocol", ErrorInfo("ProtocolError", f"the kernel {why}"))
         try:
             decoded = decode_metadata(meta, "the kernel's execute_reply", blame=_KERNEL_BLAME)
+            found, recorded = metadata_value(
+                meta, "the kernel's execute_reply", blame=_KERNEL_BLAME
+            )
         except NotARunError as exc:
             return self._failed("protocol", ErrorInfo("ProtocolError", str(exc)))
         stdout, stderr, value = streams_and_value(self.outputs, decoded.fields["status"])
+        if found and decoded.fields["status"] == "ok":
+            # The kernel shows the value as its repr; the JSON is in the run metadata. The
+            # outputs get it back, as Gateway.run's execute_result has it.
+            value = recorded
+            for output in self.outputs:
+                if output.get("output_type") == "execute_result":
+                    output["data"] = {**output.get("data", {}), "application/json": value}
         return RunResult(
             **decoded.fields,
             value=value,

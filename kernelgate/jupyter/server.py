@@ -21,26 +21,19 @@ import zmq
 
 from kernelgate.gateway.gateway import Gateway
 from kernelgate.model.limits import Limits
+from kernelgate.notebooks.render import LANGUAGE_INFO
 from kernelgate.wire.messages import BINDINGS_TARGET, PROTOCOL_VERSION
 
 from .channels import Channels, Message
 from .comms import ClientBindings, ready_data
 from .execute import Executor, error_reply
+from .history import history_reply
 from .introspect import complete, inspect_code, is_complete
 
 __all__ = ["KernelServer", "run_kernel", "kernel_info_content", "LANGUAGE_INFO"]
 
 log = logging.getLogger("kernelgate.kernel")
 
-LANGUAGE_INFO: dict[str, Any] = {
-    "name": "python",
-    "version": platform.python_version(),
-    "mimetype": "text/x-python",
-    "file_extension": ".py",
-    "pygments_lexer": "ipython3",
-    "codemirror_mode": {"name": "ipython", "version": 3},
-    "nbconvert_exporter": "python",
-}
 
 _SHUTDOWN_GRACE = 10.0
 _PARENT_POLL = 1.0
@@ -209,7 +202,7 @@ class KernelServer:
         if msg_type == "is_complete_request":
             return is_complete(code)
         if msg_type == "history_request":
-            return {"status": "ok", "history": []}
+            return history_reply(self.executor.bench.history, content)
         if msg_type == "comm_info_request":
             target = content.get("target_name")
             comms = {

@@ -9,6 +9,8 @@ import sys
 import tempfile
 from typing import Any
 
+from .logo import write_logos
+
 __all__ = [
     "DEFAULT_NAME",
     "DEFAULT_DISPLAY_NAME",
@@ -122,6 +124,7 @@ def install_kernel_spec(
     with tempfile.TemporaryDirectory(prefix="kernelgate-spec-") as tmp:
         with open(os.path.join(tmp, "kernel.json"), "w", encoding="utf-8") as f:
             json.dump(spec, f, indent=1)
+        write_logos(tmp)  # the launcher's icon
         return KernelSpecManager().install_kernel_spec(tmp, name, user=user, prefix=prefix)
 
 

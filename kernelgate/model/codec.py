@@ -59,6 +59,7 @@ __all__ = [
     "decode_run",
     "encode_metadata",
     "encode_run",
+    "metadata_value",
     "streams_and_value",
 ]
 
@@ -302,9 +303,26 @@ def encode_metadata(result: RunResult, run_number: int | None = None) -> dict[st
                 continue  # most runs have none; recordings made before it stay identical
             is_instance = is_dataclass(value) and not isinstance(value, type)
             meta[f.name] = asdict(value) if is_instance else value
+    if result.status == "ok" and result.value is not None:
+        # The value is shown as its repr (text/plain, as ipykernel shows it); the JSON
+        # that replay and tools read is kept here, with its dict key order.
+        meta["value"] = result.value
+        orders = key_orders(result.value)
+        if orders is not None:
+            meta["value_key_order"] = orders
     if run_number is not None:
         meta["run_number"] = run_number
     return meta
+
+
+def metadata_value(meta: Any, where: str, *, blame: str = RECORDING) -> tuple[bool, Any]:
+    """``(True, value)`` when run metadata holds the value (an ``ok`` run's, key order
+    restored), else ``(False, None)`` (older recordings: the execute_result's JSON)."""
+    if not isinstance(meta, dict) or "value" not in meta:
+        return False, None
+    field = f"{METADATA}value_key_order"
+    order = _Check(where, blame).key_order(field, meta.get("value_key_order"))
+    return True, restore_key_orders(meta["value"], order)
 
 
 @dataclass(frozen=True)

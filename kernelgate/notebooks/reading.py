@@ -21,11 +21,14 @@ from kernelgate.model.codec import (
     call_from_json,
     check_output,
     decode_metadata,
+    metadata_value,
     streams_and_value,
 )
 from kernelgate.model.result import CallRecord, RunResult
 from kernelgate.wire.messages import CALL_MIME
 from kernelgate.wire.values import MAX_DEPTH
+
+from .cellrun import RUN_ROLE, SETUP_ROLE, is_setup_record, record_of_cell, source_digest
 
 __all__ = [
     "MAX_RECORDING_BYTES",
@@ -154,42 +157,63 @@ def kernelgate_meta(obj: Any) -> dict[str, Any] | None:
     return kg if isinstance(kg, dict) else None
 
 
+def run_meta(cell: Any) -> dict[str, Any] | None:
+    """A run cell's run metadata: the cell's own (``save_run``, ``SessionLog``), or the
+    run record among its outputs (a cell the kernel ran, saved by any front end)."""
+    meta = kernelgate_meta(cell)
+    if meta is not None and meta.get("run_id") is not None:
+        return meta
+    record = record_of_cell(cell)
+    return record if record is not None and record.get("run_id") is not None else None
+
+
 def run_cells(nb: dict[str, Any]) -> list[dict[str, Any]]:
     """The code cells of a notebook that hold kernelgate runs, in order."""
     return [
         cell
         for cell in nb["cells"]
-        if isinstance(cell, dict)
-        and cell.get("cell_type") == "code"
-        and (kernelgate_meta(cell) or {}).get("run_id") is not None
+        if isinstance(cell, dict) and cell.get("cell_type") == "code" and run_meta(cell)
     ]
 
 
 def run_number(cell: dict[str, Any], default: int) -> int:
-    """A run cell's number in its session log (``default`` when it does not say)."""
-    number = (kernelgate_meta(cell) or {}).get("run_number")
-    return number if type(number) is int else default
+    """A run cell's number: its place in a session log, or for a cell the kernel ran its
+    execution count (the ``[N]`` the front end shows); ``default`` when neither says."""
+    number = (run_meta(cell) or {}).get("run_number")
+    if type(number) is int:
+        return number
+    count = cell.get("execution_count")
+    if record_of_cell(cell) is not None and type(count) is int:
+        return count
+    return default
+
+
+def _numbers(numbers: list[int]) -> str:
+    if numbers == list(range(1, len(numbers) + 1)):
+        return "1" if len(numbers) == 1 else f"1 to {len(numbers)}"
+    return ", ".join(str(n) for n in numbers)
 
 
 def _pick(cells: list[dict[str, Any]], cell: int | None, name: str) -> tuple[dict[str, Any], int]:
     n = len(cells)
+    numbers = [run_number(c, i + 1) for i, c in enumerate(cells)]
     if cell is None:
         if n == 1:
-            return cells[0], run_number(cells[0], 1)
+            return cells[0], numbers[0]
         raise NotARunError(
             f"{name} is a session log with {n} runs; choose one with cell=N "
-            f"(--cell N), N from 1 to {n}, or -1 for the last"
+            f"(--cell N), N one of {_numbers(numbers)}, or -1 for the last"
         )
     if type(cell) is not int:
         raise TypeError(f"cell must be an int (a run number from 1), got {cell!r}")
-    for i, c in enumerate(cells):
-        if cell > 0 and run_number(c, i + 1) == cell:
+    for c, number in zip(cells, numbers, strict=True):
+        if cell > 0 and number == cell:
             return c, cell
     if cell < 0 and -cell <= n:
-        chosen = cells[n + cell]
-        return chosen, run_number(chosen, n + cell + 1)
-    runs = "1" if n == 1 else f"1 to {n}"
-    raise NotARunError(f"{name} has no run {cell}: it holds runs {runs} (-1 is the last)")
+        return cells[n + cell], numbers[n + cell]
+    raise NotARunError(
+        f"{name} has no run {cell}: it holds runs {_numbers(numbers)} (-1 is the last)"
+    )
 
 
 # -- a run cell ----------------------------------------------------------------------------------
@@ -210,7 +234,7 @@ def _outputs_and_calls(
         data = output.get("data")
         if role == "call" and isinstance(data, dict) and CALL_MIME in data:
             calls.append(call_from_json(data[CALL_MIME], where, len(outputs)))
-        elif role != "timeline":
+        elif role not in ("timeline", RUN_ROLE, SETUP_ROLE):
             outputs.append(output)
     ids = [c.id for c in calls]
     if len(set(ids)) != len(ids):
@@ -229,7 +253,22 @@ def cell_to_run(cell: dict[str, Any], *, source: str = "", run_number: int = 1) 
     where = f"{source} run {run_number}" if source else f"run {run_number}"
     if not isinstance(cell, dict):
         raise bad_field(where, "the cell", cell, "an object")
-    meta = decode_metadata(kernelgate_meta(cell) or {}, where)
+    raw_meta = run_meta(cell) or {}
+    meta = decode_metadata(raw_meta, where)
+    source_text = _source(cell, where)
+    program = source_text
+    if raw_meta.get("role") == RUN_ROLE:
+        # A cell the kernel ran: the record holds the program that ran (setup cells, then
+        # the cell), and the digest of the source it ran as.
+        program = raw_meta.get("program", source_text)
+        if not isinstance(program, str):
+            raise bad_field(where, "metadata.kernelgate.program", program, "a string")
+        if raw_meta.get("source_digest") != source_digest(source_text):
+            raise NotARunError(
+                f"{where}: the cell was edited after it ran: its source is not the program "
+                "its outputs came from. Run the cell again to record it (or replay the "
+                "recorded program with replay(run, program=...))"
+            )
     outputs, calls = _outputs_and_calls(cell, where)
     if meta.calls is not None and meta.calls != len(calls):
         raise NotARunError(
@@ -238,11 +277,16 @@ def cell_to_run(cell: dict[str, Any], *, source: str = "", run_number: int = 1) 
             "Jupyter). Replay needs them; use an unedited copy, or record the run again"
         )
     stdout, stderr, value = streams_and_value(outputs, meta.fields["status"])
-    program = cell.get("source", "")
-    if not isinstance(program, str):
-        if not isinstance(program, list) or not all(isinstance(x, str) for x in program):
-            raise bad_field(where, "source", program, "a string or a list of strings")
-        program = "".join(program)
+    found, recorded = metadata_value(raw_meta, where)
+    if found and meta.fields["status"] == "ok":
+        value = recorded
+        # The cell shows the value as its repr, numbered as the cell; the run's own output
+        # had its JSON too, and count 1 (every run is a program of its own).
+        for n, output in enumerate(outputs):
+            data = output.get("data")
+            if output.get("output_type") == "execute_result" and isinstance(data, dict):
+                data = {**data, "application/json": value}
+                outputs[n] = {**output, "data": data, "execution_count": 1}
     return RecordedRun(
         **meta.fields,
         value=value,
@@ -255,6 +299,33 @@ def cell_to_run(cell: dict[str, Any], *, source: str = "", run_number: int = 1) 
         run_number=run_number,
         kernelgate_version=meta.version,
     )
+
+
+def _source(cell: dict[str, Any], where: str) -> str:
+    source = cell.get("source", "")
+    if isinstance(source, str):
+        return source
+    if not isinstance(source, list) or not all(isinstance(x, str) for x in source):
+        raise bad_field(where, "source", source, "a string or a list of strings")
+    return "".join(source)
+
+
+def why_no_run(nb: dict[str, Any], number: int, name: str) -> str | None:
+    """Why code cell ``[number]`` (its execution count) of a notebook holds no run, said
+    plainly; ``None`` when no code cell has that count."""
+    for cell in nb["cells"]:
+        if not isinstance(cell, dict) or cell.get("execution_count") != number:
+            continue
+        if is_setup_record(cell):
+            return (
+                f"{name}: cell [{number}] is a setup cell: it did not run on its own, its "
+                "code runs before every later cell (each later cell's run holds it)"
+            )
+        return (
+            f"{name}: cell [{number}] ran but holds no kernelgate run record (run by "
+            "another kernel, or its outputs were cleared)"
+        )
+    return None
 
 
 def load_run(path: str | os.PathLike[str], cell: int | None = None) -> RecordedRun:
@@ -279,5 +350,11 @@ def load_run(path: str | os.PathLike[str], cell: int | None = None) -> RecordedR
             f"{name} is a notebook but not a kernelgate run: none of its "
             f"{len(nb['cells'])} cells carries kernelgate run metadata; {HOW_TO_RECORD}"
         )
-    chosen, number = _pick(cells, cell, name)
+    try:
+        chosen, number = _pick(cells, cell, name)
+    except NotARunError as exc:
+        why = why_no_run(nb, cell, name) if type(cell) is int and cell > 0 else None
+        if why is None:
+            raise
+        raise NotARunError(f"{why}; {exc}") from None
     return cell_to_run(chosen, source=name, run_number=number)

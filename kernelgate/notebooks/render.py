@@ -17,6 +17,9 @@ from escaped text: the call HTML, the header cell's markdown, the timeline's SVG
 
 from __future__ import annotations
 
+import base64
+import html
+import platform
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -56,16 +59,23 @@ __all__ = [
     "run_header_cell",
     "run_to_notebook",
     "notebook_dict",
+    "timeline_output",
+    "timeline_svg_of",
+    "value_shown",
 ]
 
 #: The kernel that runs kernelgate programs in Jupyter.
 KERNELSPEC = {"name": "kernelgate", "display_name": "kernelgate (Python)", "language": "python"}
-LANGUAGE_INFO = {
+#: What the kernel reports in ``kernel_info`` and a recording's notebook metadata holds:
+#: the same, so JupyterLab does not mark a recording "modified" the moment it opens it.
+LANGUAGE_INFO: dict[str, Any] = {
     "name": "python",
+    "version": platform.python_version(),
     "mimetype": "text/x-python",
     "file_extension": ".py",
-    "pygments_lexer": "python3",
-    "codemirror_mode": {"name": "python", "version": 3},
+    "pygments_lexer": "ipython3",
+    "codemirror_mode": {"name": "ipython", "version": 3},
+    "nbconvert_exporter": "python",
 }
 
 #: What a run's cell says about it under ``metadata.kernelgate`` (the codec's encoder).
@@ -128,17 +138,50 @@ def _clean_output(output: Mapping[str, Any]) -> dict[str, Any]:
     return {"output_type": "stream", "name": "stderr", "text": f"[unknown output: {text}]\n"}
 
 
-def _timeline_output(result: RunResult) -> dict[str, Any]:
+def timeline_output(result: RunResult) -> dict[str, Any]:
+    """The run's call timeline as an output: ``text/html`` holding an ``<img>`` of the SVG
+    as a data URI, and a ``text/plain`` summary.
+
+    An ``<img>``, not ``image/svg+xml``: JupyterLab refuses SVG in an untrusted notebook
+    (every recording opens untrusted) and strips inline ``<svg>`` from HTML, while an image
+    from a data URI renders, and cannot run anything.
+    """
     from .timeline import timeline_summary, timeline_svg
 
+    summary = timeline_summary(result)
+    svg = base64.b64encode(timeline_svg(result).encode("utf-8")).decode("ascii")
+    img = (
+        f'<img class="kernelgate-timeline" alt="{html.escape(summary, quote=True)}" '
+        f'src="data:image/svg+xml;base64,{svg}"/>'
+    )
     return {
         "output_type": "display_data",
-        "data": {
-            "image/svg+xml": timeline_svg(result),
-            "text/plain": timeline_summary(result),
-        },
+        "data": {"text/html": img, "text/plain": summary},
         "metadata": {"kernelgate": {"role": "timeline"}},
     }
+
+
+def timeline_svg_of(output: Mapping[str, Any]) -> str | None:
+    """The SVG document inside a :func:`timeline_output` (``None`` if it holds none)."""
+    data = output.get("data")
+    page = data.get("text/html") if isinstance(data, Mapping) else None
+    m = _DATA_URI.search(page) if isinstance(page, str) else None
+    return base64.b64decode(m.group(1)).decode("utf-8") if m else None
+
+
+_DATA_URI = re.compile(r'src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"')
+
+
+def value_shown(output: dict[str, Any], value: Any) -> dict[str, Any]:
+    """An ``execute_result`` as shown: its repr (``text/plain``), without the
+    ``application/json`` copy of the value (JupyterLab would show a collapsed JSON tree);
+    the JSON stays in the run metadata (``metadata.kernelgate.value``)."""
+    data = output.get("data")
+    if value is None or not isinstance(data, dict) or "text/plain" not in data:
+        return output
+    if data.get("application/json") != value:
+        return output  # a rich repr of its own (``_repr_json_``), not the value's copy
+    return {**output, "data": {k: v for k, v in data.items() if k != "application/json"}}
 
 
 def cell_id(prefix: str, run_id: str) -> str:
@@ -155,7 +198,11 @@ def run_code_cell(
     already are): a ``RunResult`` can come from elsewhere, and a recording is opened, and
     trusted, long after the run.
     """
+    count = run_number if run_number is not None else 1
     outputs = [_clean_output(o) for o in sanitize_outputs(list(result.outputs))]
+    for n, shown in enumerate(outputs):
+        if shown["output_type"] == "execute_result":
+            outputs[n] = {**value_shown(shown, result.value), "execution_count": count}
     calls = sorted(
         result.calls,
         key=lambda c: (min(max(c.output_index, 0), len(outputs)), c.start_s + c.duration_s, c.id),
@@ -169,7 +216,7 @@ def run_code_cell(
         if output is not None:
             merged.append(output)
     if timeline and result.calls:
-        merged.append(_timeline_output(result))
+        merged.append(timeline_output(result))
     metadata: dict[str, Any] = {"kernelgate": run_metadata(result, run_number)}
     if result.status != "ok":
         # Jupyter's convention: running this cell again is expected to fail too, so
@@ -177,7 +224,7 @@ def run_code_cell(
         metadata["tags"] = ["raises-exception"]
     return {
         "cell_type": "code",
-        "execution_count": 1,
+        "execution_count": count,
         "id": cell_id("run", result.run_id),
         "metadata": metadata,
         "outputs": merged,

@@ -43,9 +43,13 @@ _CHAR_W = 6.7  # 11px monospace, a little generous
 _MIN_BAR = 2.0
 _SHORT_W = 84.0  # width of an idle stretch drawn shortened
 _FONT = "ui-monospace, SFMono-Regular, Menlo, Consolas, 'DejaVu Sans Mono', monospace"
-_OK = "#4c78a8"
-_FAILED = "#e45756"
-_SLOWEST = "#f58518"
+# A dark card: it reads the same on JupyterLab's light and dark themes (a white one glares
+# in dark, and an <img> cannot follow the page's theme). Bar colours keep white labels at
+# >= 4.5:1 contrast.
+_BACKGROUND = "#1f2428"
+_OK = "#3f6fa5"
+_FAILED = "#c62f2c"
+_SLOWEST = "#a85400"
 _XML_BAD = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
@@ -93,7 +97,8 @@ def max_in_flight(calls: Sequence[CallRecord]) -> int:
 
 
 def _slowest(calls: Sequence[CallRecord]) -> CallRecord | None:
-    return max(calls, key=lambda c: (c.duration_s, -c.id)) if calls else None
+    # One call is not "the slowest" of anything: marked only when there is a choice.
+    return max(calls, key=lambda c: (c.duration_s, -c.id)) if len(calls) > 1 else None
 
 
 def _bar_label(call: CallRecord, one_namespace: bool) -> str:
@@ -244,9 +249,10 @@ def timeline_summary(run: RunResult) -> str:
     """One line about a run's calls: how many, how many at once, which was slowest.
 
     >>> r = RunResult("ok", duration_s=0.5, calls=[
-    ...     CallRecord(0, "tools", "a", [1], {}, ok=True, start_s=0.1, duration_s=0.2)])
+    ...     CallRecord(0, "tools", "a", [1], {}, ok=True, start_s=0.1, duration_s=0.2),
+    ...     CallRecord(1, "tools", "b", [], {}, ok=True, start_s=0.1, duration_s=0.1)])
     >>> timeline_summary(r)
-    'call timeline: 1 call over 500.0 ms; at most 1 at once; slowest tools.a(1) -> None  200.0 ms'
+    'call timeline: 2 calls over 500.0 ms; at most 2 at once; slowest tools.a(1) -> None  200.0 ms'
     """
     calls = run.calls
     n = len(calls)
@@ -298,7 +304,8 @@ def timeline_svg(
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family={_attr(_FONT)} font-size="11" '
         f'role="img" aria-label={_attr(_aria(calls, total))}>',
-        f'<rect class="background" x="0" y="0" width="{width}" height="{height}" fill="#fff"/>',
+        f'<rect class="background" x="0" y="0" width="{width}" height="{height}" rx="4" '
+        f'fill="{_BACKGROUND}"/>',
     ]
     out += _heading(calls, slowest, title, left, right)
     out += _shortened(scale, plot_bottom)
@@ -317,7 +324,7 @@ def _heading(
 ) -> list[str]:
     """The title line, the summary line and the legend."""
     heading = "kernelgate call timeline" + (f" · {title}" if title else "")
-    out = [f'<text x="{left}" y="16" font-weight="bold" fill="#222">{_xml(heading)}</text>']
+    out = [f'<text x="{left}" y="16" font-weight="bold" fill="#e8eaed">{_xml(heading)}</text>']
     n = len(calls)
     if slowest is None:
         detail = "no binding calls"
@@ -326,13 +333,13 @@ def _heading(
             f"{n} call{'' if n == 1 else 's'} · at most {max_in_flight(calls)} at once · "
             f"slowest {_bar_label(slowest, False)}"
         )
-    out.append(f'<text x="{left}" y="32" fill="#444">{_xml(detail)}</text>')
+    out.append(f'<text x="{left}" y="32" fill="#c8ccd1">{_xml(detail)}</text>')
     legend_x = right - 230
     for i, (color, word) in enumerate(((_OK, "ok"), (_FAILED, "failed"), (_SLOWEST, "slowest"))):
         lx = legend_x + i * 80
         out.append(
             f'<rect class="legend" x="{lx}" y="24" width="10" height="10" fill="{color}"/>'
-            f'<text x="{lx + 14}" y="33" fill="#444">{word}</text>'
+            f'<text x="{lx + 14}" y="33" fill="#c8ccd1">{word}</text>'
         )
     return out
 
@@ -352,15 +359,15 @@ def _shortened(scale: TimeScale, plot_bottom: int) -> list[str]:
         out.append(
             f'<g class="shortened"><title>{_xml(tip)}</title>'
             f'<rect x="{seg.x0:.1f}" y="{_TOP - 6}" width="{seg.x1 - seg.x0:.1f}" '
-            f'height="{plot_bottom - _TOP + 6}" fill="#f2f2f2"/>'
-            f'<text x="{mid:.1f}" y="{_TOP + 8}" text-anchor="middle" fill="#777">'
+            f'height="{plot_bottom - _TOP + 6}" fill="#2b3137"/>'
+            f'<text x="{mid:.1f}" y="{_TOP + 8}" text-anchor="middle" fill="#a9b0b8">'
             f"{_xml('⋯ ' + fmt_duration(seg.t1 - seg.t0) + ' ⋯')}</text></g>"
         )
         edge = seg.x1 if seg.t0 == 0 else seg.x0
         for dx in (-2.5, 2.5):
             out.append(
                 f'<line x1="{edge + dx - 3:.1f}" y1="{plot_bottom + 5}" x2="{edge + dx + 3:.1f}" '
-                f'y2="{plot_bottom - 5}" stroke="#888"/>'
+                f'y2="{plot_bottom - 5}" stroke="#8b949e"/>'
             )
     return out
 
@@ -382,7 +389,7 @@ def _axis(scale: TimeScale, total: float, left: int, right: int, plot_bottom: in
     for t in ticks:
         x = scale.x(t)
         out.append(
-            f'<line x1="{x:.1f}" y1="{_TOP - 6}" x2="{x:.1f}" y2="{plot_bottom}" stroke="#e6e6e6"/>'
+            f'<line x1="{x:.1f}" y1="{_TOP - 6}" x2="{x:.1f}" y2="{plot_bottom}" stroke="#343a40"/>'
         )
         text = _tick_label(t, step, in_seconds)
         w = len(text) * _CHAR_W
@@ -392,15 +399,15 @@ def _axis(scale: TimeScale, total: float, left: int, right: int, plot_bottom: in
             continue  # would overlap the previous label
         last_label_end = start_x + w
         out.append(
-            f'<text x="{x:.1f}" y="{plot_bottom + 16}" text-anchor="{anchor}" fill="#555">'
+            f'<text x="{x:.1f}" y="{plot_bottom + 16}" text-anchor="{anchor}" fill="#b8bec6">'
             f"{_xml(text)}</text>"
         )
     out.append(
         f'<line class="axis" x1="{left}" y1="{plot_bottom}" x2="{right}" y2="{plot_bottom}" '
-        'stroke="#888"/>'
+        'stroke="#8b949e"/>'
     )
     out.append(
-        f'<text x="{right}" y="{plot_bottom + 28}" text-anchor="end" fill="#555">'
+        f'<text x="{right}" y="{plot_bottom + 28}" text-anchor="end" fill="#b8bec6">'
         f"{_xml('run total ' + fmt_duration(total))}</text>"
     )
     return out
@@ -421,8 +428,8 @@ def _bars(bars: Sequence[TimelineBar], slowest: CallRecord | None) -> list[str]:
             f"ended +{fmt_duration(end)}, call #{call.id}"
         )
         cls = f"call {state}" + (" slowest" if is_slowest else "")
-        stroke = ' stroke="#222" stroke-width="1.5"' if is_slowest else ""
-        text_fill = "#fff" if bar.label_inside else "#222"
+        stroke = ' stroke="#e8eaed" stroke-width="1.5"' if is_slowest else ""
+        text_fill = "#fff" if bar.label_inside else "#e8eaed"
         weight = ' font-weight="bold"' if is_slowest else ""
         out.append(
             f"<g><title>{_xml(tip)}</title>"

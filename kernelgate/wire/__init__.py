@@ -16,6 +16,7 @@ from .events import (
     USAGE_KEYS,
     CallReply,
     CallRequest,
+    ClearOutput,
     DisplayData,
     ErrorOutput,
     Event,
@@ -24,6 +25,7 @@ from .events import (
     ExecuteResult,
     OpenBindings,
     Stream,
+    UpdateDisplayData,
 )
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
 from .messages import BINDINGS_TARGET, CALL_MIME, PROTOCOL_VERSION, MessageFactory
@@ -48,7 +50,9 @@ __all__ = [
     "CallReply",
     "CallRequest",
     "Connection",
+    "ClearOutput",
     "DisplayData",
+    "UpdateDisplayData",
     "ErrorOutput",
     "Event",
     "ExecuteReply",

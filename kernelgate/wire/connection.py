@@ -43,6 +43,7 @@ from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .events import (
     CallReply,
     CallRequest,
+    ClearOutput,
     DisplayData,
     ErrorOutput,
     Event,
@@ -51,12 +52,14 @@ from .events import (
     ExecuteResult,
     OpenBindings,
     Stream,
+    UpdateDisplayData,
     show,
 )
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
 from .messages import (
     BINDINGS_TARGET,
     MessageFactory,
+    clear_output_content,
     display_data_content,
     error_content,
     execute_reply_content,
@@ -254,8 +257,16 @@ class Connection:
         return self._factory.message("stream", stream_content(e.name, e.text), self._request_header)
 
     def _display_data(self, e: DisplayData) -> dict[str, Any]:
-        content = display_data_content(e.data, e.metadata)
+        content = display_data_content(e.data, e.metadata, e.display_id)
         return self._factory.message("display_data", content, self._request_header)
+
+    def _update_display_data(self, e: UpdateDisplayData) -> dict[str, Any]:
+        content = display_data_content(e.data, e.metadata, e.display_id)
+        return self._factory.message("update_display_data", content, self._request_header)
+
+    def _clear_output(self, e: ClearOutput) -> dict[str, Any]:
+        content = clear_output_content(e.wait)
+        return self._factory.message("clear_output", content, self._request_header)
 
     def _execute_result(self, e: ExecuteResult) -> dict[str, Any]:
         content = execute_result_content(e.execution_count, e.data, e.metadata)
@@ -366,6 +377,8 @@ _BUILDERS: dict[type, Callable[[Connection, Any], dict[str, Any]]] = {
     CallRequest: Connection._call_request,
     Stream: Connection._stream,
     DisplayData: Connection._display_data,
+    UpdateDisplayData: Connection._update_display_data,
+    ClearOutput: Connection._clear_output,
     ExecuteResult: Connection._execute_result,
     ErrorOutput: Connection._error_output,
     ExecuteReply: Connection._execute_reply,

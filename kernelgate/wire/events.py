@@ -30,6 +30,10 @@ rest of the wire together. The checks are plain ``type(x) is T`` tests: a bindin
 makes two events on each side, and each costs well under a microsecond.
 """
 
+# long: one class per fd-3 message (eleven), each validating its own fields where it is
+# built; read together they are the protocol's vocabulary, and the helpers they share are
+# a few lines each.
+
 from __future__ import annotations
 
 from typing import Any
@@ -43,6 +47,8 @@ __all__ = [
     "CallRequest",
     "Stream",
     "DisplayData",
+    "UpdateDisplayData",
+    "ClearOutput",
     "ExecuteResult",
     "ErrorOutput",
     "ExecuteReply",
@@ -336,21 +342,76 @@ class Stream(_Event):
         _set(self, "text", _text("stream text", text))
 
 
+def _display_id(field: str, value: Any) -> str:
+    if type(value) is not str or not 0 < len(value) <= 200 or not value.isprintable():
+        raise _bad(field, "a printable string of 1 to 200 characters", value)
+    return value
+
+
 class DisplayData(_Event):
-    """display_data: a MIME bundle shown by ``display(obj)``.
+    """display_data: a MIME bundle shown by ``display(obj)`` (with ``display_id``, one that
+    :class:`UpdateDisplayData` may replace later).
 
     >>> DisplayData({"text/plain": "x", "application/json": {"a": 1}}).metadata
     {}
     """
 
-    __slots__ = ("data", "metadata")
+    __slots__ = ("data", "metadata", "display_id")
     wire_name = "display_data"
     data: dict[str, Any]
     metadata: dict[str, Any]
+    display_id: str | None
 
-    def __init__(self, data: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        data: dict[str, Any],
+        metadata: dict[str, Any] | None = None,
+        display_id: str | None = None,
+    ) -> None:
         _set(self, "data", _mime_bundle("display_data data", data))
         _set(self, "metadata", {} if metadata is None else _obj("display_data metadata", metadata))
+        did = None if display_id is None else _display_id("display_data display_id", display_id)
+        _set(self, "display_id", did)
+
+
+class UpdateDisplayData(_Event):
+    """update_display_data: new contents for every output shown with ``display_id``.
+
+    >>> UpdateDisplayData({"text/plain": "50%"}, display_id="progress").display_id
+    'progress'
+    """
+
+    __slots__ = ("data", "metadata", "display_id")
+    wire_name = "update_display_data"
+    data: dict[str, Any]
+    metadata: dict[str, Any]
+    display_id: str
+
+    def __init__(
+        self, data: dict[str, Any], metadata: dict[str, Any] | None = None, *, display_id: str
+    ) -> None:
+        _set(self, "data", _mime_bundle("update_display_data data", data))
+        meta = {} if metadata is None else _obj("update_display_data metadata", metadata)
+        _set(self, "metadata", meta)
+        _set(self, "display_id", _display_id("update_display_data display_id", display_id))
+
+
+class ClearOutput(_Event):
+    """clear_output: remove what the run has shown so far (``wait``: when the next output
+    arrives, so that nothing flickers).
+
+    >>> ClearOutput(wait=True).wait
+    True
+    """
+
+    __slots__ = ("wait",)
+    wire_name = "clear_output"
+    wait: bool
+
+    def __init__(self, wait: bool = False) -> None:
+        if type(wait) is not bool:
+            raise _bad("clear_output wait", "true or false", wait)
+        _set(self, "wait", wait)
 
 
 class ExecuteResult(_Event):
@@ -474,5 +535,14 @@ def _usage(value: Any) -> dict[str, float]:
 
 
 HostEvent = OpenBindings | ExecuteRequest | CallReply
-ChildEvent = CallRequest | Stream | DisplayData | ExecuteResult | ErrorOutput | ExecuteReply
+ChildEvent = (
+    CallRequest
+    | Stream
+    | DisplayData
+    | UpdateDisplayData
+    | ClearOutput
+    | ExecuteResult
+    | ErrorOutput
+    | ExecuteReply
+)
 Event = HostEvent | ChildEvent

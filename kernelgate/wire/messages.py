@@ -20,6 +20,7 @@ __all__ = [
     "iso_now",
     "binding_label",
     "stream_content",
+    "clear_output_content",
     "display_data_content",
     "execute_result_content",
     "error_content",
@@ -111,9 +112,14 @@ def stream_content(name: str, text: str) -> dict[str, Any]:
 
 
 def display_data_content(
-    data: dict[str, Any], metadata: dict[str, Any] | None = None
+    data: dict[str, Any], metadata: dict[str, Any] | None = None, display_id: str | None = None
 ) -> dict[str, Any]:
-    return {"data": data, "metadata": metadata or {}, "transient": {}}
+    transient = {} if display_id is None else {"display_id": display_id}
+    return {"data": data, "metadata": metadata or {}, "transient": transient}
+
+
+def clear_output_content(wait: bool) -> dict[str, Any]:
+    return {"wait": wait}
 
 
 def execute_result_content(

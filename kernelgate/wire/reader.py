@@ -25,6 +25,7 @@ from .errors import LocalProtocolError, RemoteProtocolError
 from .events import (
     CallReply,
     CallRequest,
+    ClearOutput,
     DisplayData,
     ErrorOutput,
     Event,
@@ -33,6 +34,7 @@ from .events import (
     ExecuteResult,
     OpenBindings,
     Stream,
+    UpdateDisplayData,
     show,
 )
 from .messages import BINDINGS_TARGET
@@ -46,6 +48,8 @@ FROM_CHILD: dict[str, type] = {
     "stream": Stream,
     "comm_msg": CallRequest,
     "display_data": DisplayData,
+    "update_display_data": UpdateDisplayData,
+    "clear_output": ClearOutput,
     "execute_result": ExecuteResult,
     "error": ErrorOutput,
     "execute_reply": ExecuteReply,
@@ -242,13 +246,23 @@ def _read_request(c: _Fields, metadata: dict[str, Any]) -> Event:
     return ExecuteRequest(c.text("code"), options)
 
 
+def _read_display(c: _Fields) -> DisplayData:
+    # transient.display_id is optional on a display (display(obj, display_id=...)).
+    display_id = c.obj("transient", {}).get("display_id")
+    return DisplayData(c.obj("data"), c.obj("metadata", {}), display_id)
+
+
 _READ_COMM: dict[type, Callable[[_Fields], Event]] = {
     CallRequest: _read_call,
     CallReply: _read_call_reply,
 }
 _READERS: dict[type, Callable[[_Fields, dict[str, Any]], Event]] = {
     Stream: lambda c, _m: Stream(c.text("name"), c.text("text")),
-    DisplayData: lambda c, _m: DisplayData(c.obj("data"), c.obj("metadata", {})),
+    DisplayData: lambda c, _m: _read_display(c),
+    UpdateDisplayData: lambda c, _m: UpdateDisplayData(
+        c.obj("data"), c.obj("metadata", {}), display_id=c.sub("transient").text("display_id")
+    ),
+    ClearOutput: lambda c, _m: ClearOutput(c.boolean("wait")),
     ExecuteResult: lambda c, _m: ExecuteResult(
         c.obj("data"), c.obj("metadata", {}), c.integer("execution_count")
     ),

@@ -37,6 +37,7 @@ from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .events import (
     CallReply,
     CallRequest,
+    ClearOutput,
     DisplayData,
     ErrorOutput,
     ExecuteReply,
@@ -44,6 +45,7 @@ from .events import (
     ExecuteResult,
     OpenBindings,
     Stream,
+    UpdateDisplayData,
 )
 
 __all__ = [
@@ -92,6 +94,8 @@ TRANSITIONS: dict[str, dict[str, dict[Key, str]]] = {
         EXECUTING: {
             Stream: EXECUTING,
             DisplayData: EXECUTING,
+            UpdateDisplayData: EXECUTING,
+            ClearOutput: EXECUTING,
             CallRequest: EXECUTING,
             ExecuteResult: RESULT,
             ErrorOutput: RESULT,
@@ -102,6 +106,8 @@ TRANSITIONS: dict[str, dict[str, dict[Key, str]]] = {
         RESULT: {
             Stream: RESULT,
             DisplayData: RESULT,
+            UpdateDisplayData: RESULT,
+            ClearOutput: RESULT,
             CallRequest: RESULT,
             ExecuteReply: DONE,
         },

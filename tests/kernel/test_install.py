@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,6 +61,12 @@ def test_installed_from_one_directory_it_starts_from_another(
     spec = json.loads((place / "share/jupyter/kernels/kg-mine/kernel.json").read_text())
     # Recorded by its absolute path: the kernel will not search its working directory.
     assert spec["argv"][spec["argv"].index("--bindings") + 1] == f"{project / 'mytools.py'}:BINDINGS"
+    # The launcher's icon, in the names JupyterLab looks for.
+    spec_dir = place / "share/jupyter/kernels/kg-mine"
+    for size in (32, 64):
+        png = (spec_dir / f"logo-{size}x{size}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[16:24] == struct.pack(">II", size, size)
+    assert (spec_dir / "logo-svg.svg").read_text().startswith("<svg ")
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

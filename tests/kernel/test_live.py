@@ -95,6 +95,7 @@ def test_output_streams_live_in_order(kc: BlockingKernelClient, gate: str) -> No
         ("display_data", None),  # the gate.wait call, once answered
         ("stream", "second go!\n"),
         ("execute_result", None),
+        ("display_data", None),  # the run record, the cell's last output
     ]
     call = cell.iopub[3]["content"]["data"][CALL_MIME]
     assert (call["namespace"], call["name"], call["ok"], call["value"]) == (
@@ -103,7 +104,8 @@ def test_output_streams_live_in_order(kc: BlockingKernelClient, gate: str) -> No
         True,
         "go!",
     )
-    assert cell.iopub[-1]["content"]["data"]["application/json"] == "done"
+    assert cell.iopub[-2]["content"]["data"] == {"text/plain": "'done'"}
+    assert cell.iopub[-1]["content"]["metadata"]["kernelgate"]["value"] == "done"
     # busy, execute_input, outputs..., idle -- all with this cell as parent
     assert cell.events[0][1:] == ("status", {"execution_state": "busy"})
     assert cell.events[1][1] == "execute_input"
@@ -239,8 +241,13 @@ def test_every_cell_is_a_fresh_program(kc: BlockingKernelClient) -> None:
     cell = execute(kc, "x")
     assert cell.status == "error"
     assert cell.reply is not None and cell.reply["content"]["ename"] == "NameError"
-    assert cell.reply["content"]["traceback"][-1].startswith("NameError")
-    assert all("kernelgate" not in line for line in cell.reply["content"]["traceback"])
+    traceback = cell.reply["content"]["traceback"]
+    assert traceback[-2].startswith("NameError")
+    # One line more: the name was assigned by an earlier cell, which ran on its own.
+    assert traceback[-1].startswith("cells do not share state: 'x' was assigned in cell [")
+    assert "#| setup" in traceback[-1]
+    assert all("kernelgate" not in line for line in traceback[:-1])
+    assert cell.reply["content"]["evalue"] == "name 'x' is not defined"
 
 
 def test_execution_count_and_silent(kc: BlockingKernelClient) -> None:
@@ -299,7 +306,8 @@ def test_the_reply_carries_a_recording_s_run_metadata(kc: BlockingKernelClient) 
     assert cell.reply is not None
     meta = cell.reply["metadata"]["kernelgate"]
     decoded = decode_metadata(meta, "the reply")
-    assert list(meta) == list(encode_metadata(RunResult(**decoded.fields)))
+    assert list(meta) == list(encode_metadata(RunResult(**decoded.fields, value=meta["value"])))
+    assert meta["value"] == 42
     assert decoded.fields["status"] == "ok" and decoded.calls == 0
     assert decoded.fields["run_id"] and decoded.fields["limits"]["wall_seconds"] > 0
 
@@ -335,5 +343,7 @@ def test_kernel_info_and_history(kc: BlockingKernelClient) -> None:
     assert info["protocol_version"] == "5.3"
     assert info["implementation"] == "kernelgate"
     assert info["language_info"]["name"] == "python"
-    kc.history(hist_access_type="tail", n=10)
-    assert kc.get_shell_msg(timeout=10)["content"] == {"status": "ok", "history": []}
+    execute(kc, "'history check'")
+    kc.history(hist_access_type="tail", n=1)
+    reply = kc.get_shell_msg(timeout=10)["content"]
+    assert reply["status"] == "ok" and reply["history"][0][2] == "'history check'"

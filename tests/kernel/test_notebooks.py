@@ -51,12 +51,17 @@ def test_nbclient_executes_a_notebook(tmp_path: pathlib.Path) -> None:
     assert [c.execution_count for c in code] == [1, 2, 3, 4]
     assert code[0].outputs[0].text == "hello from a cell\n"
     kinds = [o.output_type for o in code[1].outputs]
-    assert kinds == ["display_data", "stream", "execute_result"]
+    # the call, the print, the value, and the run record (the cell is a recording)
+    assert kinds == ["display_data", "stream", "execute_result", "display_data"]
+    assert code[1].outputs[3].metadata["kernelgate"]["role"] == "run"
     assert code[1].outputs[0].data[CALL_MIME]["name"] == "search"
     assert code[1].outputs[0].data["text/plain"].startswith("tools.search('messages') -> ")
     assert code[1].outputs[2].data["text/plain"] == "2"
     assert code[2].outputs[0].data["text/html"].startswith("<table>")
-    assert code[3].outputs[-1].data["application/json"] == {"mean": 2.0}
+    # The value is shown as its repr; its JSON is in the run record.
+    assert code[3].outputs[-2].data["text/plain"] == "{'mean': 2.0}"
+    assert "application/json" not in code[3].outputs[-2].data
+    assert code[3].outputs[-1].metadata["kernelgate"]["value"] == {"mean": 2.0}
     assert nb.metadata.language_info.name == "python"
     nbformat.validate(nb)
 
@@ -67,8 +72,9 @@ def test_a_failing_cell_fails_the_notebook(tmp_path: pathlib.Path) -> None:
     nb = new_notebook(cells=[new_code_cell("await tools.fetch('no-such-doc')")])
     with pytest.raises(CellExecutionError, match="KeyError"):
         NotebookClient(nb, kernel_name=KERNEL_NAME, timeout=30).execute()
-    error = nb.cells[0].outputs[-1]
+    error, record = nb.cells[0].outputs[-2:]
     assert error.output_type == "error" and error.ename == "ToolError"
+    assert record.metadata["kernelgate"]["status"] == "exception"
 
 
 def _unexpected_errors(nb: nbformat.NotebookNode) -> list[str]:
@@ -145,4 +151,4 @@ def test_jupyter_nbconvert_execute(tmp_path: pathlib.Path) -> None:
     executed = nbformat.read(out_dir / "sample.ipynb", as_version=4)
     outputs = [c.outputs for c in executed.cells if c.cell_type == "code"]
     assert outputs[0][0].text == "hello from a cell\n"
-    assert outputs[3][-1].data["application/json"] == {"mean": 2.0}
+    assert outputs[3][-1].metadata["kernelgate"]["value"] == {"mean": 2.0}

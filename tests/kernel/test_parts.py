@@ -157,7 +157,7 @@ def test_inspect(code: str, pos: int | None, head: str) -> None:
 
 def test_inspect_shows_the_docstring_and_misses_cleanly() -> None:
     text = inspect_code("tools.compute", None, NAMESPACES)["data"]["text/plain"]
-    assert "Aggregate ``values`` with ``op``" in text
+    assert "Aggregate values with op" in text  # reST literals shown plainly
     assert inspect_code("nothing_here", None, NAMESPACES) == {
         "status": "ok",
         "found": False,

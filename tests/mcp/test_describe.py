@@ -15,7 +15,7 @@ from kernelgate import Gateway, Limits, input_schema
 from kernelgate.demo import BINDINGS
 from kernelgate.gateway.bindings import BindingRegistry
 from kernelgate.gateway.tools import tool_output
-from kernelgate.jupyter.introspect import inspect_code
+from kernelgate.jupyter.introspect import inspect_code, plain_doc
 from kernelgate.model.result import ErrorInfo, RunResult
 from kernelgate.model.schema import check_value
 from kernelgate.notebooks import SessionLog
@@ -127,7 +127,7 @@ def test_help_in_a_program_prints_describe_and_inspect_shows_it() -> None:
     assert "len(obj, /)" in r.stdout  # Python's own help for anything else
     registry = BindingRegistry({"tools": BINDINGS})
     shown = inspect_code("tools", None, registry.namespaces)["data"]["text/plain"]
-    assert shown == alone
+    assert shown == plain_doc(alone)  # the same text, reST literals shown plainly
 
 
 def test_a_binding_schema_is_checked_in_the_child_and_on_the_host() -> None:

@@ -20,6 +20,7 @@ from kernelgate.model.codec import (
     decode_run,
     encode_metadata,
     encode_run,
+    metadata_value,
     streams_and_value,
 )
 from kernelgate.model.result import STATUSES, CallRecord, ErrorInfo, RunResult
@@ -160,7 +161,10 @@ def test_the_recordings_metadata_is_the_encoders_and_decodes() -> None:
     nb = json.loads((EXAMPLES / "demo_run.ipynb").read_text())
     meta = nb["cells"][0]["metadata"]["kernelgate"]
     decoded = decode_metadata(meta, "demo_run.ipynb run 1")
-    again = encode_metadata(RunResult(**decoded.fields))
+    # The value is in the metadata too (the cell shows its repr), read by metadata_value.
+    found, value = metadata_value(meta, "demo_run.ipynb run 1")
+    assert found and value == meta["value"]
+    again = encode_metadata(RunResult(**decoded.fields, value=value))
     assert list(again) == list(meta)
     assert {**again, "calls": decoded.calls, "version": decoded.version} == meta
     assert decoded.calls == 5 and decoded.fields["status"] == "ok"

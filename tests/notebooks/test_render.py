@@ -10,7 +10,7 @@ import pytest
 from kernelgate import RunResult
 from kernelgate.demo import DEMO_PROGRAM
 from kernelgate.notebooks import CALL_MIME, KERNELSPEC
-from kernelgate.notebooks.render import call_line
+from kernelgate.notebooks.render import call_line, value_shown
 
 from .conftest import demo_gateway
 
@@ -74,7 +74,11 @@ def test_outputs_in_order_with_calls_where_they_completed(demo_run: RunResult) -
         elif role is None:
             seen += 1
     own = [o for o in cell.outputs if o.get("metadata", {}).get("kernelgate") is None]
-    assert own == [json.loads(json.dumps(o)) for o in demo_run.outputs]
+    # The value is shown as its repr: its JSON is in the cell's run metadata instead.
+    shown = [json.loads(json.dumps(value_shown(o, demo_run.value))) for o in demo_run.outputs]
+    assert own == shown
+    assert "application/json" not in own[-1]["data"]
+    assert cell.metadata["kernelgate"]["value"] == demo_run.value
 
 
 def test_call_output_has_json_plain_and_html(demo_run: RunResult) -> None:

@@ -32,6 +32,7 @@ from kernelgate.notebooks.render import (
     run_code_cell,
     run_header_cell,
     run_to_notebook,
+    timeline_svg_of,
 )
 from kernelgate.notebooks.session import SessionLog
 from kernelgate.notebooks.store import load_run
@@ -468,7 +469,8 @@ def test_header_cell_and_timeline_are_escaped() -> None:
     assert "<img" not in rendered and "<script" not in rendered
     cell = run_code_cell(result)
     timeline = next(o for o in cell["outputs"] if o["metadata"]["kernelgate"]["role"] == "timeline")
-    svg = ET.fromstring(timeline["data"]["image/svg+xml"])
+    assert "<svg" not in timeline["data"]["text/html"]  # only as an <img>'s data URI
+    svg = ET.fromstring(timeline_svg_of(timeline) or "")
     for el in svg.iter():
         assert not el.tag.endswith("script")
         assert not any(name.lower().startswith("on") for name in el.attrib)

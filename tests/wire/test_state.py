@@ -29,6 +29,7 @@ from kernelgate.wire import (
     TRANSITIONS,
     CallReply,
     CallRequest,
+    ClearOutput,
     Connection,
     DisplayData,
     ErrorOutput,
@@ -39,6 +40,7 @@ from kernelgate.wire import (
     OpenBindings,
     RemoteProtocolError,
     Stream,
+    UpdateDisplayData,
 )
 from kernelgate.wire.state import SENDS, STATE_MEANINGS, ConnectionState
 
@@ -47,7 +49,16 @@ from .pair import COMM_ID, drain, forged
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 
 HOST_EVENTS = (OpenBindings, ExecuteRequest, CallReply)
-CHILD_EVENTS = (Stream, DisplayData, CallRequest, ExecuteResult, ErrorOutput, ExecuteReply)
+CHILD_EVENTS = (
+    Stream,
+    DisplayData,
+    UpdateDisplayData,
+    ClearOutput,
+    CallRequest,
+    ExecuteResult,
+    ErrorOutput,
+    ExecuteReply,
+)
 
 
 # -- the tables themselves -------------------------------------------------------------------
@@ -165,7 +176,11 @@ def sample(etype, conn):
     if etype is Stream:
         return Stream("stdout", "out\n")
     if etype is DisplayData:
-        return DisplayData({"text/plain": "x"})
+        return DisplayData({"text/plain": "x"}, display_id="d1")
+    if etype is UpdateDisplayData:
+        return UpdateDisplayData({"text/plain": "y"}, display_id="d1")
+    if etype is ClearOutput:
+        return ClearOutput(wait=True)
     if etype is ExecuteResult:
         return ExecuteResult({"application/json": 1, "text/plain": "1"})
     if etype is ErrorOutput:

@@ -23,7 +23,7 @@ from kernelgate.wire.events import ErrorOutput, ExecuteReply, ExecuteResult
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
 from .client import CallClient
-from .display import plain_repr
+from .display import display_bundle, plain_repr
 from .program import FILENAME, LAST_EXPRESSION, cap_text, format_exception
 from .streams import OutputStream
 
@@ -115,7 +115,12 @@ class Reporter:
             check_json(value, "value", self.max_value_bytes)
         except NotJSONError as exc:
             if last:
-                self.client.send(ExecuteResult({"text/plain": plain_repr(value)}))
+                # Shown as IPython shows it: text/plain and the object's _repr_*_ forms
+                # (sanitized by the host as any output). The value stays None (not JSON);
+                # a _repr_json_ is left out so it is not taken for the value.
+                data, metadata = display_bundle(value, self.max_value_bytes)
+                data.pop("application/json", None)
+                self.client.send(ExecuteResult(data, metadata))
                 self.end(ExecuteReply("ok"))
                 return
             self.fail(

@@ -14,12 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import os
 import sys
 import time
 from typing import Any
 
 from kernelgate.model.constants import FRAME_OVERHEAD as _FRAME_OVERHEAD
-from kernelgate.wire.events import DisplayData, ExecuteRequest, Stream
+from kernelgate.wire.events import (
+    ClearOutput,
+    DisplayData,
+    ExecuteRequest,
+    Stream,
+    UpdateDisplayData,
+)
 
 from .client import CONTROL_FD, CallClient
 from .display import display_bundle
@@ -61,13 +68,36 @@ class Child:
     def _send_stream(self, name: str, text: str) -> None:
         self.client.send(Stream(name, text))
 
-    def display(self, *objs: Any, **_ignored: Any) -> None:
-        """Show objects as rich outputs (``display_data``), as in a notebook."""
-        for stream in self.client.streams:
-            stream.flush()
+    def display(
+        self, *objs: Any, display_id: str | bool | None = None, **_ignored: Any
+    ) -> DisplayHandle | None:
+        """Show objects as rich outputs (``display_data``), as in a notebook. With
+        ``display_id`` (a string, or ``True`` for a new one) the outputs can be replaced
+        later (``update_display``, or the returned handle's ``update``)."""
+        self._flush()
+        did = _new_display_id() if display_id is True else display_id or None
         for obj in objs:
             data, metadata = display_bundle(obj, self.max_frame_bytes)
-            self.client.send(DisplayData(data, metadata))
+            self.client.send(DisplayData(data, metadata, display_id=_checked_id(did)))
+        return DisplayHandle(self, did) if isinstance(did, str) else None
+
+    def update_display(self, obj: Any, *, display_id: str, **_ignored: Any) -> None:
+        """Replace every output shown with ``display_id`` by ``obj`` (``update_display_data``)."""
+        self._flush()
+        did = _checked_id(display_id)
+        if did is None:
+            raise TypeError("update_display() needs the display_id the output was shown with")
+        data, metadata = display_bundle(obj, self.max_frame_bytes)
+        self.client.send(UpdateDisplayData(data, metadata, display_id=did))
+
+    def clear_output(self, wait: bool = False) -> None:
+        """Remove what the run has shown so far (``wait=True``: when the next output comes)."""
+        self._flush()
+        self.client.send(ClearOutput(bool(wait)))
+
+    def _flush(self) -> None:
+        for stream in self.client.streams:
+            stream.flush()
 
     def make_globals(self) -> dict[str, Any]:
         g: dict[str, Any] = {
@@ -76,6 +106,8 @@ class Child:
             "__builtins__": builtins,
             "ToolError": ToolError,
             "display": self.display,
+            "update_display": self.update_display,
+            "clear_output": self.clear_output,
             "help": program_help(builtins.__dict__.get("help")),
         }
         arg_budget = self.max_frame_bytes - _FRAME_OVERHEAD
@@ -173,3 +205,37 @@ class Child:
             reporter.finish_value(outcome, saved_builtins)
         else:
             reporter.finish_exception(outcome, saved_builtins)
+
+
+class DisplayHandle:
+    """What ``display(obj, display_id=...)`` returns, as IPython's: ``update`` replaces the
+    output, ``display`` shows it again."""
+
+    __slots__ = ("_runner", "display_id")
+
+    def __init__(self, runner: Child, display_id: str) -> None:
+        self._runner = runner
+        self.display_id = display_id
+
+    def update(self, obj: Any) -> None:
+        self._runner.update_display(obj, display_id=self.display_id)
+
+    def display(self, obj: Any) -> None:
+        self._runner.display(obj, display_id=self.display_id)
+
+    def __repr__(self) -> str:
+        return f"<DisplayHandle display_id={self.display_id!r}>"
+
+
+def _new_display_id() -> str:
+    return os.urandom(8).hex()
+
+
+def _checked_id(display_id: object) -> str | None:
+    # A TypeError at the program's line, not a protocol error from the wire.
+    if display_id is None or (type(display_id) is str and 0 < len(display_id) <= 200):
+        return display_id
+    raise TypeError(
+        f"display_id must be a string of 1 to 200 characters (or True for a new one), "
+        f"got {display_id!r:.80}"
+    )
