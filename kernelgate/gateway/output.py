@@ -181,13 +181,8 @@ class RunOutput:
         )
         if self._display_cut:
             return
-        try:  # an update is metered as a display: it may carry as much
-            self._display_used += check_json(
-                update, "output", self.limits.max_display_bytes - self._display_used
-            )
-        except (ValueTooLargeError, NotJSONError):
-            self._display_cut = True
-            self.collector.add_output(display_cut_output(self.limits.max_display_bytes))
+        if not self._charge(update):  # metered as a display: it may carry as much
+            self._cut()
             return
         outputs = self.collector.outputs
         for i, output in enumerate(outputs):
@@ -263,13 +258,26 @@ class RunOutput:
         is_result = output["output_type"] == "execute_result"
         if self._display_cut and not is_result:
             return
-        limit = self.limits.max_display_bytes
-        try:
-            self._display_used += check_json(output, "output", limit - self._display_used)
-        except (ValueTooLargeError, NotJSONError):
-            if not is_result:
-                self._display_cut = True
-                output = display_cut_output(limit)
+        if not self._charge(output) and not is_result:
+            self._cut()
+            return
         self.collector.add_output(output)
         if self.on_output is not None:
             self.on_output(output)
+
+    def _charge(self, output: dict[str, Any]) -> bool:
+        """Charge ``output`` to ``max_display_bytes``; False when it does not fit."""
+        room = self.limits.max_display_bytes - self._display_used
+        try:
+            self._display_used += check_json(output, "output", room)
+        except (ValueTooLargeError, NotJSONError):
+            return False
+        return True
+
+    def _cut(self) -> None:
+        """The budget is spent: one marker stands where rich outputs stop."""
+        self._display_cut = True
+        marker = display_cut_output(self.limits.max_display_bytes)
+        self.collector.add_output(marker)
+        if self.on_output is not None:
+            self.on_output(marker)
