@@ -502,6 +502,8 @@ def fork_exit_wait() -> float:
 FLOOR_BARE = [EXE, "-I", "-S", "-c", "pass"]
 FLOOR_SITE = [EXE, "-I", "-c", "pass"]
 FLOOR_ASYNCIO = [EXE, "-I", "-c", "import asyncio"]
+# What a cold child starts as since it skips site (kernelgate.gateway.sandbox.SiteState).
+FLOOR_ASYNCIO_NOSITE = [EXE, "-I", "-S", "-c", "import asyncio"]
 
 
 # -- gateways --------------------------------------------------------------------------------
@@ -687,6 +689,7 @@ async def bench_latency(
             Item("floor_bare", lambda: _ms(spawn_and_wait(FLOOR_BARE))),
             Item("floor_site", lambda: _ms(spawn_and_wait(FLOOR_SITE))),
             Item("floor_asyncio", lambda: _ms(spawn_and_wait(FLOOR_ASYNCIO))),
+            Item("floor_asyncio_nosite", lambda: _ms(spawn_and_wait(FLOOR_ASYNCIO_NOSITE))),
             Item("kg_cold_hello", lambda: _ms(timed_run(cold, HELLO))),
             Item("kg_cold_call", lambda: _ms(timed_run(cold, ONE_CALL))),
             Item("kg_cold_phases", lambda: phases(cold, phase_samples)),
@@ -1104,12 +1107,25 @@ def mem_floor(argv: list[str]) -> tuple[float | None, float | None]:
         os.waitpid(pid, 0)
 
 
+def _kg_site(python: str) -> dict[str, str]:
+    """``spawn_child``'s ``site`` argument as kernelgate's cold path passes it (none in
+    versions that start cold children with site)."""
+    from kernelgate.gateway import process as kgproc
+
+    if "site" not in inspect.signature(kgproc.spawn_child).parameters:
+        return {}
+    from kernelgate.gateway import sandbox as kgsandbox
+
+    site = kgsandbox.probe_support(python).site
+    return {"site": site.to_arg()} if site is not None else {}
+
+
 def mem_kg_before_program(python: str, env: dict[str, str]) -> tuple[float | None, float | None]:
     """A cold child from kernelgate's own spawn_child, blocked waiting for its program."""
     from kernelgate.gateway import process as kgproc
 
     run_dir = tempfile.mkdtemp(prefix="kernelgate-bench-")
-    child = kgproc.spawn_child(python, env, run_dir)
+    child = kgproc.spawn_child(python, env, run_dir, **_kg_site(python))
     try:
         wait_idle(child.pid)
         return proc_mem(child.pid)
@@ -1205,7 +1221,9 @@ def kg_child_importtime() -> tuple[str, str]:
 
     run_dir = tempfile.mkdtemp(prefix="kernelgate-bench-")
     how = "kernelgate's spawn_child(..., extra_args=('-X', 'importtime'))"
-    child = kgproc.spawn_child(EXE, dict(ENV), run_dir, extra_args=("-X", "importtime"))
+    child = kgproc.spawn_child(
+        EXE, dict(ENV), run_dir, extra_args=("-X", "importtime"), **_kg_site(EXE)
+    )
     chunks: list[bytes] = []
     try:
         wait_idle(child.pid)
@@ -1406,6 +1424,7 @@ def build_table(
         ("floor_bare", "`python -I -S -c pass` (posix_spawn + wait)"),
         ("floor_site", "`python -I -c pass` (adds site and its .pth files)"),
         ("floor_asyncio", "`python -I -c 'import asyncio'` (the cold goal's floor)"),
+        ("floor_asyncio_nosite", "`python -I -S -c 'import asyncio'` (how a cold child starts)"),
         ("floor_fork", "fork + `os._exit(0)` + waitpid, in this benchmark process"),
         ("floor_zygote_fork", "the same fork, in a zygote-sized process (child modules loaded)"),
     ):

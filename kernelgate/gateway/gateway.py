@@ -298,6 +298,7 @@ class Gateway:
             policy=self.policy,
             pool=self._pool_for(level, support) if not unavailable else None,
             executor=self._binding_threads(),
+            site=support.site,
         )
 
     def _first_run(self) -> SandboxSupport:

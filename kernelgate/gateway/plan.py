@@ -12,7 +12,7 @@ from kernelgate.model.result import CallRecord
 
 from .bindings import Binding, BindingRegistry
 from .pool import WarmPool
-from .sandbox import SandboxPlan
+from .sandbox import SandboxPlan, SiteState
 
 __all__ = ["CallHandler", "CallListener", "Policy", "RunPlan"]
 
@@ -56,6 +56,9 @@ class RunPlan:
     #: Where synchronous bindings run (None: the loop's default executor).
     executor: Executor | None = None
     call_handler: CallHandler | None = None
+    #: What the interpreter's ``site`` makes (:class:`.SiteState`): a cold child is started
+    #: without ``site`` and given this (None: started with ``site``).
+    site: SiteState | None = None
 
     @property
     def warm(self) -> bool:

@@ -205,9 +205,17 @@ def backoff(timeout: float = 5.0) -> Iterator[float]:
 
 
 def spawn_child(
-    python: str, env: Mapping[str, str], run_dir: str, extra_args: tuple[str, ...] = ()
+    python: str,
+    env: Mapping[str, str],
+    run_dir: str,
+    extra_args: tuple[str, ...] = (),
+    site: str = "",
 ) -> ChildProcess:
-    """Start ``python -I -c LOADER`` in a new session with fd 3 a socketpair to us."""
+    """Start ``python -I -c LOADER`` in a new session with fd 3 a socketpair to us.
+
+    With ``site`` (:meth:`.SiteState.to_arg`: what the interpreter's ``site`` module
+    makes, probed once) the child starts with ``-S`` and is given it as argv[2].
+    """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -221,7 +229,10 @@ def spawn_child(
             (os.POSIX_SPAWN_DUP2, err_w, 2),
             (os.POSIX_SPAWN_DUP2, theirs_fd, 3),
         ]
-        argv = [python, "-I", *extra_args, "-c", LOADER, package_root()]
+        if site:
+            argv = [python, "-I", "-S", *extra_args, "-c", LOADER, package_root(), site]
+        else:
+            argv = [python, "-I", *extra_args, "-c", LOADER, package_root()]
         pid = os.posix_spawn(
             python,
             argv,

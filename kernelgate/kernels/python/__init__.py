@@ -22,7 +22,8 @@ def _loader(module: str) -> str:
     )
 
 
-#: The ``-c`` program that starts a cold child (argv[1]: :func:`package_root`).
+#: The ``-c`` program that starts a cold child (argv[1]: :func:`package_root`; argv[2], for
+#: a child started with ``-S``: what ``site`` would have made, see :mod:`.sitehook`).
 LOADER = _loader("bootstrap")
 #: The same for the zygote, the template process of the warm pool.
 ZYGOTE_LOADER = _loader("zygote")

@@ -30,6 +30,7 @@ from .rehome import PACKAGE_DIR, rehome_code
 from .runner import Child
 from .sandbox import Born, die_with_parent, lock_down, not_dumpable
 from .sandbox import prepare as prepare_sandbox
+from .sitehook import adopt as adopt_site
 
 __all__ = ["main", "Child", "CONTROL_FD", "rehome_code"]
 
@@ -54,6 +55,7 @@ def main(
     sandbox before its program arrives (``born_in``: already forked into its namespaces),
     then rehearses a run (``rehearse``); a cold child does it all after.
     """
+    adopt_site(sys.argv)  # a cold child started without site: the path site would make
     sys.argv = [FILENAME]
     die_with_parent()
     not_dumpable()  # a same-uid program elsewhere must not reach our fd 3 or memory
@@ -96,5 +98,5 @@ def main(
 
 # Imported by the child's (or the zygote's) loader, ``python -I -c LOADER <package root>``:
 # rehome now, before the entry point runs, so even its own frame shows no host path.
-if sys.argv[:1] == ["-c"] and sys.argv[1:] == [os.path.dirname(PACKAGE_DIR)]:
+if sys.argv[:1] == ["-c"] and sys.argv[1:2] == [os.path.dirname(PACKAGE_DIR)]:
     rehome_code()

@@ -34,6 +34,7 @@ from .namespace import Binding, Namespace, ToolError, program_help
 from .program import bind_globals, compile_program, safe_str
 from .report import Reporter, fallback_frame, restore_builtins
 from .sandbox import enter as enter_sandbox
+from .sitehook import install as site_on_demand
 from .streams import OutputLedger, OutputStream
 
 __all__ = ["Child"]
@@ -150,6 +151,7 @@ class Child:
             enter_sandbox(options, self.prepared)  # may return in a new process (pid 2)
         except Exception as exc:
             sandbox_error = exc
+        site_on_demand()  # a cold child started without site: its builtins, site on a miss
         ledger = OutputLedger(int(options.get("max_output_bytes", 64 * 1024)))
         stdout = OutputStream("stdout", self._send_stream, ledger)
         stderr = OutputStream("stderr", self._send_stream, ledger)
