@@ -1,0 +1,43 @@
+"""The warm child's rehearsal (``zygote.rehearse``): a whole run on throwaway objects that
+leaves nothing behind: no output on fd 1 or 2 (the host reads them as the next program's),
+the builtins as they were, the loop reusable. Run in its own interpreter: importing the
+zygote module rehomes kernelgate's frames, which must not happen in the test process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from kernelgate.kernels.python import package_root
+
+_SCRIPT = r"""
+import asyncio, builtins, json, sys
+sys.path.insert(0, sys.argv[1])
+from kernelgate.kernels.python import zygote
+loop = asyncio.new_event_loop()
+before = dict(builtins.__dict__)
+zygote.rehearse(loop)
+after = dict(builtins.__dict__)
+ran = loop.run_until_complete(asyncio.sleep(0, result="loop reusable"))
+zygote.rehearse(loop)  # a warm child may be rehearsed once more: nothing carries over
+with open(sys.argv[2], "w") as f:
+    json.dump({
+        "builtins_kept": before == after,
+        "loop": ran,
+    }, f)
+"""
+
+
+def test_rehearsal_leaves_nothing_behind(tmp_path):
+    out = tmp_path / "out.json"
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", _SCRIPT, package_root(), str(out)],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout == b"" and proc.stderr == b""  # fd 1 and 2 are the next run's
+    seen = json.loads(out.read_text())
+    assert seen == {"builtins_kept": True, "loop": "loop reusable"}
