@@ -17,7 +17,7 @@ from jupyter_client.manager import KernelManager, start_new_kernel
 
 from kernelgate.cli import main as kernelgate_main
 
-from .helpers import KERNEL_NAME, MESSAGE_KERNEL_NAME
+from .helpers import KERNEL_NAME, MESSAGE_KERNEL_NAME, forget_kept
 
 _ENV = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")
 
@@ -79,6 +79,7 @@ def kc(kernel: tuple[KernelManager, BlockingKernelClient]) -> BlockingKernelClie
 
 def drain(kc: BlockingKernelClient) -> None:
     """Drop messages left over from an earlier test (none are expected)."""
+    forget_kept(kc)
     for get in (kc.get_shell_msg, kc.get_iopub_msg, kc.get_control_msg):
         while True:
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,27 @@ def send_execute(kc: BlockingKernelClient, code: str, **content: Any) -> str:
     return str(kc.execute(code, **content))
 
 
+# Messages a collect read that belong to another request, kept for that request's collect.
+# The kernel sends a reply on shell before the idle status on iopub, but the two sockets
+# deliver independently: under load the client can see a later cell's busy and idle on iopub
+# before the earlier cell's reply on shell, and a collect that dropped them would wait for
+# them forever (test_stop_on_error_aborts_queued_cells, seen under load).
+_kept: weakref.WeakKeyDictionary[BlockingKernelClient, dict[str, list[tuple[str, Any]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _keep(kc: BlockingKernelClient, source: str, msg: dict[str, Any]) -> None:
+    parent = msg["parent_header"].get("msg_id")
+    if parent:
+        _kept.setdefault(kc, {}).setdefault(str(parent), []).append((source, msg))
+
+
+def forget_kept(kc: BlockingKernelClient) -> None:
+    """Drop what collects kept for later requests (a new test starts clean)."""
+    _kept.pop(kc, None)
+
+
 def collect(
     kc: BlockingKernelClient,
     msg_id: str,
@@ -64,10 +86,28 @@ def collect(
 
     ``on_iopub(msg, cell)`` sees every iopub message as it arrives (any parent; one of
     this cell's is already in ``cell``), e.g. to answer a comm call or to interrupt once
-    some output was seen.
+    some output was seen. Messages of other requests read meanwhile are kept for their
+    own ``collect``.
     """
     cell = Cell(msg_id)
     idle = False
+
+    def take_iopub(msg: dict[str, Any]) -> None:
+        nonlocal idle
+        cell.events.append(("iopub", msg["msg_type"], msg["content"]))
+        if msg["msg_type"] == "status":
+            idle = msg["content"]["execution_state"] == "idle"
+        elif msg["msg_type"] != "execute_input":
+            cell.iopub.append(msg)
+
+    for source, msg in _kept.get(kc, {}).pop(msg_id, []):
+        if source == "shell":
+            cell.reply = msg
+            cell.events.append(("shell", msg["msg_type"], msg["content"]))
+        else:
+            take_iopub(msg)
+            if on_iopub is not None:
+                on_iopub(msg, cell)
     deadline = time.monotonic() + timeout
     while cell.reply is None or not idle:
         if time.monotonic() > deadline:
@@ -80,11 +120,9 @@ def collect(
         if msg is not None:
             progressed = True
             if msg["parent_header"].get("msg_id") == msg_id:
-                cell.events.append(("iopub", msg["msg_type"], msg["content"]))
-                if msg["msg_type"] == "status":
-                    idle = msg["content"]["execution_state"] == "idle"
-                elif msg["msg_type"] != "execute_input":
-                    cell.iopub.append(msg)
+                take_iopub(msg)
+            else:
+                _keep(kc, "iopub", msg)
             if on_iopub is not None:
                 on_iopub(msg, cell)
         if cell.reply is None:
@@ -95,6 +133,8 @@ def collect(
             if reply is not None and reply["parent_header"].get("msg_id") == msg_id:
                 cell.reply = reply
                 cell.events.append(("shell", reply["msg_type"], reply["content"]))
+            elif reply is not None:
+                _keep(kc, "shell", reply)
     return cell
 
 
@@ -126,10 +166,6 @@ def open_bindings_comm(
 
 def send_comm(kc: BlockingKernelClient, comm_id: str, data: dict[str, Any]) -> None:
     kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data}))
-
-
-
-
 
 
 def wait_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
