@@ -280,7 +280,7 @@ class CallDispatcher:
             record.value = value
             reply = CallReply(record.id, True, value)
         record.duration_s = time.monotonic() - started
-        record.output_index = self._output.call_point()
+        self._output.place_call(record)
         if not self._verdicts.settled:
             try:
                 self._channel.send(reply)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelgate.model.limits import Limits
+from kernelgate.model.result import CallRecord
 from kernelgate.wire.events import DisplayData, ErrorOutput, ExecuteResult, UpdateDisplayData
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
@@ -123,17 +124,20 @@ class RunOutput:
         self._display_cut = False
         self._streams_ended = False
         self._clear_pending = False
+        #: Calls placed among the outputs since the last clear.
+        self._placed: list[CallRecord] = []
 
     @property
     def outputs(self) -> list[dict[str, Any]]:
         return self.collector.outputs
 
-    def call_point(self) -> int:
-        """Where a binding call that just completed sits among the outputs (its
-        ``output_index``); stream text after it starts a new output."""
-        index = len(self.collector.outputs)
+    def place_call(self, record: CallRecord) -> None:
+        """Set where a binding call that just completed sits among the outputs (its
+        ``output_index``); stream text after it starts a new output. A ``clear_output``
+        later moves it before every output that is left (index 0)."""
+        record.output_index = len(self.collector.outputs)
         self.collector.seal()
-        return index
+        self._placed.append(record)
 
     def stream(self, name: str, text: str) -> None:
         """Stream text the child sent on fd 3."""
@@ -203,6 +207,9 @@ class RunOutput:
     def _clear_now(self) -> None:
         self._clear_pending = False
         self.collector.clear_outputs()
+        for record in self._placed:  # they came before everything still shown
+            record.output_index = 0
+        self._placed.clear()
         if self.result_output is not None and self.result_output not in self.collector.outputs:
             self.result_output = None
         if self.on_output is not None:

@@ -348,13 +348,31 @@ def test_a_second_result_replaces_the_first() -> None:
 def test_a_completed_call_seals_the_stream_output() -> None:
     out = RunOutput(LIMITS)
     out.stream("stdout", "a")
-    assert out.call_point() == 1
+    call = CallRecord(id=0, namespace="tools", name="f", args=[], kwargs={})
+    out.place_call(call)
+    assert call.output_index == 1
     out.stream("stdout", "b")
     assert [o["text"] for o in out.outputs] == ["a", "b"]
     collector = OutputCollector(100)
     collector.add_text("stdout", "a")
     collector.add_text("stdout", "b")
     assert [o["text"] for o in collector.outputs] == ["ab"]
+
+
+def test_calls_before_a_clear_come_before_what_is_left() -> None:
+    out = RunOutput(LIMITS)
+    out.stream("stdout", "a")
+    before = CallRecord(id=0, namespace="tools", name="f", args=[], kwargs={})
+    out.place_call(before)
+    out.stream("stdout", "b")
+    out.clear(wait=True)
+    pending = CallRecord(id=1, namespace="tools", name="f", args=[], kwargs={})
+    out.place_call(pending)  # after the request to clear, before the output that does it
+    out.stream("stdout", "c")
+    after = CallRecord(id=2, namespace="tools", name="f", args=[], kwargs={})
+    out.place_call(after)
+    assert [o["text"] for o in out.outputs] == ["c"]
+    assert (before.output_index, pending.output_index, after.output_index) == (0, 0, 1)
 
 
 # -- the note ----------------------------------------------------------------------------------
