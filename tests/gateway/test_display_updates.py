@@ -69,6 +69,25 @@ def test_clear_output_removes_what_was_shown_but_not_what_was_printed(warm: bool
 
 
 @WARM
+def test_a_call_before_a_clear_comes_before_what_is_left(warm: bool) -> None:
+    async def main() -> Any:
+        async with Gateway(pool_size=1 if warm else 0, bindings={"add": lambda a, b: a + b}) as gw:
+            return await gw.run(
+                "print('a')\nx = await tools.add(1, 2)\ndisplay('old')\nclear_output()\n"
+                "print('after')\ny = await tools.add(x, 1)\nprint('end')"
+            )
+
+    r = asyncio.run(main())
+    assert r.ok, r.message
+    assert [o["text"] for o in r.outputs] == ["after\n", "end\n"]
+    assert [c.output_index for c in r.calls] == [0, 1]
+    cell = r.to_notebook().cells[0]
+    shown = [o.get("text") or next(iter(o.get("data", {})), "") for o in cell.outputs]
+    call = "application/vnd.kernelgate.call+json"
+    assert shown[:4] == [call, "after\n", call, "end\n"]  # then the timeline
+
+
+@WARM
 def test_clear_output_wait_clears_when_the_next_output_comes(warm: bool) -> None:
     r, _ = run("display('a')\nclear_output(wait=True)\ndisplay('b')\nclear_output(wait=True)", warm)
     assert r.ok, r.message
