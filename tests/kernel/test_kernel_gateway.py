@@ -1,0 +1,137 @@
+"""A kernelgate kernel behind a real Jupyter Kernel Gateway, started here on loopback.
+
+``RemoteGateway`` drives it through jupyter_server's ``GatewayKernelClient`` over the
+gateway's websocket: the kernel's own bindings and the client's (answered here, over the
+``kernelgate.bindings`` comm through the gateway) work as with a local kernel, and failures
+come back as results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_server.gateway.gateway_client import GatewayClient
+from jupyter_server.gateway.managers import GatewayKernelManager
+
+from kernelgate import RemoteGateway, RunResult
+
+from .helpers import KERNEL_NAME
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def kernel_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Kernel Gateway serving this package's kernelspecs (JUPYTER_PATH); its base URL."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("kernel-gateway") / "gateway.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kernel_gateway",
+                "--KernelGatewayApp.ip=127.0.0.1",
+                f"--KernelGatewayApp.port={port}",
+                f"--KernelGatewayApp.default_kernel_name={KERNEL_NAME}",
+                "--JupyterWebsocketPersonality.list_kernels=True",  # to check none is left
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until it answers (it logs when it listens; polling is simpler)
+            try:
+                specs = _get(f"{url}/api/kernelspecs")
+                break
+            except (urllib.error.URLError, ConnectionError) as exc:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    why = Path(log).read_text()
+                    raise RuntimeError(f"the gateway did not start: {why}") from exc
+                time.sleep(0.1)
+        assert KERNEL_NAME in specs["kernelspecs"], specs
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def mul(a: int, b: int) -> int:
+    """Multiply, answered by the client."""
+    return a * b
+
+
+async def _through_gateway(url: str, programs: list[str]) -> tuple[dict[str, Any], list[RunResult]]:
+    client = GatewayClient.instance()
+    client.url = url
+    client.init_connection_args()
+    km = GatewayKernelManager()
+    await km.start_kernel(kernel_name=KERNEL_NAME)
+    kc = km.client()
+    await kc.start_channels()
+    try:
+        async with RemoteGateway(kc, namespaces={"mine": {"mul": mul}}) as gw:
+            results = [await gw.run(program) for program in programs]
+            return gw.kernel_bindings, results
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel()
+
+
+def test_remote_gateway_runs_through_a_kernel_gateway(kernel_gateway: str) -> None:
+    try:
+        bindings, (ok, failed) = asyncio.run(
+            _through_gateway(
+                kernel_gateway,
+                [
+                    "x = await tools.compute('sum', [2, 3])\n"
+                    "print('x is', x)\n"
+                    "await mine.mul(x, 10)",
+                    "await mine.mul(2, 'a')\n1 / 0",
+                ],
+            )
+        )
+    finally:
+        GatewayClient.clear_instance()
+    assert set(bindings) == {"tools", "mine"}
+    assert bindings["mine"] == {"mul": "(a: int, b: int) -> int"}
+    assert ok.ok, ok.message
+    assert (ok.stdout, ok.value) == ("x is 5.0\n", 50.0)
+    assert [(c.namespace, c.name, c.ok) for c in ok.calls] == [
+        ("tools", "compute", True),
+        ("mine", "mul", True),
+    ]
+    assert failed.status == "exception" and failed.error is not None
+    assert failed.error.ename == "ZeroDivisionError"
+    assert [(c.name, c.value) for c in failed.calls] == [("mul", "aa")]
+    assert _get(f"{kernel_gateway}/api/kernels") == []  # the kernel was shut down
