@@ -502,7 +502,7 @@ def fork_exit_wait() -> float:
 FLOOR_BARE = [EXE, "-I", "-S", "-c", "pass"]
 FLOOR_SITE = [EXE, "-I", "-c", "pass"]
 FLOOR_ASYNCIO = [EXE, "-I", "-c", "import asyncio"]
-# What a cold child starts as since it skips site (kernelgate.gateway.sandbox.SiteState).
+# What a cold child starts as since it skips site (kernelgate.model.site.SiteState).
 FLOOR_ASYNCIO_NOSITE = [EXE, "-I", "-S", "-c", "import asyncio"]
 
 
@@ -1117,7 +1117,7 @@ def _kg_site(python: str) -> dict[str, str]:
     from kernelgate.gateway import sandbox as kgsandbox
 
     site = kgsandbox.probe_support(python).site
-    return {"site": site.to_arg()} if site is not None else {}
+    return {"site": site.to_json()} if site is not None else {}
 
 
 def mem_kg_before_program(python: str, env: dict[str, str]) -> tuple[float | None, float | None]:

@@ -9,10 +9,11 @@ from typing import Any
 
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord
+from kernelgate.model.site import SiteState
 
 from .bindings import Binding, BindingRegistry
 from .pool import WarmPool
-from .sandbox import SandboxPlan, SiteState
+from .sandbox import SandboxPlan
 
 __all__ = ["CallHandler", "CallListener", "Policy", "RunPlan"]
 
@@ -56,7 +57,7 @@ class RunPlan:
     #: Where synchronous bindings run (None: the loop's default executor).
     executor: Executor | None = None
     call_handler: CallHandler | None = None
-    #: What the interpreter's ``site`` makes (:class:`.SiteState`): a cold child is started
+    #: What the interpreter's ``site`` makes (:class:`SiteState`): a cold child is started
     #: without ``site`` and given this (None: started with ``site``).
     site: SiteState | None = None
 

@@ -213,8 +213,9 @@ def spawn_child(
 ) -> ChildProcess:
     """Start ``python -I -c LOADER`` in a new session with fd 3 a socketpair to us.
 
-    With ``site`` (:meth:`.SiteState.to_arg`: what the interpreter's ``site`` module
-    makes, probed once) the child starts with ``-S`` and is given it as argv[2].
+    With ``site`` (:meth:`kernelgate.model.site.SiteState.to_json`: what the interpreter's
+    ``site`` module makes, probed once) the child starts with ``-S`` and is given it as
+    argv[2].
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     out_r, out_w = os.pipe()

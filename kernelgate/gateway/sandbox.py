@@ -14,6 +14,7 @@ from typing import Any
 
 from kernelgate.kernels.python import package_root
 from kernelgate.model.limits import Limits
+from kernelgate.model.site import SiteState
 
 from .process import backoff, owner_alive, owner_prefix
 
@@ -29,78 +30,16 @@ __all__ = [
 #: Isolation levels, weakest first.
 LEVELS = ("process", "namespaces", "namespaces+landlock")
 
-# Also reports what ``site`` made (before kernelgate's root goes first on sys.path): a cold
-# child starts without ``site`` and is given this instead (see :class:`SiteState`).
+# Also reports what ``site`` made (sys.path taken before kernelgate's root goes first): a
+# cold child starts without ``site`` and is given this instead (:class:`.SiteState`).
 _PROBE = (
-    "import site, sys, json;"
-    "made = {'path': [p for p in sys.path if p], 'prefix': sys.prefix,"
-    " 'exec_prefix': sys.exec_prefix, 'prefixes': site.PREFIXES,"
-    " 'enable_user_site': site.ENABLE_USER_SITE};"
-    "sys.path.insert(0, sys.argv[1]);"
+    "import sys, json; path = list(sys.path); sys.path.insert(0, sys.argv[1]);"
     "from kernelgate.kernels.python.sandbox import probe;"
-    "print(json.dumps({**probe(), 'site': made}))"
+    "from kernelgate.model.site import SiteState;"
+    "print(json.dumps({**probe(), 'site': SiteState.made_here(path).to_json()}))"
 )
 _cache: dict[str, SandboxSupport] = {}
 _cache_lock = threading.Lock()
-
-
-@dataclass(frozen=True)
-class SiteState:
-    """What an interpreter's ``site`` module makes when it starts, probed once: sys.path
-    (site-packages and the directories ``.pth`` files add), sys.prefix and sys.exec_prefix
-    (a venv's), and ``site``'s own ``PREFIXES`` and ``ENABLE_USER_SITE`` (from which
-    ``site.getsitepackages()`` finds the directories whose ``.pth`` files it reads).
-
-    A cold child is started without ``site`` (``python -I -S``) and given this as one
-    argument (:meth:`to_arg`): ``site`` and the code in ``.pth`` files (an editable
-    install's finder, a certificate hook) cost a cold start 3 to 15 ms here, for programs
-    that mostly import nothing outside the standard library. The child runs the ``.pth``
-    files' code the first time a program imports a module this path does not hold
-    (:mod:`kernelgate.kernels.python.sitehook`).
-
-    >>> SiteState.from_probe({"path": ["/lib"], "prefix": "/", "exec_prefix": "/",
-    ...                       "prefixes": ["/"], "enable_user_site": False}).to_arg()
-    '{"path":["/lib"],"prefix":"/","exec_prefix":"/","prefixes":["/"],"enable_user_site":false}'
-    >>> SiteState.from_probe({"path": "/lib"}) is None
-    True
-    """
-
-    path: tuple[str, ...]
-    prefix: str
-    exec_prefix: str
-    prefixes: tuple[str, ...]
-    enable_user_site: bool | None
-
-    @classmethod
-    def from_probe(cls, found: Any) -> SiteState | None:
-        """From the probe's JSON; None if it is not what the probe writes."""
-        if not isinstance(found, dict):
-            return None
-        path, prefixes = _paths(found.get("path")), _paths(found.get("prefixes"))
-        prefix = _paths([found.get("prefix"), found.get("exec_prefix")])
-        user = found.get("enable_user_site")
-        if path is None or prefixes is None or prefix is None or user not in (True, False, None):
-            return None
-        return cls(path, prefix[0], prefix[1], prefixes, user)
-
-    def to_arg(self) -> str:
-        """The child's argv[2]: what :func:`kernelgate.kernels.python.sitehook.adopt` reads."""
-        return json.dumps(
-            {
-                "path": list(self.path),
-                "prefix": self.prefix,
-                "exec_prefix": self.exec_prefix,
-                "prefixes": list(self.prefixes),
-                "enable_user_site": self.enable_user_site,
-            },
-            separators=(",", ":"),
-        )
-
-
-def _paths(value: Any) -> tuple[str, ...] | None:
-    if isinstance(value, list) and all(type(p) is str and p for p in value):
-        return tuple(value)
-    return None
 
 
 @dataclass(frozen=True)
@@ -156,11 +95,18 @@ def probe_support(python: str) -> SandboxSupport:
         landlock_abi=int(found.get("landlock_abi") or 0),
         pids_cgroup=PidsCgroup.find_root(),
         why_not_namespaces=str(found.get("why") or ""),
-        site=SiteState.from_probe(found.get("site")),
+        site=_site_state(found.get("site")),
     )
     with _cache_lock:
         _cache[python] = support
     return support
+
+
+def _site_state(text: Any) -> SiteState | None:
+    try:
+        return SiteState.from_json(text)
+    except ValueError:
+        return None  # a cold child then starts with site, as a warm one does
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ MODULES = [
     "kernelgate",
     "kernelgate.gateway.gateway",
     "kernelgate.gateway.bindings",
+    "kernelgate.gateway.sandbox",
     *(f"kernelgate.model.{m}" for m in ("limits", "result", "text")),
 ]
 

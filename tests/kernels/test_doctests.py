@@ -20,6 +20,7 @@ MODULES = [
         "report",
         "runner",
         "sandbox",
+        "sitehook",
         "syscalls",
         "userns",
     )

@@ -13,6 +13,7 @@ MODULES = [
     "kernelgate.model.limits",
     "kernelgate.model.result",
     "kernelgate.model.signatures",
+    "kernelgate.model.site",
     "kernelgate.model.text",
 ]
 

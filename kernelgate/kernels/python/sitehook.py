@@ -3,7 +3,7 @@
 ``site`` and the code in ``.pth`` files (an editable install's finder, a certificate hook)
 cost a cold start 3 to 15 ms, and most programs import nothing outside the standard
 library. So the host probes once what ``site`` makes and gives it to the child as argv[2]
-(``SiteState.to_arg`` in :mod:`kernelgate.gateway.sandbox`). The child:
+(:class:`kernelgate.model.site.SiteState`). The child:
 
 1. :func:`adopt`, at start: sys.path (site-packages and the directories ``.pth`` files
    add), sys.prefix and sys.exec_prefix (a venv's), ``site.PREFIXES`` and
@@ -23,14 +23,14 @@ True
 
 from __future__ import annotations
 
-import json
 import os
 import site
 import sys
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import Any
+
+from kernelgate.model.site import SiteState
 
 __all__ = ["SiteOnDemand", "adopt", "install"]
 
@@ -39,16 +39,11 @@ def adopt(argv: list[str]) -> None:
     (``argv[2]`` of the loader). Does nothing in a child started with ``site``."""
     if not sys.flags.no_site or len(argv) < 3:
         return
-    made: Any = json.loads(argv[2])
-    path, prefixes = made["path"], made["prefixes"]
-    prefix, exec_prefix = made["prefix"], made["exec_prefix"]
-    for value in (*path, *prefixes, prefix, exec_prefix):
-        if type(value) is not str:
-            raise TypeError(f"the site state from the host holds a non-path: {value!r}")
-    sys.path[:] = path
-    sys.prefix, sys.exec_prefix = prefix, exec_prefix
-    site.PREFIXES[:] = prefixes
-    site.ENABLE_USER_SITE = made["enable_user_site"]
+    made = SiteState.from_json(argv[2])
+    sys.path[:] = made.path
+    sys.prefix, sys.exec_prefix = made.prefix, made.exec_prefix
+    site.PREFIXES[:] = made.prefixes
+    site.ENABLE_USER_SITE = made.enable_user_site
 
 
 class SiteOnDemand:
