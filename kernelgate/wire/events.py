@@ -107,6 +107,11 @@ def _obj(field: str, value: Any) -> dict[str, Any]:
     return checked
 
 
+def _metadata(field: str, value: Any) -> dict[str, Any]:
+    """An output's metadata: an object, ``{}`` when absent."""
+    return {} if value is None else _obj(field, value)
+
+
 def _count(field: str, value: Any) -> int:
     if type(value) is not int or value < 0:
         raise _bad(field, "an integer from 0 up", value)
@@ -369,7 +374,7 @@ class DisplayData(_Event):
         display_id: str | None = None,
     ) -> None:
         _set(self, "data", _mime_bundle("display_data data", data))
-        _set(self, "metadata", {} if metadata is None else _obj("display_data metadata", metadata))
+        _set(self, "metadata", _metadata("display_data metadata", metadata))
         did = None if display_id is None else _display_id("display_data display_id", display_id)
         _set(self, "display_id", did)
 
@@ -391,8 +396,7 @@ class UpdateDisplayData(_Event):
         self, data: dict[str, Any], metadata: dict[str, Any] | None = None, *, display_id: str
     ) -> None:
         _set(self, "data", _mime_bundle("update_display_data data", data))
-        meta = {} if metadata is None else _obj("update_display_data metadata", metadata)
-        _set(self, "metadata", meta)
+        _set(self, "metadata", _metadata("update_display_data metadata", metadata))
         _set(self, "display_id", _display_id("update_display_data display_id", display_id))
 
 
@@ -434,8 +438,7 @@ class ExecuteResult(_Event):
         execution_count: int = 1,
     ) -> None:
         _set(self, "data", _mime_bundle("execute_result data", data))
-        meta = {} if metadata is None else _obj("execute_result metadata", metadata)
-        _set(self, "metadata", meta)
+        _set(self, "metadata", _metadata("execute_result metadata", metadata))
         _set(self, "execution_count", _count("execute_result execution_count", execution_count))
 
 
