@@ -88,9 +88,10 @@ def test_the_client_reads_the_bindings_then_the_request(pair):
     assert pair.client.namespaces == {"tools": {"echo": SPEC}}
 
 
-def run_calls(pair: Pair, make_calls: Any, answer: Any) -> Any:
+def run_calls(pair: Pair, make_calls: Any, answer: Any, on_stream: Any = None) -> Any:
     """Run ``make_calls()`` on a loop that reads fd 3, answering each call with
-    ``answer(request)`` from a host thread."""
+    ``answer(request)`` from a host thread (which hands other stream text to
+    ``on_stream(text)``)."""
 
     def host() -> None:
         while True:
@@ -99,6 +100,8 @@ def run_calls(pair: Pair, make_calls: Any, answer: Any) -> Any:
                 return
             if type(event) is CallRequest:
                 pair.reply(answer(event))
+            elif type(event) is Stream and on_stream is not None:
+                on_stream(event.text)
 
     thread = threading.Thread(target=host)
     thread.start()
@@ -198,31 +201,7 @@ def test_output_is_flushed_before_the_call_leaves(pair):
         out.write("no newline, still buffered")
         return await pair.client.call("tools", "echo", [1], {})
 
-    def host() -> None:
-        while True:
-            event = pair.next_event()
-            if type(event) is Stream:
-                if event.text == "stop":
-                    return
-                order.append(f"stream:{event.text}")
-            elif type(event) is CallRequest:
-                pair.reply(answer(event))
-
-    thread = threading.Thread(target=host)
-    thread.start()
-
-    async def main() -> Any:
-        loop = asyncio.get_running_loop()
-        pair.client.loop = loop
-        loop.add_reader(pair.fd, pair.client.on_readable)
-        try:
-            return await calls()
-        finally:
-            loop.remove_reader(pair.fd)
-            pair.client.send(Stream("stdout", "stop"))
-
-    assert asyncio.run(main()) == 1
-    thread.join(10)
+    assert run_calls(pair, calls, answer, on_stream=lambda t: order.append(f"stream:{t}")) == 1
     assert order == ["stream:no newline, still buffered", "call"]
 
 
