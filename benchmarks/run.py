@@ -1107,7 +1107,7 @@ def mem_floor(argv: list[str]) -> tuple[float | None, float | None]:
         os.waitpid(pid, 0)
 
 
-def _kg_site(python: str) -> dict[str, str]:
+def _kg_site(python: str) -> dict[str, Any]:
     """``spawn_child``'s ``site`` argument as kernelgate's cold path passes it (none in
     versions that start cold children with site)."""
     from kernelgate.gateway import process as kgproc
@@ -1116,8 +1116,7 @@ def _kg_site(python: str) -> dict[str, str]:
         return {}
     from kernelgate.gateway import sandbox as kgsandbox
 
-    site = kgsandbox.probe_support(python).site
-    return {"site": site.to_json()} if site is not None else {}
+    return {"site": kgsandbox.probe_support(python).site}
 
 
 def mem_kg_before_program(python: str, env: dict[str, str]) -> tuple[float | None, float | None]:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from kernelgate.kernels.python import LOADER, package_root
 from kernelgate.model.constants import RUN_GID, RUN_UID
+from kernelgate.model.site import SiteState
 
 __all__ = [
     "ChildProcess",
@@ -209,13 +210,12 @@ def spawn_child(
     env: Mapping[str, str],
     run_dir: str,
     extra_args: tuple[str, ...] = (),
-    site: str = "",
+    site: SiteState | None = None,
 ) -> ChildProcess:
     """Start ``python -I -c LOADER`` in a new session with fd 3 a socketpair to us.
 
-    With ``site`` (:meth:`kernelgate.model.site.SiteState.to_json`: what the interpreter's
-    ``site`` module makes, probed once) the child starts with ``-S`` and is given it as
-    argv[2].
+    With ``site`` (what the interpreter's ``site`` module makes, probed once) the child
+    starts with ``-S`` and is given it as argv[2].
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     out_r, out_w = os.pipe()
@@ -230,8 +230,8 @@ def spawn_child(
             (os.POSIX_SPAWN_DUP2, err_w, 2),
             (os.POSIX_SPAWN_DUP2, theirs_fd, 3),
         ]
-        if site:
-            argv = [python, "-I", "-S", *extra_args, "-c", LOADER, package_root(), site]
+        if site is not None:
+            argv = [python, "-I", "-S", *extra_args, "-c", LOADER, package_root(), site.to_json()]
         else:
             argv = [python, "-I", *extra_args, "-c", LOADER, package_root()]
         pid = os.posix_spawn(

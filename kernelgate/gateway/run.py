@@ -210,8 +210,7 @@ class Run:
             return pooled.run_dir
         run_dir = make_run_dir(plan.base_dir, self.run_id)
         try:
-            site = plan.site.to_json() if plan.site is not None else ""
-            child = spawn_child(plan.python, plan.env, run_dir, site=site)
+            child = spawn_child(plan.python, plan.env, run_dir, site=plan.site)
             self.child = child
         except OSError as exc:
             remove_tree(run_dir)

@@ -573,6 +573,10 @@ def _discard(name: str, text: str) -> None:
     pass
 
 
+def _nothing() -> None:
+    pass
+
+
 def rehearse(loop: asyncio.AbstractEventLoop) -> None:
     """In a warm child, booted, before its program arrives: go once through the child's
     side of a run, on throwaway objects, on the run's event loop ``loop``.
@@ -618,7 +622,7 @@ def rehearse(loop: asyncio.AbstractEventLoop) -> None:
     # The run's loop set as current and watching fd 3 (here a throwaway pipe).
     asyncio.set_event_loop(loop)
     r, w = os.pipe()
-    loop.add_reader(r, _discard, "", "")
+    loop.add_reader(r, _nothing)
     loop.remove_reader(r)
     os.close(r)
     os.close(w)
