@@ -245,21 +245,24 @@ def worker_exit(limits: Limits, sig: int | None, exit_code: int | None) -> Verdi
 
 
 def memory_exceeded(limits: Limits, memory: MemoryUse) -> Verdict:
-    """The kernel killed a process of the run for its memory cgroup's limit: the run's
+    """The kernel killed processes of the run for its memory cgroup's limit: the run's
     processes together held ``memory_bytes``, whatever the memory (an address space, or
-    memfd, tmpfs, shared memory and kernel buffers no address space shows).
+    memfd, tmpfs, shared memory and kernel buffers no address space shows). The run ends
+    so even if its program survived to reply (a child of its was killed): under cgroup v2
+    the kernel kills the whole run (memory.oom.group), and a run reads the same on v1.
 
-    >>> memory_exceeded(Limits(memory_bytes=1 << 27), MemoryUse(1 << 27, 1)).message[:61]
-    'the run held more than memory_bytes=134217728 in total (134217'
+    >>> memory_exceeded(Limits(memory_bytes=1 << 27), MemoryUse(1 << 27, 1)).message[:66]
+    'the run held more than memory_bytes=134217728 in total (134217728 '
     """
+    killed = "a process" if memory.oom_kills == 1 else f"{memory.oom_kills} processes"
     return Verdict(
         "worker_exit",
         "WorkerExit",
         f"the run held more than memory_bytes={limits.memory_bytes} in total "
         f"({memory.peak_bytes} bytes at its peak, all its processes together; memory the "
-        "program filled through memfd, shared memory or tmpfs files, and pipe buffers, "
-        "counts) and the kernel killed it before it reported a result; use less memory "
-        "(free what you fill, close what you no longer need), or raise Limits.memory_bytes",
+        "program filled through memfd, shared memory or tmpfs files, and socket and pipe "
+        f"buffers, counts), so the kernel killed {killed} of it; use less memory (free "
+        "what you fill, close what you no longer need), or raise Limits.memory_bytes",
     )
 
 
@@ -434,8 +437,10 @@ def build_result(end: Ending) -> RunResult:
     """The :class:`RunResult` of a run that ended as ``end`` says.
 
     The status is the host's verdict if it decided (a CPU verdict outranks a wall-clock
-    one and a reply that overran the budget), else the child's reply, else
-    ``worker_exit``. A failed run's outputs end with its error and lose the value's output.
+    one and a reply that overran the budget), else ``worker_exit`` naming memory_bytes if
+    the kernel killed any process of the run for its memory cgroup's limit, else the
+    child's reply, else ``worker_exit``. A failed run's outputs end with its error and lose
+    the value's output.
     """
     exit_code, sig = _exit_of(end)
     usage = usage_of(end)
@@ -448,6 +453,8 @@ def build_result(end: Ending) -> RunResult:
     error: ErrorInfo | None = None
     note = ""
     outputs = list(end.outputs)
+    if verdict is None and end.memory is not None and end.memory.oom_kills:
+        verdict = memory_exceeded(end.limits, end.memory)
     if verdict is None and end.reply is not None:
         status = cast(Status, end.reply.run_status)  # the wire checked it: CHILD_STATUSES
         if status == "ok":
@@ -457,8 +464,6 @@ def build_result(end: Ending) -> RunResult:
             reply = end.reply
             error = ErrorInfo(reply.ename, reply.evalue, cap_lines(reply.traceback))
     else:
-        if verdict is None and end.memory is not None and end.memory.oom_kills:
-            verdict = memory_exceeded(end.limits, end.memory)
         if verdict is None:
             verdict = worker_exit(end.limits, sig, exit_code)
         status = verdict.status
