@@ -111,15 +111,30 @@ class MemoryUse:
     oom_kills: int
 
 
+# cgroupfs files are read and written with os-level calls: a run touches a few of them
+# (its limits, peak and OOM kills), and Python's buffered open costs more than the kernel's
+# side of it.
+
+
 def _write(path: str, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
 
 
 def _read_int(path: str, default: int = 0) -> int:
     try:
-        with open(path) as f:
-            return int(f.read().strip() or default)
+        return int(_read(path).strip() or default)
     except (OSError, ValueError):
         return default
 
@@ -127,11 +142,10 @@ def _read_int(path: str, default: int = 0) -> int:
 def _read_keyed(path: str, key: str) -> int:
     """``key``'s number in a flat keyed file (memory.oom_control, memory.events)."""
     try:
-        with open(path) as f:
-            for line in f:
-                name, _, value = line.partition(" ")
-                if name == key:
-                    return int(value)
+        for line in _read(path).decode().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
     except (OSError, ValueError):
         pass
     return 0
@@ -327,7 +341,7 @@ class RunCgroup:
         found: dict[int, None] = {}
         for path in self.paths:
             try:
-                with open(os.path.join(path, "cgroup.procs")) as f:
+                with open(os.path.join(path, "cgroup.procs"), "rb") as f:
                     found.update(dict.fromkeys(int(line) for line in f.read().split()))
             except (OSError, ValueError):
                 pass

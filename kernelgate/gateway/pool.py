@@ -485,13 +485,9 @@ class WarmPool:
             name = f"pool-{self._token}-{next(self._names)}"
             cgroup: RunCgroup | None = None
             if self._free_cgroups:
+                # With the last run's limits: the next run sets its own (usually the same,
+                # then nothing is written); an idle child needs far less than any run.
                 cgroup = self._free_cgroups.pop()
-                try:
-                    cgroup.limit(cgroup.max_pids, None)  # the last run's bound is not its
-                except OSError:
-                    await remove_cgroup(cgroup)
-                    failures += 1
-                    continue
             elif self.cgroup_roots is not None:
                 # A child whose processes cannot be capped is not made: runs then spawn
                 # cold, and the cold path caps them its own way. Idle, its memory is
