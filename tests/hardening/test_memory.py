@@ -129,6 +129,32 @@ def test_sysv_segments_filled_and_detached_end_the_run(hostile, level, warm):
 
 
 @NEEDS_MEMORY_CGROUP
+@NS_LEVELS
+@BOTH
+def test_sysv_message_queues_count(hostile, level, warm):
+    # An IPC namespace allows 32000 queues of 16 KiB each (500 MiB) by default; messages
+    # sit in the kernel until read.
+    src = _SYSV + program(
+        f"""
+        libc.msgget.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.msgsnd.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        buf = ctypes.create_string_buffer(8 + 8000)
+        ctypes.memmove(buf, (1).to_bytes(8, 'little'), 8)
+        print('before', flush=True)
+        total = 0
+        while total < {ASKED}:
+            q = libc.msgget(0, 0o1000 | 0o600)
+            assert q >= 0, ctypes.get_errno()
+            while libc.msgsnd(q, buf, 8000, 0o4000) == 0:  # IPC_NOWAIT: until the queue is full
+                total += 8000
+        print('done', flush=True)
+        """
+    )
+    r = hostile.run(src, LIMITS, warm=warm, sandbox=level, strict=True)
+    assert_stopped_at_the_bound(r)
+
+
+@NEEDS_MEMORY_CGROUP
 @ALL_LEVELS
 @BOTH
 def test_tmpfs_files_count(hostile, level, warm, tmpfs_files):
