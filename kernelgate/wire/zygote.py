@@ -11,7 +11,7 @@ Host -> zygote: :class:`ForkRequest`. Zygote -> host: :class:`Forked` (the child
 :class:`ForkFailed`, and :class:`Exited` whenever the zygote has reaped a child (its wait
 status and resource usage).
 
->>> data = encode(ForkRequest(7, "process", "/tmp/kernelgate-1-run", None, (), "kernelgate-1-"))
+>>> data = encode(ForkRequest(7, "process", "/tmp/kernelgate-1-run", (), (), "kernelgate-1-"))
 >>> decode_request(data).run_dir
 '/tmp/kernelgate-1-run'
 >>> decode_reply(encode(Forked(7, 4242)))
