@@ -10,9 +10,10 @@ of hosts that are gone, and the warm pool reuses them (mkdir and rmdir cost mill
 - memory: the limit (v1 ``memory.limit_in_bytes`` and ``memory.memsw.limit_in_bytes``; v2
   ``memory.max``, ``memory.swap.max`` = 0) bounds everything the run's processes hold
   together, memory no address space shows included: memfd and tmpfs pages, SysV shared
-  memory, pipe buffers and the kernel memory the kernel charges. Swap is bounded with it,
-  so it cannot hide any. Past it the kernel's OOM killer kills in the cgroup (counted:
-  :meth:`RunCgroup.memory_used`).
+  memory and message queues, socket and pipe buffers and the other kernel memory the kernel
+  charges. Swap is bounded with it, so it cannot hide any. Past it the kernel's OOM killer
+  kills in the cgroup (counted: :meth:`RunCgroup.memory_used`). v1 keeps TCP buffers apart
+  (``memory.kmem.tcp.limit_in_bytes``, set to the same bound: past it sends wait).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ __all__ = ["CgroupRoots", "MemoryUse", "RunCgroup"]
 _V1_MEMORY = "/sys/fs/cgroup/memory"
 _V1_PIDS = "/sys/fs/cgroup/pids"
 _V2 = "/sys/fs/cgroup"
+_V1_TCP_LIMIT = "memory.kmem.tcp.limit_in_bytes"
+_V1_TCP_PEAK = "memory.kmem.tcp.max_usage_in_bytes"
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,10 @@ class _Memory:
     def __init__(self, path: str) -> None:
         self.path = path
         self.v2 = not os.path.exists(os.path.join(path, "memory.limit_in_bytes"))
+        # v1 charges TCP buffers only to a cgroup given a TCP limit, and to a counter of
+        # their own (v2 counts them in memory.current): without it a run held 1 GiB of
+        # loopback TCP buffers under memory_bytes=96 MiB.
+        self.tcp = not self.v2 and os.path.exists(self._file(_V1_TCP_LIMIT))
         self.limit: int | None = None  # None: unlimited
         self._oom_base = 0
         self._peak_fd = -1  # v2: an fd of memory.peak reset at begin (its own peak)
@@ -189,6 +196,9 @@ class _Memory:
                 )
             for name in files:
                 _write(self._file(name), value)
+            if self.tcp:
+                # Past it a send waits (or fails with EAGAIN): TCP buffers are not killed for.
+                _write(self._file(_V1_TCP_LIMIT), value)
         self.limit = limit
 
     def begin(self) -> None:
@@ -209,6 +219,8 @@ class _Memory:
             self._peak_fd = fd
         else:
             _write(self._file("memory.max_usage_in_bytes"), "0")  # reset to the usage now
+            if self.tcp:
+                _write(self._file(_V1_TCP_PEAK), "0")
 
     def oom_kills(self) -> int:
         if self.v2:
@@ -226,6 +238,9 @@ class _Memory:
             peak = max(peak, _read_int(self._file("memory.current")))
         else:
             peak = _read_int(self._file("memory.max_usage_in_bytes"))
+            if self.tcp:
+                # Two peaks, maybe at different times: their sum may overstate, never hide.
+                peak += _read_int(self._file(_V1_TCP_PEAK))
         return MemoryUse(peak, max(0, self.oom_kills() - self._oom_base))
 
     def charged(self) -> int:

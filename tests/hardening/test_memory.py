@@ -224,6 +224,51 @@ def test_socket_buffers_count(hostile, level, warm):
 @NEEDS_MEMORY_CGROUP
 @ALL_LEVELS
 @BOTH
+def test_tcp_buffers_are_bounded(hostile, level, warm):
+    # Loopback TCP connections with large buffers, filled and never read (held 1 GiB under
+    # memory_bytes=96 MiB before). cgroup v1 keeps TCP buffers apart, bounded to
+    # memory_bytes on their own: past it a send waits (EAGAIN here), nothing is killed.
+    # The namespace levels have no network at all.
+    src = program(
+        """
+        import socket
+        held, total = [], 0
+        try:
+            srv = socket.socket()
+            srv.bind(('127.0.0.1', 0))
+            srv.listen(200)
+            while len(held) < 100:
+                c = socket.socket()
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+                c.connect(srv.getsockname())
+                s, _ = srv.accept()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+                c.setblocking(False)
+                try:
+                    while True:
+                        total += c.send(b'x' * 65536)
+                except BlockingIOError:
+                    pass
+                held.append((c, s))
+        except OSError as exc:
+            print('refused', exc.errno)
+        return total
+        """
+    )
+    limits = Limits(**{**LIMITS.to_dict(), "max_open_files": 512})
+    r = hostile.run(src, limits, warm=warm, sandbox=level, strict=True)
+    if r.status == "ok":
+        assert r.value <= LIMIT, r.value >> 20
+        if level == "process":
+            assert r.value > LIMIT // 2  # it reached the bound, and was stopped there
+            assert r.usage["peak_memory_bytes"] >= r.value  # counted
+    else:
+        assert_stopped_at_the_bound(r, limits)
+
+
+@NEEDS_MEMORY_CGROUP
+@ALL_LEVELS
+@BOTH
 def test_pipe_buffers_count(hostile, level, warm):
     # Pipes grown to 1 MiB (F_SETPIPE_SZ) and filled. The kernel lets a uid hold 64 MiB
     # of grown pipe buffers (fs.pipe-user-pages-soft); a bound below that plus the
