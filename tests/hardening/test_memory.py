@@ -14,6 +14,7 @@ host reports is the run's real one.
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import textwrap
@@ -23,9 +24,9 @@ import pytest
 
 from kernelgate import Limits
 from kernelgate.gateway.cgroups import CgroupRoots
-from kernelgate.gateway.sandbox import SandboxSupport, plan_sandbox
+from kernelgate.gateway.sandbox import LEVELS, SandboxSupport, plan_sandbox
 
-from .conftest import ALL_LEVELS, NS_LEVELS, SUPPORT
+from .conftest import ALL_LEVELS, NS_LEVELS, SUPPORT, at_levels
 
 BOTH = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 NEEDS_MEMORY_CGROUP = pytest.mark.skipif(
@@ -330,6 +331,47 @@ def test_many_processes_each_under_rlimit_as_are_bounded_together(hostile, level
     )
     r = hostile.run(src, LIMITS, warm=warm, sandbox=level, strict=True)
     assert_stopped_at_the_bound(r)
+
+
+# -- the bound cannot be lifted from inside ----------------------------------------------------
+
+
+@NEEDS_MEMORY_CGROUP
+@at_levels(*LEVELS, process_needs_root=True)
+@BOTH
+def test_the_memory_cgroup_cannot_be_raised_or_left(hostile, level, warm):
+    # The run's own memory cgroup: raise its limit, or move into the parent (unbounded).
+    src = program(
+        """
+        import os
+        line = [l for l in open('/proc/self/cgroup').read().splitlines()
+                if 'memory' in l.split(':')[1].split(',')]
+        out = {}
+        if line:  # v1: our memory hierarchy's path (the namespace levels see it from inside)
+            mine = '/sys/fs/cgroup/memory' + line[0].split(':', 2)[2]
+            attempts = [('raise', mine + '/memory.limit_in_bytes', '-1'),
+                        ('leave', os.path.dirname(mine) + '/cgroup.procs', str(os.getpid()))]
+        else:
+            mine = '/sys/fs/cgroup' + open('/proc/self/cgroup').read().split('::', 1)[1].strip()
+            attempts = [('raise', mine + '/memory.max', 'max'),
+                        ('leave', os.path.dirname(mine) + '/cgroup.procs', str(os.getpid()))]
+        for name, path, text in attempts:
+            try:
+                with open(path, 'w') as f:
+                    f.write(text)
+                out[name] = 'written'
+            except OSError as exc:
+                out[name] = exc.errno
+        out['after'] = open('/proc/self/cgroup').read()
+        return out
+        """
+    )
+    r = hostile.run(src, LIMITS, warm=warm, sandbox=level, strict=True)
+    assert r.status == "ok", r.message
+    refused = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT)
+    assert r.value["raise"] in refused and r.value["leave"] in refused, r.value
+    memory = [line for line in r.value["after"].splitlines() if "memory" in line or "::" in line]
+    assert any("kernelgate-" in line for line in memory), r.value["after"]  # still in it
 
 
 # -- what the bound leaves intact ----------------------------------------------------------------
