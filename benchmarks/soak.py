@@ -42,8 +42,8 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from kernelgate import Gateway, Limits, RunResult  # noqa: E402
+from kernelgate.gateway.cgroups import CgroupRoots  # noqa: E402
 from kernelgate.gateway.process import owner_prefix  # noqa: E402
-from kernelgate.gateway.sandbox import PidsCgroup  # noqa: E402
 
 MARKER = f"kg-soak-{os.getpid()}"
 
@@ -251,7 +251,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     # Compact bookkeeping, so that the soak's own memory does not look like a host leak.
     durations: dict[str, array.array[float]] = collections.defaultdict(lambda: array.array("d"))
     unexpected: list[dict[str, Any]] = []
-    cgroup_root = PidsCgroup.find_root()
+    cgroup_root = (CgroupRoots.find() or CgroupRoots()).pids
     cgroups_left_after_run: list[str] = []  # a run's cgroup still there when run() returned
     fork_started: collections.Counter[Any] = collections.Counter()  # processes a fork run got
     warm_runs = 0

@@ -303,14 +303,14 @@ class Gateway:
 
     def _first_run(self) -> SandboxSupport:
         """Before the first run, in a worker thread: probe what the machine allows, and
-        sweep what hosts that died before us left here (run directories, pids cgroups;
+        sweep what hosts that died before us left here (run directories, cgroups;
         their zygote was killed too, or they had none), so a machine that restarts kernels
         all day does not fill up. A cgroup of theirs may take a moment to empty: that wait
         is never on the event loop."""
         support = probe_support(self.python)
         if not self._swept:
             self._swept = True
-            sweep_leftovers(self.tmp_dir, support.pids_cgroup)
+            sweep_leftovers(self.tmp_dir, support.cgroups)
         return support
 
     def _pool_for(self, level: str, support: SandboxSupport) -> WarmPool | None:
@@ -326,7 +326,7 @@ class Gateway:
                 env=self.env,
                 level=level,
                 base_dir=self.tmp_dir,
-                cgroup_root=support.pids_cgroup,
+                cgroup_roots=support.cgroups,
                 read_paths=self.read_paths,
             )
         return self._pool

@@ -24,6 +24,8 @@ from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord, ErrorInfo, RunResult, Status
 from kernelgate.wire.events import ExecuteReply
 
+from .cgroups import MemoryUse
+
 __all__ = [
     "ERROR_TEXT_LIMIT",
     "MAX_TEXT_PLAIN",
@@ -37,6 +39,7 @@ __all__ = [
     "display_cut_output",
     "interpreter_failed",
     "interrupted",
+    "memory_exceeded",
     "protocol",
     "reply_verdict",
     "sandbox_unavailable",
@@ -241,6 +244,28 @@ def worker_exit(limits: Limits, sig: int | None, exit_code: int | None) -> Verdi
     return Verdict("worker_exit", "WorkerExit", message)
 
 
+def memory_exceeded(limits: Limits, memory: MemoryUse) -> Verdict:
+    """The kernel killed processes of the run for its memory cgroup's limit: the run's
+    processes together held ``memory_bytes``, whatever the memory (an address space, or
+    memfd, tmpfs, shared memory and kernel buffers no address space shows). The run ends
+    so even if its program survived to reply (a child of its was killed): under cgroup v2
+    the kernel kills the whole run (memory.oom.group), and a run reads the same on v1.
+
+    >>> memory_exceeded(Limits(memory_bytes=1 << 27), MemoryUse(1 << 27, 1)).message[:66]
+    'the run held more than memory_bytes=134217728 in total (134217728 '
+    """
+    killed = "a process" if memory.oom_kills == 1 else f"{memory.oom_kills} processes"
+    return Verdict(
+        "worker_exit",
+        "WorkerExit",
+        f"the run held more than memory_bytes={limits.memory_bytes} in total "
+        f"({memory.peak_bytes} bytes at its peak, all its processes together; memory the "
+        "program filled through memfd, shared memory or tmpfs files, and socket and pipe "
+        f"buffers, counts), so the kernel killed {killed} of it; use less memory (free "
+        "what you fill, close what you no longer need), or raise Limits.memory_bytes",
+    )
+
+
 # -- truncation ----------------------------------------------------------------------------
 
 
@@ -292,7 +317,8 @@ class Ending:
 
     ``returncode`` is ``os.waitpid`` style (-N for signal N), None while unreaped;
     ``rusage`` is (user s, system s, peak RSS KiB) of the reaped child; ``host_usage``
-    what the host read of its processes in /proc when the reply came; ``busiest_cpu_s``
+    what the host read of its processes in /proc when the reply came; ``memory`` what the
+    run's memory cgroup counted (its peak, its OOM kills); ``busiest_cpu_s``
     the most CPU one of them had used. ``result_output`` is the value's own output among
     ``outputs`` (dropped when the run failed). ``started`` is False when no child was
     started (then the run has no isolation to report).
@@ -304,6 +330,8 @@ class Ending:
     returncode: int | None = None
     rusage: tuple[float, float, int] | None = None
     host_usage: dict[str, Any] | None = None
+    #: What the run's memory cgroup counted (None: no memory cgroup here).
+    memory: MemoryUse | None = None
     busiest_cpu_s: float = 0.0
     value: Any = None
     result_output: dict[str, Any] | None = None
@@ -357,6 +385,14 @@ def usage_of(end: Ending) -> dict[str, Any]:
         usage["measured_by"] = "child"
     else:
         usage["measured_by"] = "none"
+    usage["peak_memory_scope"] = "process"
+    if end.memory is not None:
+        # The run's memory cgroup: every process together, memory outside an address
+        # space included. A process's RSS may also count pages it shares with the warm
+        # pool's zygote (charged there): the larger figure is kept.
+        usage["peak_memory_bytes"] = max(usage["peak_memory_bytes"], end.memory.peak_bytes)
+        usage["peak_memory_scope"] = "run"
+        usage["measured_by"] = "host"
     if reported:
         usage["child_reported"] = reported
     return usage
@@ -401,8 +437,10 @@ def build_result(end: Ending) -> RunResult:
     """The :class:`RunResult` of a run that ended as ``end`` says.
 
     The status is the host's verdict if it decided (a CPU verdict outranks a wall-clock
-    one and a reply that overran the budget), else the child's reply, else
-    ``worker_exit``. A failed run's outputs end with its error and lose the value's output.
+    one and a reply that overran the budget), else ``worker_exit`` naming memory_bytes if
+    the kernel killed any process of the run for its memory cgroup's limit, else the
+    child's reply, else ``worker_exit``. A failed run's outputs end with its error and lose
+    the value's output.
     """
     exit_code, sig = _exit_of(end)
     usage = usage_of(end)
@@ -415,6 +453,8 @@ def build_result(end: Ending) -> RunResult:
     error: ErrorInfo | None = None
     note = ""
     outputs = list(end.outputs)
+    if verdict is None and end.memory is not None and end.memory.oom_kills:
+        verdict = memory_exceeded(end.limits, end.memory)
     if verdict is None and end.reply is not None:
         status = cast(Status, end.reply.run_status)  # the wire checked it: CHILD_STATUSES
         if status == "ok":

@@ -12,6 +12,7 @@ from kernelgate.model.result import CallRecord
 from kernelgate.model.site import SiteState
 
 from .bindings import Binding, BindingRegistry
+from .cgroups import CgroupRoots
 from .pool import WarmPool
 from .sandbox import SandboxPlan
 
@@ -33,7 +34,7 @@ def _process_level() -> SandboxPlan:
 @dataclass(frozen=True)
 class RunPlan:
     """How one run is made, fixed before it starts: its bindings and limits, the
-    interpreter and environment, the sandbox (level, rlimits, pids cgroup root), where its
+    interpreter and environment, the sandbox (level, rlimits, cgroup roots), where its
     child comes from (``pool``: warm, or None: a cold spawn), the policy and where
     synchronous bindings run. A ``Run`` reads it and never changes it.
 
@@ -41,7 +42,7 @@ class RunPlan:
     ends ``"sandbox_unavailable"`` without starting a child).
 
     >>> plan = RunPlan(BindingRegistry.from_arguments({}, "tools", None), Limits(), "python3")
-    >>> plan.sandbox.level, plan.warm, plan.cgroup_root
+    >>> plan.sandbox.level, plan.warm, plan.cgroup_roots
     ('process', False, None)
     """
 
@@ -67,6 +68,6 @@ class RunPlan:
         return self.pool is not None
 
     @property
-    def cgroup_root(self) -> str | None:
-        """Where a cold child's pids cgroup is made (None: no pids cgroup here)."""
-        return self.sandbox.pids_cgroup
+    def cgroup_roots(self) -> CgroupRoots | None:
+        """Where a cold child's run cgroup is made (None: no writable cgroup here)."""
+        return self.sandbox.cgroups

@@ -39,6 +39,7 @@ from kernelgate.wire.zygote import (
     encode,
 )
 
+from .cgroups import CgroupRoots, RunCgroup
 from .process import (
     ChildProcess,
     high_fd,
@@ -46,7 +47,6 @@ from .process import (
     owner_prefix,
     remove_tree,
 )
-from .sandbox import PidsCgroup
 from .teardown import (
     discard,
     discard_all_blocking,
@@ -63,6 +63,8 @@ __all__ = ["WarmPool", "PooledChild", "Zygote", "sweep_leftovers"]
 
 #: How long a refill waits when other children are still ready: about a warm run.
 _REFILL_DELAY = 0.02
+#: Memory a finished run may leave charged to its cgroup for the cgroup to be reused.
+_LEFT_MEMORY = 1 << 20
 
 
 class Zygote:
@@ -176,7 +178,7 @@ class Zygote:
         self._ensure_reader()
 
     async def fork(
-        self, level: str, run_dir: str, cgroup: str | None, read_paths: tuple[str, ...] = ()
+        self, level: str, run_dir: str, cgroups: tuple[str, ...], read_paths: tuple[str, ...] = ()
     ) -> PooledChild:
         """A new child, booted and waiting for its program."""
         if self.dead:
@@ -192,7 +194,7 @@ class Zygote:
             try:
                 # owner: what to remove if we die: the zygote outlives us (see zygote.py).
                 request = ForkRequest(
-                    request_id, level, run_dir, cgroup, tuple(read_paths), owner_prefix()
+                    request_id, level, run_dir, cgroups, tuple(read_paths), owner_prefix()
                 )
                 socket.send_fds(self.sock, [encode(request)], [theirs.fileno(), out_w, err_w])
             finally:
@@ -305,7 +307,7 @@ class PooledChild(ChildProcess):
         super().__init__(*args)
         self.zygote = zygote
         self.run_dir = run_dir
-        self.cgroup: PidsCgroup | None = None
+        self.cgroup: RunCgroup | None = None
 
     def on_status(self, callback: Callable[[], None]) -> None:
         self.zygote.wait_status(self.pid, callback)
@@ -342,7 +344,7 @@ class WarmPool:
         env: dict[str, str],
         level: str,
         base_dir: str | None,
-        cgroup_root: str | None,
+        cgroup_roots: CgroupRoots | None,
         read_paths: tuple[str, ...] = (),
     ) -> None:
         self.size = size
@@ -351,7 +353,7 @@ class WarmPool:
         self.env = env
         self.level = level
         self.base_dir = base_dir
-        self.cgroup_root = cgroup_root
+        self.cgroup_roots = cgroup_roots
         self.closed = False
         self._zygote: Zygote | None = None
         self._ready: list[PooledChild] = []
@@ -360,7 +362,7 @@ class WarmPool:
         self._token = secrets.token_hex(4)  # names unique across pools and processes
         self.cold_fallbacks = 0
         self.zygote_restarts = 0
-        self._free_cgroups: list[PidsCgroup] = []  # emptied by finished runs, for reuse
+        self._free_cgroups: list[RunCgroup] = []  # emptied by finished runs, for reuse
         self._discarding: set[asyncio.Task[None]] = set()  # dead children being removed
         self._waiters: list[asyncio.Future[None]] = []  # runs waiting for the next child
         self._behind = False  # a wait for a child ran out: the zygote is not keeping up
@@ -481,21 +483,24 @@ class WarmPool:
                     self, discard_all_blocking, self._ready, [zygote], self._free_cgroups
                 )
             name = f"pool-{self._token}-{next(self._names)}"
-            cgroup: PidsCgroup | None = None
+            cgroup: RunCgroup | None = None
             if self._free_cgroups:
+                # With the last run's limits: the next run sets its own (usually the same,
+                # then nothing is written); an idle child needs far less than any run.
                 cgroup = self._free_cgroups.pop()
-            elif self.cgroup_root is not None:
+            elif self.cgroup_roots is not None:
                 # A child whose processes cannot be capped is not made: runs then spawn
-                # cold, and the cold path caps them its own way.
+                # cold, and the cold path caps them its own way. Idle, its memory is
+                # unbounded (it runs no user code); the run that takes it bounds it.
                 try:
-                    cgroup = PidsCgroup(self.cgroup_root, name, 1 << 20)
+                    cgroup = RunCgroup(self.cgroup_roots, name, 1 << 20)
                 except OSError:
                     failures += 1
                     continue
             run_dir = make_run_dir(self.base_dir, name)
             try:
                 child = await zygote.fork(
-                    self.level, run_dir, cgroup.path if cgroup else None, self.read_paths
+                    self.level, run_dir, cgroup.paths if cgroup else (), self.read_paths
                 )
             except OSError:
                 failures += 1
@@ -517,19 +522,24 @@ class WarmPool:
             self._delivered_at = asyncio.get_running_loop().time()
             self._wake_one()
 
-    async def recycle_cgroup(self, cgroup: PidsCgroup) -> None:
+    async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
         """Empty the cgroup of a finished run and take it back for the next child; or
         remove it, when the pool is closed or anything is still charged to it.
 
         A killed process leaves cgroup.procs when it exits but stays charged to pids.current
         until it is reaped (an orphan waits for the system's init, seconds on some machines):
-        a next run here would get fewer than max_processes. Removing the cgroup does not
-        wait for that (rmdir needs no process left, not no charge).
+        a next run here would get fewer than max_processes. Memory the run left charged
+        (page cache of its files, a tmpfs file that outlives it at ``process`` level) would
+        count against the next run's memory_bytes: what reclaim cannot give back makes the
+        cgroup go. Removing the cgroup waits for neither (rmdir needs no process left, not
+        no charge; the kernel moves leftover memory to the parent).
         """
         if self.closed:
             await empty_cgroup(cgroup)
         elif await empty_cgroup(cgroup, remove=False):  # mkdir and rmdir cost ms each
-            if self.closed or cgroup.charged() != 0:
+            if cgroup.memory_charged() > _LEFT_MEMORY:
+                cgroup.reclaim()
+            if self.closed or cgroup.charged() != 0 or cgroup.memory_charged() > _LEFT_MEMORY:
                 await empty_cgroup(cgroup)
             else:
                 self._free_cgroups.append(cgroup)

@@ -38,6 +38,7 @@ from kernelgate.wire.events import (
 from kernelgate.wire.messages import iso_now
 
 from .calls import CallDispatcher
+from .cgroups import MemoryUse, RunCgroup
 from .channel import ChildChannel
 from .outcome import (
     Ending,
@@ -61,8 +62,8 @@ from .process import (
     remove_tree,
     spawn_child,
 )
-from .sandbox import PidsCgroup, SandboxPlan
-from .teardown import Teardown
+from .sandbox import SandboxPlan
+from .teardown import Teardown, discard
 
 __all__ = [
     "CallHandler",
@@ -114,7 +115,8 @@ class Run:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._t0 = 0.0
-        self._cgroup: PidsCgroup | None = None
+        self._cgroup: RunCgroup | None = None
+        self._memory: MemoryUse | None = None  # what its memory cgroup counted
         self._channel: ChildChannel | None = None
         self._calls: CallDispatcher | None = None
         self._end: Teardown | None = None
@@ -198,15 +200,19 @@ class Run:
         """A warm child from the pool, or a cold one; its run directory (None: no child)."""
         plan = self.plan
         pooled = await plan.pool.acquire() if plan.pool is not None else None
+        max_pids = plan.sandbox.pids_max(self.limits.max_processes)
+        if pooled is not None and pooled.cgroup is not None:
+            try:
+                pooled.cgroup.begin(max_pids, self.limits.memory_bytes)
+            except OSError:
+                # The idle child holds more than memory_bytes already (or the cgroup
+                # went): it cannot run bounded. A cold child shows what happens then.
+                await discard(pooled)
+                pooled = None
         if pooled is not None:
             self.child = pooled
             self.pooled = True
-            if pooled.cgroup is not None:
-                self._cgroup = pooled.cgroup
-                try:
-                    pooled.cgroup.set_max(plan.sandbox.pids_max(self.limits.max_processes))
-                except OSError:
-                    pass
+            self._cgroup = pooled.cgroup
             return pooled.run_dir
         run_dir = make_run_dir(plan.base_dir, self.run_id)
         try:
@@ -216,14 +222,13 @@ class Run:
             remove_tree(run_dir)
             self.verdicts.decide(interpreter_failed(plan.python, exc))
             return None
-        if plan.cgroup_root is not None:
-            # Before the program arrives, so everything it forks is counted.
+        if plan.cgroup_roots is not None:
+            # Before the program arrives, so everything it forks or fills is counted.
             try:
-                cgroup = PidsCgroup(
-                    plan.cgroup_root,
-                    self.run_id,
-                    plan.sandbox.pids_max(self.limits.max_processes),
+                cgroup = RunCgroup(
+                    plan.cgroup_roots, self.run_id, max_pids, self.limits.memory_bytes
                 )
+                cgroup.begin(max_pids, self.limits.memory_bytes)
             except OSError:
                 return run_dir
             try:
@@ -310,6 +315,7 @@ class Run:
             await self._calls.cancel_all()  # their records are final in the result
             return self._result(started_at)
         self.output.end_streams()
+        self._measure_memory()  # before its cgroup is emptied (and reused, or removed)
         await end.settle()
         return self._result(started_at)
 
@@ -363,6 +369,13 @@ class Run:
         pids = self._cgroup.pids() if self._cgroup is not None else []
         self._host_usage, busiest = measure_usage(pids or descendants(self.child.pid))
         self._busiest_cpu_s = max(self._busiest_cpu_s, busiest)
+        self._measure_memory()
+
+    def _measure_memory(self) -> None:
+        """What the run's memory cgroup counted: the most all its processes held at once
+        (memfd, tmpfs, shared memory and kernel buffers included), and its OOM kills."""
+        if self._cgroup is not None:
+            self._memory = self._cgroup.memory_used()
 
     # -- the host's verdicts ---------------------------------------------------------------
 
@@ -401,6 +414,7 @@ class Run:
                 returncode=child.returncode if child is not None else None,
                 rusage=rusage,
                 host_usage=self._host_usage,
+                memory=self._memory,
                 busiest_cpu_s=self._busiest_cpu_s,
                 value=self.output.value,
                 result_output=self.output.result_output,

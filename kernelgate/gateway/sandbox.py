@@ -1,14 +1,11 @@
-"""The host side of the sandbox: which levels this machine allows, and per-run pids cgroups."""
+"""The host side of the sandbox: which levels this machine allows, and what a run gets."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +13,7 @@ from kernelgate.kernels.python import package_root
 from kernelgate.model.limits import Limits
 from kernelgate.model.site import SiteState
 
-from .process import backoff, owner_alive, owner_prefix
+from .cgroups import CgroupRoots
 
 __all__ = [
     "LEVELS",
@@ -24,7 +21,6 @@ __all__ = [
     "SandboxPlan",
     "probe_support",
     "plan_sandbox",
-    "PidsCgroup",
 ]
 
 #: Isolation levels, weakest first.
@@ -48,7 +44,8 @@ class SandboxSupport:
 
     namespaces: bool
     landlock_abi: int
-    pids_cgroup: str | None
+    #: Where per-run cgroups can be made (pids, memory), or None.
+    cgroups: CgroupRoots | None
     why_not_namespaces: str = ""
     #: What the interpreter's ``site`` module makes at start-up (None: the probe did not say).
     site: SiteState | None = None
@@ -75,7 +72,7 @@ class SandboxSupport:
 
 
 def probe_support(python: str) -> SandboxSupport:
-    """Probe once per interpreter (cached): user namespaces, landlock, a writable pids cgroup."""
+    """Probe once per interpreter (cached): user namespaces, landlock, writable cgroups."""
     with _cache_lock:
         if python in _cache:
             return _cache[python]
@@ -93,7 +90,7 @@ def probe_support(python: str) -> SandboxSupport:
     support = SandboxSupport(
         namespaces=bool(found.get("namespaces")),
         landlock_abi=int(found.get("landlock_abi") or 0),
-        pids_cgroup=PidsCgroup.find_root(),
+        cgroups=CgroupRoots.find(),
         why_not_namespaces=str(found.get("why") or ""),
         site=_site_state(found.get("site")),
     )
@@ -117,7 +114,8 @@ class SandboxPlan:
     rlimits: dict[str, list[int]]
     read_paths: tuple[str, ...] = ()
     write_paths: tuple[str, ...] = ()
-    pids_cgroup: str | None = None
+    #: Where the run's cgroup is made (None: no writable cgroup here).
+    cgroups: CgroupRoots | None = None
     notes: tuple[str, ...] = field(default=())
 
     def pids_max(self, max_processes: int) -> int:
@@ -151,8 +149,8 @@ def plan_sandbox(
         "RLIMIT_CORE": [0, 0],
     }
     notes = []
-    cgroup = support.pids_cgroup
-    if cgroup is None:
+    roots = support.cgroups
+    if roots is None or roots.pids is None:
         if level != "process":
             # In a fresh user namespace RLIMIT_NPROC counts only this run's processes.
             rlimits["RLIMIT_NPROC"] = [limits.max_processes + 1, limits.max_processes + 1]
@@ -161,148 +159,10 @@ def plan_sandbox(
                 "max_processes is not enforced: no writable pids cgroup and no user namespace "
                 "(RLIMIT_NPROC would count every process of this uid)"
             )
-    return SandboxPlan(level, rlimits, read_paths, (), cgroup, tuple(notes))
-
-
-class PidsCgroup:
-    """A per-run pids cgroup (v1 or v2) capping how many processes a run may have.
-
-    Named ``kernelgate-<owner>-<run_id>`` (:func:`~kernelgate.gateway.process.owner_prefix`):
-    :meth:`sweep` finds those of hosts that are gone.
-    """
-
-    def __init__(self, root: str, run_id: str, max_pids: int) -> None:
-        self.path = os.path.join(root, f"{owner_prefix()}{run_id}")
-        os.mkdir(self.path)
-        self.max_pids = -1
-        try:
-            self.set_max(max_pids)
-        except OSError:
-            os.rmdir(self.path)
-            raise
-
-    def attach(self, pid: int) -> None:
-        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
-
-    def set_max(self, max_pids: int) -> None:
-        if max_pids == self.max_pids:
-            return  # a reused cgroup usually has it already
-        with open(os.path.join(self.path, "pids.max"), "w") as f:
-            f.write(str(max_pids))
-        self.max_pids = max_pids
-
-    def pids(self) -> list[int]:
-        try:
-            with open(os.path.join(self.path, "cgroup.procs")) as f:
-                return [int(line) for line in f.read().split()]
-        except OSError:
-            return []
-
-    def charged(self) -> int:
-        """Tasks charged to the cgroup (pids.current): its live processes and threads, and
-        exited ones not yet reaped; 0 if it cannot be read."""
-        try:
-            with open(os.path.join(self.path, "pids.current")) as f:
-                return int(f.read().strip() or 0)
-        except (OSError, ValueError):
-            return 0
-
-    def settle(self, remove: bool = True) -> bool:
-        """SIGKILL every process in the cgroup (which also holds what escaped its process
-        group with setsid); True once it is empty, and removed when ``remove``.
-
-        Killed processes take a moment to leave, so callers retry until True.
-        """
-        pids = self.pids()
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if not remove:
-            return not pids
-        try:
-            os.rmdir(self.path)
-        except FileNotFoundError:
-            return True
-        except OSError:
-            return False  # busy: a process is still on its way out
-        return True
-
-    def settle_blocking(self, timeout: float = 5.0) -> bool:
-        """:meth:`settle` and remove, retried until done or ``timeout``: for code that runs
-        outside an event loop (close, finalizers, a loop shutting down)."""
-        for delay in backoff(timeout):
-            if self.settle():
-                return True
-            time.sleep(delay)
-        return self.settle()
-
-    @staticmethod
-    def sweep(root: str | None, timeout: float = 0.5) -> list[str]:
-        """Empty and remove the cgroups under ``root`` whose owner is gone (killing what is
-        left in them: a dead host's runs); return their names. One listdir; a cgroup whose
-        processes have not left within ``timeout`` stays for the next sweep."""
-        if root is None:
-            return []
-        try:
-            names = os.listdir(root)
-        except OSError:
-            return []
-        left = []
-        seen: dict[tuple[int, int], bool] = {}
-        for name in names:
-            if name.startswith("kernelgate-") and not owner_alive(name, seen):
-                cgroup = PidsCgroup.__new__(PidsCgroup)
-                cgroup.path = os.path.join(root, name)
-                cgroup.max_pids = -1
-                left.append(cgroup)
-        removed = [c for c in left if c.settle()]
-        busy = [c for c in left if c not in removed]
-        if busy:
-            for delay in backoff(timeout):
-                busy = [c for c in busy if not c.settle()]
-                if not busy:
-                    break
-                time.sleep(delay)
-        return sorted(os.path.basename(c.path) for c in left if c not in busy)
-
-    @staticmethod
-    def find_root() -> str | None:
-        """A pids cgroup directory we may create children in, or None."""
-        try:
-            with open("/proc/self/cgroup") as f:
-                lines = f.read().splitlines()
-        except OSError:
-            return None
-        for line in lines:
-            _, controllers, path = line.split(":", 2)
-            if "pids" in controllers.split(","):
-                root = os.path.join("/sys/fs/cgroup/pids", path.lstrip("/"))
-                if _usable(root):
-                    return root
-        for line in lines:
-            if line.startswith("0::"):
-                base = os.path.join("/sys/fs/cgroup", line[3:].lstrip("/"))
-                try:
-                    with open(os.path.join(base, "cgroup.subtree_control")) as f:
-                        if "pids" in f.read().split() and _usable(base):
-                            return base
-                except OSError:
-                    pass
-        return None
-
-
-def _usable(root: str) -> bool:
-    if not os.path.isdir(root) or not os.access(root, os.W_OK):
-        return False
-    probe = os.path.join(root, f"{owner_prefix()}probe")
-    try:
-        os.mkdir(probe)
-    except OSError:
-        return False
-    try:
-        return os.path.exists(os.path.join(probe, "pids.max"))
-    finally:
-        os.rmdir(probe)
+    if roots is None or roots.memory is None:
+        notes.append(
+            "memory_bytes bounds each process's address space (RLIMIT_AS), not the run: no "
+            "writable memory cgroup here, so memory outside an address space (memfd, tmpfs, "
+            "shared memory, pipes) and the run's processes together are not bounded by it"
+        )
+    return SandboxPlan(level, rlimits, read_paths, (), roots, tuple(notes))

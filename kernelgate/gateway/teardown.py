@@ -15,9 +15,9 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from .cgroups import CgroupRoots, RunCgroup
 from .channel import ChildChannel
 from .process import ChildProcess, backoff, remove_tree, sweep_run_dirs
-from .sandbox import PidsCgroup
 
 __all__ = [
     "Calls",
@@ -62,7 +62,7 @@ class IdleChild(Protocol):
 
     pidfd: int
     run_dir: str
-    cgroup: PidsCgroup | None
+    cgroup: RunCgroup | None
 
     def kill_all(self) -> None: ...
 
@@ -85,7 +85,7 @@ async def wait_gone(child: ChildProcess | IdleChild, timeout: float = _GONE_TIME
     return await wait_readable(child.pidfd, timeout)
 
 
-async def empty_cgroup(cgroup: PidsCgroup, remove: bool = True) -> bool:
+async def empty_cgroup(cgroup: RunCgroup, remove: bool = True) -> bool:
     """Kill everything in ``cgroup``; then remove it, or leave it empty for reuse. True on
     success; False after the backstop (never hang the caller; the leak checks see it)."""
     for delay in backoff():
@@ -120,7 +120,7 @@ def off_loop(fn: Callable[[], Any], name: str) -> None:
     threading.Thread(target=fn, name=f"kernelgate-{name}", daemon=False).start()
 
 
-async def remove_cgroup(cgroup: PidsCgroup) -> None:
+async def remove_cgroup(cgroup: RunCgroup) -> None:
     """Empty and remove ``cgroup``; if cancelled first, finish it off the loop."""
     try:
         await empty_cgroup(cgroup)
@@ -174,7 +174,7 @@ async def discard(child: IdleChild) -> None:
 
 
 def discard_all_blocking(
-    ready: list[_Idle], zygote_box: Sequence[_Closable | None], free: list[PidsCgroup]
+    ready: list[_Idle], zygote_box: Sequence[_Closable | None], free: list[RunCgroup]
 ) -> None:
     """:func:`discard` every child in ``ready``, remove the ``free`` cgroups and close the
     zygote, waiting: the pool's finalizer (a synchronous close, the pool collected, or an
@@ -194,14 +194,14 @@ def discard_all_blocking(
             zygote.close()
 
 
-def sweep_leftovers(base_dir: str | None, cgroup_root: str | None) -> list[str]:
+def sweep_leftovers(base_dir: str | None, cgroup_roots: CgroupRoots | None) -> list[str]:
     """Remove the run directories under ``base_dir`` (default: the temporary directory)
-    and the pids cgroups under ``cgroup_root`` of hosts that are gone (never a live
+    and the run cgroups under ``cgroup_roots`` of hosts that are gone (never a live
     host's: names carry their owner, see :func:`~.process.owner_prefix`); return the
     names removed. Two listdirs and a /proc read per marked entry: well under a
     millisecond on a clean machine; a dead host's cgroup may take a moment to empty, so
     it is called off the event loop."""
-    return sweep_run_dirs(base_dir) + PidsCgroup.sweep(cgroup_root)
+    return sweep_run_dirs(base_dir) + RunCgroup.sweep(cgroup_roots)
 
 
 class Calls(Protocol):
@@ -214,7 +214,7 @@ class Calls(Protocol):
 
 class Teardown:
     """The end of one run's child: noticing its exit, taking what it wrote, reaping it,
-    emptying its pids cgroup, cancelling its calls, removing its run directory.
+    emptying its cgroup, cancelling its calls, removing its run directory.
 
     ``recycle(cgroup)``, when the child came from a pool, gives the cgroup back to it;
     without it the cgroup is removed. Timers made with :meth:`call_later` end with the run.
@@ -229,8 +229,8 @@ class Teardown:
         *,
         level: str,
         run_dir: str,
-        cgroup: PidsCgroup | None,
-        recycle: Callable[[PidsCgroup], Awaitable[None]] | None = None,
+        cgroup: RunCgroup | None,
+        recycle: Callable[[RunCgroup], Awaitable[None]] | None = None,
     ) -> None:
         self._loop = loop
         self._child = child

@@ -71,7 +71,10 @@ class Limits:
     #: CPU time of the program's process (RLIMIT_CPU; SIGXCPU, then SIGKILL one second
     #: later for a program that traps it). Expiry: status ``"timeout"`` naming CPU.
     cpu_seconds: float = 60.0
-    #: Address space of each process (RLIMIT_AS): MemoryError, or ``"worker_exit"``.
+    #: Address space of each process (RLIMIT_AS): MemoryError, or ``"worker_exit"``. Where the
+    #: host can make a memory cgroup, also everything the run's processes hold together
+    #: (memfd, tmpfs, SysV shared memory, socket and pipe buffers, swap): past it the kernel
+    #: kills and the run ends ``"worker_exit"`` naming memory_bytes.
     memory_bytes: int = 512 * 1024 * 1024
     #: Processes the run may have at once (pids cgroup, or RLIMIT_NPROC in a user namespace).
     max_processes: int = 64

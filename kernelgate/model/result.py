@@ -106,9 +106,11 @@ class RunResult:
     #: How the run was isolated: "process", "namespaces" or "namespaces+landlock".
     isolation: str = ""
     #: cpu_user_s, cpu_system_s, peak_memory_bytes, calls, bytes_in, bytes_out, and warm
-    #: (the child came from the warm pool). For a run that replied, the CPU and memory
-    #: figures are the child's own at its end (the host returns before reaping it); for
-    #: one that did not, the host's (rusage of the reaped child).
+    #: (the child came from the warm pool); measured_by says who measured them ("host":
+    #: /proc at the reply, or the reaped child's rusage). peak_memory_scope says what the
+    #: peak is: "run" (the run's memory cgroup: all its processes together, memfd, tmpfs,
+    #: shared memory and kernel buffers included) or "process" (no memory cgroup here: the
+    #: largest process's RSS).
     usage: dict[str, Any] = field(default_factory=dict)
     #: What a model should know about a run that ended well, e.g. that the final
     #: expression's value was not JSON (so ``value`` is None). Empty when there is nothing.

@@ -11,7 +11,7 @@ Host -> zygote: :class:`ForkRequest`. Zygote -> host: :class:`Forked` (the child
 :class:`ForkFailed`, and :class:`Exited` whenever the zygote has reaped a child (its wait
 status and resource usage).
 
->>> data = encode(ForkRequest(7, "process", "/tmp/kernelgate-1-run", None, (), "kernelgate-1-"))
+>>> data = encode(ForkRequest(7, "process", "/tmp/kernelgate-1-run", (), (), "kernelgate-1-"))
 >>> decode_request(data).run_dir
 '/tmp/kernelgate-1-run'
 >>> decode_reply(encode(Forked(7, 4242)))
@@ -25,7 +25,7 @@ Events are validated when constructed (:class:`~kernelgate.wire.errors.LocalProt
 as the fd-3 events are); what is decoded goes through the same constructors, and every
 refusal is a :class:`ZygoteProtocolError` naming the field and the value. The JSON shapes:
 
-* ``{"op": "fork", "id": N, "level": L, "run_dir": D, "cgroup": C | null,
+* ``{"op": "fork", "id": N, "level": L, "run_dir": D, "cgroups": [C, ...],
   "read_paths": [...], "owner": "kernelgate-<pid>-<start>-<pidns>-"}``
 * ``{"id": N, "pid": P}``, ``{"id": N | null, "error": "..."}``
 * ``{"exit": P, "status": S, "rusage": [user_s, system_s, maxrss_kib]}``
@@ -111,16 +111,17 @@ def _amount(field: str, value: Any) -> float:
 
 
 class ForkRequest(_Event):
-    """Fork a booted child for a run: its sandbox ``level``, ``run_dir``, pids ``cgroup``
-    (or None), the extra ``read_paths`` it may read, and the host's ``owner`` name prefix
+    """Fork a booted child for a run: its sandbox ``level``, ``run_dir``, the ``cgroups``
+    it joins (its run cgroup's directory under each controller, or none), the extra
+    ``read_paths`` it may read, and the host's ``owner`` name prefix
     (what the zygote removes if the host dies)."""
 
-    __slots__ = ("request_id", "level", "run_dir", "cgroup", "read_paths", "owner")
+    __slots__ = ("request_id", "level", "run_dir", "cgroups", "read_paths", "owner")
     wire_name = "zygote fork request"
     request_id: int
     level: str
     run_dir: str
-    cgroup: str | None
+    cgroups: tuple[str, ...]
     read_paths: tuple[str, ...]
     owner: str
 
@@ -129,7 +130,7 @@ class ForkRequest(_Event):
         request_id: int,
         level: str,
         run_dir: str,
-        cgroup: str | None,
+        cgroups: tuple[str, ...],
         read_paths: tuple[str, ...],
         owner: str,
     ) -> None:
@@ -140,7 +141,11 @@ class ForkRequest(_Event):
             raise _bad(f"{where} level", "a sandbox level name", level)
         _set(self, "level", level)
         _set(self, "run_dir", _path(f"{where} run_dir", run_dir))
-        _set(self, "cgroup", None if cgroup is None else _path(f"{where} cgroup", cgroup))
+        if type(cgroups) is not tuple:
+            raise _bad(f"{where} cgroups", "a tuple of paths", cgroups)
+        for i, p in enumerate(cgroups):
+            _path(f"{where} cgroups[{i}]", p)
+        _set(self, "cgroups", cgroups)
         if type(read_paths) is not tuple:
             raise _bad(f"{where} read_paths", "a tuple of paths", read_paths)
         for i, p in enumerate(read_paths):
@@ -227,7 +232,7 @@ def encode(event: ZygoteEvent) -> bytes:
             "id": event.request_id,
             "level": event.level,
             "run_dir": event.run_dir,
-            "cgroup": event.cgroup,
+            "cgroups": list(event.cgroups),
             "read_paths": list(event.read_paths),
             "owner": event.owner,
         }
@@ -265,6 +270,15 @@ def _field(message: dict[str, Any], key: str, what: str, request_id: int | None 
         raise ZygoteProtocolError(f"{what} has no field {key!r}", request_id) from None
 
 
+def _list_field(
+    message: dict[str, Any], key: str, what: str, request_id: int | None
+) -> tuple[Any, ...]:
+    found = _field(message, key, what, request_id)
+    if type(found) is not list:
+        raise ZygoteProtocolError(f"{what} {key} must be a list, got {show(found)}", request_id)
+    return tuple(found)
+
+
 def decode_request(data: bytes) -> ForkRequest:
     """What the zygote reads: a :class:`ForkRequest`, or :class:`ZygoteProtocolError`."""
     what = "zygote fork request"
@@ -275,18 +289,14 @@ def decode_request(data: bytes) -> ForkRequest:
         raise ZygoteProtocolError(
             f"{what} op must be 'fork', got {show(message.get('op'))}", request_id
         )
-    read_paths = _field(message, "read_paths", what, request_id)
-    if type(read_paths) is not list:
-        raise ZygoteProtocolError(
-            f"{what} read_paths must be a list, got {show(read_paths)}", request_id
-        )
+    read_paths = _list_field(message, "read_paths", what, request_id)
     try:
         return ForkRequest(
             _field(message, "id", what),
             _field(message, "level", what, request_id),
             _field(message, "run_dir", what, request_id),
-            _field(message, "cgroup", what, request_id),
-            tuple(read_paths),
+            _list_field(message, "cgroups", what, request_id),
+            read_paths,
             _field(message, "owner", what, request_id),
         )
     except LocalProtocolError as exc:

@@ -23,13 +23,14 @@ import pytest
 
 import kernelgate
 from kernelgate import Gateway, Limits
+from kernelgate.gateway.cgroups import CgroupRoots
 from kernelgate.gateway.pool import sweep_leftovers
 from kernelgate.gateway.process import owner_prefix, remove_tree
-from kernelgate.gateway.sandbox import PidsCgroup
 from tests.procs import descendants, pid_alive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kernelgate.__file__)))
-CGROUP_ROOT = PidsCgroup.find_root()
+#: Where the runs' cgroups are made: a directory per controller (pids, memory) under v1.
+CGROUP_DIRS = (CgroupRoots.find() or CgroupRoots()).dirs()
 
 #: A host: a gateway with a warm pool that has done a run and filled its pool, and a
 #: second run still going. It prints its pid once all that holds, then waits to be killed.
@@ -118,8 +119,8 @@ def test_a_killed_host_leaves_no_run_directory_or_cgroup(tmp: Path, sig: int) ->
         # What it owns now: the idle children's and the busy run's directories, and (with
         # a pids cgroup here) their cgroups; processes below it, the zygote among them.
         assert len(_ours(str(tmp), pid)) >= 3
-        if CGROUP_ROOT is not None:
-            assert len(_ours(CGROUP_ROOT, pid)) >= 3
+        for root in CGROUP_DIRS:
+            assert len(_ours(root, pid)) >= 3
         below = descendants(pid)
         assert int(info["zygote"]) in below
         os.kill(pid, sig)
@@ -129,7 +130,8 @@ def test_a_killed_host_leaves_no_run_directory_or_cgroup(tmp: Path, sig: int) ->
             host.kill()
             host.wait(timeout=10)
     assert _wait_until(lambda: _ours(str(tmp), pid)) == []
-    assert _wait_until(lambda: _ours(CGROUP_ROOT, pid)) == []
+    for root in CGROUP_DIRS:
+        assert _wait_until(lambda: _ours(root, pid)) == []  # noqa: B023 (waited here)
     assert _wait_until(lambda: [p for p in below if pid_alive(p)]) == []
 
 
@@ -208,10 +210,10 @@ def test_a_new_gateway_removes_what_dead_hosts_left_and_nothing_else(
     cgroups_gone = [f"{dead}pool-ab12cd34-0", f"{dead}20250101T000000-0a1b2c3d"]
     cgroups_kept = [f"{live}pool-live-0", f"{other_ns}x"]
     made = []
-    if CGROUP_ROOT is not None:
+    for root in CGROUP_DIRS:
         for name in cgroups_gone + cgroups_kept:
-            os.mkdir(os.path.join(CGROUP_ROOT, name))
-            made.append(os.path.join(CGROUP_ROOT, name))
+            os.mkdir(os.path.join(root, name))
+            made.append(os.path.join(root, name))
     try:
         gw = Gateway(pool_size=1, tmp_dir=str(tmp), limits=Limits(wall_seconds=20))
         try:
@@ -223,8 +225,8 @@ def test_a_new_gateway_removes_what_dead_hosts_left_and_nothing_else(
         assert left & set(gone) == set()
         assert set(kept) <= left
         assert (outside / "keep.txt").read_text() == "host file\n"
-        if CGROUP_ROOT is not None:
-            there = set(os.listdir(CGROUP_ROOT))
+        for root in CGROUP_DIRS:
+            there = set(os.listdir(root))
             assert there & set(cgroups_gone) == set()
             assert set(cgroups_kept) <= there
     finally:
@@ -264,7 +266,7 @@ def test_the_sweep_is_cheap(tmp: Path) -> None:
         (tmp / f"tmp{n}").mkdir()
     try:
         t0 = time.perf_counter()
-        assert sweep_leftovers(str(tmp), CGROUP_ROOT) == []
+        assert sweep_leftovers(str(tmp), CgroupRoots.find()) == []
         elapsed = time.perf_counter() - t0
         assert elapsed < 0.5, f"a sweep of 200 entries took {elapsed:.3f} s"
     finally:
@@ -323,10 +325,12 @@ def test_a_stopped_kernel_leaves_nothing(
             assert process.wait(timeout=30) == 0
             # Removed by the kernel itself before it exited, not by what outlives it.
             assert _ours(str(tmp), pid) == []
-            assert _ours(CGROUP_ROOT, pid) == []
+            for root in CGROUP_DIRS:
+                assert _ours(root, pid) == []
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
     assert _wait_until(lambda: _ours(str(tmp), pid)) == []
-    assert _wait_until(lambda: _ours(CGROUP_ROOT, pid)) == []
+    for root in CGROUP_DIRS:
+        assert _wait_until(lambda: _ours(root, pid)) == []  # noqa: B023 (waited here)
     assert _wait_until(lambda: [p for p in below if pid_alive(p)]) == []

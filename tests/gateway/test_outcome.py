@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from kernelgate.gateway.cgroups import MemoryUse
 from kernelgate.gateway.outcome import (
     ERROR_TEXT_LIMIT,
     MAX_TEXT_PLAIN,
@@ -423,6 +424,7 @@ def test_usage_from_the_reaped_child_is_the_hosts() -> None:
         "bytes_out": 20,
         "warm": True,
         "measured_by": "host",
+        "peak_memory_scope": "process",
         "child_reported": {"cpu_user_s": 0.25, "cpu_system_s": 0.05},
     }
     assert r.calls == list(calls)
@@ -433,6 +435,41 @@ def test_usage_read_at_the_reply_is_a_lower_bound_the_child_may_only_raise() -> 
     r = build_result(ending(reply=OK_REPLY, host_usage=host))
     assert r.usage["cpu_user_s"] == 0.25 and r.usage["cpu_system_s"] == 0.2
     assert r.usage["peak_memory_bytes"] == 100 and r.usage["measured_by"] == "host"
+
+
+def test_the_memory_cgroups_peak_is_the_runs_and_outranks_a_process_rss() -> None:
+    # A memfd or tmpfs file is in no process's RSS; the cgroup counts it.
+    r = build_result(
+        ending(reply=OK_REPLY, rusage=(0.1, 0.1, 20_000), memory=MemoryUse(90 << 20, 0))
+    )
+    assert r.status == "ok"
+    assert r.usage["peak_memory_bytes"] == 90 << 20 and r.usage["peak_memory_scope"] == "run"
+    assert r.usage["measured_by"] == "host"
+    # A warm child's RSS counts pages it shares with the zygote: the larger figure is kept.
+    r = build_result(
+        ending(reply=OK_REPLY, rusage=(0.1, 0.1, 30_000), memory=MemoryUse(1 << 20, 0))
+    )
+    assert r.usage["peak_memory_bytes"] == 30_000 * 1024
+
+
+@pytest.mark.parametrize("replied", [False, True], ids=["killed", "replied"])
+def test_an_oom_kill_in_the_runs_cgroup_ends_it_naming_memory_bytes(replied: bool) -> None:
+    # Killed (no reply), or the program replied after a child of its was killed: either way
+    # the run held memory_bytes, and says so (v2 would have killed all of it: oom.group).
+    memory = MemoryUse(LIMITS.memory_bytes, 2)
+    r = build_result(
+        ending(reply=OK_REPLY if replied else None, returncode=-9, memory=memory, value=3)
+    )
+    assert r.status == "worker_exit" and r.value is None
+    assert r.error.evalue.startswith(
+        f"the run held more than memory_bytes={LIMITS.memory_bytes} in total "
+        f"({LIMITS.memory_bytes} bytes at its peak"
+    )
+    assert "memfd" in r.error.evalue and "2 processes" in r.error.evalue
+    assert "raise Limits.memory_bytes" in r.error.evalue
+    # A wall-clock timeout decided first stays the run's status.
+    timed_out = build_result(ending(decided=wall_timeout(LIMITS), memory=memory))
+    assert timed_out.status == "timeout"
 
 
 def test_usage_the_host_could_not_read_is_the_childs_word_labelled() -> None:

@@ -178,13 +178,12 @@ def test_an_exited_unreaped_process_is_still_charged_yet_its_cgroup_can_go():
     # get fewer than max_processes: seen in the soak, where orphans wait seconds for this
     # machine's init to reap them), and the cgroup can be removed meanwhile, so a run's
     # pool removes it instead of waiting to reuse it.
-    from kernelgate.gateway.process import owner_prefix
-    from kernelgate.gateway.sandbox import PidsCgroup
+    from kernelgate.gateway.cgroups import CgroupRoots, RunCgroup
 
-    root = PidsCgroup.find_root()
-    if root is None:
+    roots = CgroupRoots.find()
+    if roots is None or roots.pids is None:
         pytest.skip("no writable pids cgroup here")
-    cgroup = PidsCgroup(root, f"{owner_prefix()}charge-test", 10)
+    cgroup = RunCgroup(roots, "charge-test", 10)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the forked process

@@ -34,7 +34,8 @@ import pytest
 
 from kernelgate import Gateway, Limits, RunResult
 from kernelgate.gateway import sandbox as host_sandbox
-from kernelgate.gateway.sandbox import LEVELS, PidsCgroup, SandboxSupport, probe_support
+from kernelgate.gateway.cgroups import CgroupRoots
+from kernelgate.gateway.sandbox import LEVELS, SandboxSupport, probe_support
 from tests.procs import live_children, processes_with
 
 #: The test-only knob (see the module's doc).
@@ -55,7 +56,7 @@ def _support() -> tuple[SandboxSupport, str]:
     limited = SandboxSupport(
         namespaces=real.namespaces and cap != "process",
         landlock_abi=real.landlock_abi if cap == "namespaces+landlock" else 0,
-        pids_cgroup=real.pids_cgroup,
+        cgroups=real.cgroups,
         why_not_namespaces=forced if cap == "process" else real.why_not_namespaces,
     )
     # The probe caches per interpreter: every gateway of this process on this interpreter
@@ -114,7 +115,7 @@ NEEDS_LANDLOCK = needs_level("namespaces+landlock")
 #: At ``process`` only a writable pids cgroup bounds a run's processes and kills what
 #: escaped its process group (setsid); the namespace levels have their pid namespace.
 NEEDS_PIDS_CGROUP_AT_PROCESS = pytest.mark.skipif(
-    STRONGEST == "process" and SUPPORT.pids_cgroup is None,
+    STRONGEST == "process" and (SUPPORT.cgroups is None or SUPPORT.cgroups.pids is None),
     reason="needs a writable pids cgroup at the 'process' level (max_processes and the "
     "killing of setsid() escapees): none here, and no namespaces",
 )
@@ -184,15 +185,23 @@ BINDINGS = {"add": add, "echo": echo}
 
 
 def kernelgate_cgroups(names: set[str]) -> list[str]:
-    """Per-run pids cgroups left under the pids cgroup root whose name has one of ``names``."""
-    root = PidsCgroup.find_root()
-    if root is None or not names:
+    """Per-run cgroups (pids, memory) left under the cgroup roots whose name has one of
+    ``names``, as ``controller-root/name`` paths."""
+    roots = CgroupRoots.find()
+    if roots is None or not names:
         return []
-    try:
-        entries = os.listdir(root)
-    except OSError:
-        return []
-    return [e for e in entries if e.startswith("kernelgate-") and any(n in e for n in names)]
+    found = []
+    for root in roots.dirs():
+        try:
+            entries = os.listdir(root)
+        except OSError:
+            continue
+        found += [
+            os.path.join(root, e)
+            for e in entries
+            if e.startswith("kernelgate-") and any(n in e for n in names)
+        ]
+    return found
 
 
 class Hostile:
@@ -264,7 +273,7 @@ def hostile(tmp_path, request, no_fd_leak) -> Iterator[Hostile]:
     assert live_children(os.getpid()) == [], "child processes of the test process are left"
     assert os.listdir(base) == [], "run directories are left"
     # The cgroups of the runs themselves; the warm pool's are checked by their own test.
-    assert kernelgate_cgroups(helper.run_ids) == [], "per-run pids cgroups are left"
+    assert kernelgate_cgroups(helper.run_ids) == [], "per-run cgroups are left"
 
 
 @pytest.fixture

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from kernelgate import Gateway, Limits
-from kernelgate.gateway.sandbox import LEVELS, PidsCgroup
+from kernelgate.gateway.cgroups import CgroupRoots
+from kernelgate.gateway.sandbox import LEVELS
 from kernelgate.kernels.python import sandbox as child_sandbox
 from kernelgate.kernels.python import userns as child_userns
 
@@ -199,7 +200,7 @@ def test_global_sysctls_cannot_be_written(hostile, level, warm):
 @ALL_LEVELS_ROOT_AT_PROCESS
 @BOTH
 def test_cgroupfs_cannot_be_written(hostile, level, warm):
-    if PidsCgroup.find_root() is None:
+    if (CgroupRoots.find() or CgroupRoots()).pids is None:
         pytest.skip("no writable pids cgroup here")
     src = program(
         """

@@ -25,8 +25,9 @@ import time
 import pytest
 
 from kernelgate import Limits
+from kernelgate.gateway.cgroups import CgroupRoots
 from kernelgate.gateway.output import truncation_marker
-from kernelgate.gateway.sandbox import PidsCgroup, SandboxSupport
+from kernelgate.gateway.sandbox import SandboxSupport
 from tests.procs import processes_with
 
 from .conftest import (
@@ -47,6 +48,8 @@ BOTH = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 
 #: Slack on durations: the machine may be loaded.
 SLACK = 5.0
+#: Where the runs' pids cgroups are made (None: no writable pids cgroup here).
+PIDS_ROOT = (CgroupRoots.find() or CgroupRoots()).pids
 
 
 def program(source: str) -> str:
@@ -188,7 +191,7 @@ def test_exponential_fork_bomb_ends_at_wall_seconds_and_nothing_survives(hostile
 
 
 def test_warm_child_is_capped_even_if_its_cgroup_name_is_taken(hostile):
-    root = PidsCgroup.find_root()
+    root = PIDS_ROOT
     if root is None:
         pytest.skip("no writable pids cgroup here")
     taken = [os.path.join(root, f"kernelgate-pool{os.getpid()}-{n}") for n in range(8)]
@@ -221,7 +224,7 @@ def test_warm_child_is_capped_even_if_its_cgroup_name_is_taken(hostile):
 
 
 def test_closing_a_gateway_leaves_no_pool_cgroups(hostile):
-    if PidsCgroup.find_root() is None:
+    if PIDS_ROOT is None:
         pytest.skip("no writable pids cgroup here")
     mine = f"pool{os.getpid()}-"
     before = set(kernelgate_cgroups({mine}))
@@ -363,11 +366,10 @@ def test_killing_the_host_takes_the_run_with_it(hostile, tmp_path, warm):
     # Only what the host itself would have removed is left: its run directory and its
     # cgroups, which empty once the killed processes finish exiting (a process whose memory
     # is already gone no longer shows a command line, but is still counted in its cgroup).
-    root = PidsCgroup.find_root()
-    for name in kernelgate_cgroups({names["run_id"], names["pool"]}) if root else []:
+    for path in kernelgate_cgroups({names["run_id"], names["pool"]}):
         while True:
             try:
-                os.rmdir(os.path.join(root, name))  # EBUSY while a process is still inside
+                os.rmdir(path)  # EBUSY while a process is still inside
                 break
             except OSError as exc:
                 if exc.errno == errno.ENOENT:
@@ -1315,7 +1317,7 @@ def test_strict_with_an_available_level_runs_at_that_level(hostile):
 
 
 def test_missing_reasons():
-    none = SandboxSupport(namespaces=False, landlock_abi=0, pids_cgroup=None,
+    none = SandboxSupport(namespaces=False, landlock_abi=0, cgroups=None,
                           why_not_namespaces="unshare: Operation not permitted")
     assert none.strongest == "process"
     assert none.missing("process") == ""
@@ -1324,7 +1326,7 @@ def test_missing_reasons():
     assert "landlock" not in none.missing("namespaces")
     both = none.missing("namespaces+landlock")
     assert "user namespaces" in both and "landlock" in both
-    no_landlock = SandboxSupport(namespaces=True, landlock_abi=0, pids_cgroup=None)
+    no_landlock = SandboxSupport(namespaces=True, landlock_abi=0, cgroups=None)
     assert no_landlock.strongest == "namespaces"
     assert no_landlock.missing("namespaces") == ""
     assert "landlock" in no_landlock.missing("namespaces+landlock")
@@ -1332,7 +1334,7 @@ def test_missing_reasons():
 
 def test_strict_refuses_a_level_the_machine_cannot_give(hostile):
     gw = hostile.gateway(sandbox="namespaces+landlock", strict=True)
-    gw._support = SandboxSupport(namespaces=False, landlock_abi=0, pids_cgroup=None)
+    gw._support = SandboxSupport(namespaces=False, landlock_abi=0, cgroups=None)
     ran = os.path.join(hostile.base, "ran.txt")
     r = hostile.record(
         gw.run_sync(f"open({ran!r}, 'w').write('ran')\nawait tools.add(1, 2)\nprint('x')")
@@ -1349,7 +1351,7 @@ def test_strict_refuses_a_level_the_machine_cannot_give(hostile):
 
 def test_without_strict_the_run_falls_back_to_what_the_machine_gives(hostile):
     gw = hostile.gateway(sandbox="namespaces+landlock", pool_size=0)
-    gw._support = SandboxSupport(namespaces=False, landlock_abi=0, pids_cgroup=None)
+    gw._support = SandboxSupport(namespaces=False, landlock_abi=0, cgroups=None)
     r = hostile.run("return 1", gateway=gw, warm=False)
     assert r.status == "ok" and r.isolation == "process"
 

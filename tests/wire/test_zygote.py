@@ -28,16 +28,23 @@ from kernelgate.wire.zygote import (
     encode,
 )
 
-REQUEST = ForkRequest(3, "process", "/tmp/kernelgate-1-run", "/sys/fs/cgroup/x", ("/data",), "o-")
+REQUEST = ForkRequest(
+    3,
+    "process",
+    "/tmp/kernelgate-1-run",
+    ("/sys/fs/cgroup/pids/x", "/sys/fs/cgroup/memory/x"),
+    ("/data",),
+    "o-",
+)
 
 
 @pytest.mark.parametrize(
     "event",
     [
         REQUEST,
-        ForkRequest(0, "namespaces", "/r", None, (), ""),
+        ForkRequest(0, "namespaces", "/r", (), (), ""),
         # paths the host made from bytes that are not UTF-8 (os.fsdecode's escapes)
-        ForkRequest(1, "process", "/tmp/caf\udce9", None, ("/d\udcff",), "o-"),
+        ForkRequest(1, "process", "/tmp/caf\udce9", (), ("/d\udcff",), "o-"),
     ],
 )
 def test_requests_round_trip(event):
@@ -67,7 +74,7 @@ def test_the_json_shapes():
         "id": 3,
         "level": "process",
         "run_dir": "/tmp/kernelgate-1-run",
-        "cgroup": "/sys/fs/cgroup/x",
+        "cgroups": ["/sys/fs/cgroup/pids/x", "/sys/fs/cgroup/memory/x"],
         "read_paths": ["/data"],
         "owner": "o-",
     }
@@ -83,14 +90,15 @@ def test_the_json_shapes():
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: ForkRequest(-1, "process", "/r", None, (), ""), "id must be an integer from 0"),
-        (lambda: ForkRequest(0, "", "/r", None, (), ""), "level must be a sandbox level"),
-        (lambda: ForkRequest(0, "process", "", None, (), ""), "run_dir must be a non-empty path"),
-        (lambda: ForkRequest(0, "process", "/r\0x", None, (), ""), "without NUL"),
-        (lambda: ForkRequest(0, "process", "/r", 5, (), ""), "cgroup must be"),
-        (lambda: ForkRequest(0, "process", "/r", None, ["/d"], ""), "read_paths must be a tuple"),
-        (lambda: ForkRequest(0, "process", "/r", None, (3,), ""), r"read_paths\[0\] must be"),
-        (lambda: ForkRequest(0, "process", "/r", None, (), None), "owner must be a string"),
+        (lambda: ForkRequest(-1, "process", "/r", (), (), ""), "id must be an integer from 0"),
+        (lambda: ForkRequest(0, "", "/r", (), (), ""), "level must be a sandbox level"),
+        (lambda: ForkRequest(0, "process", "", (), (), ""), "run_dir must be a non-empty path"),
+        (lambda: ForkRequest(0, "process", "/r\0x", (), (), ""), "without NUL"),
+        (lambda: ForkRequest(0, "process", "/r", "/c", (), ""), "cgroups must be a tuple"),
+        (lambda: ForkRequest(0, "process", "/r", ("",), (), ""), r"cgroups\[0\] must be"),
+        (lambda: ForkRequest(0, "process", "/r", (), ["/d"], ""), "read_paths must be a tuple"),
+        (lambda: ForkRequest(0, "process", "/r", (), (3,), ""), r"read_paths\[0\] must be"),
+        (lambda: ForkRequest(0, "process", "/r", (), (), None), "owner must be a string"),
         (lambda: Forked(0, 0), "pid must be a process id"),
         (lambda: Forked(0, True), "pid must be a process id"),
         (lambda: ForkFailed(-2, "x"), "id must be an integer from 0"),
@@ -120,15 +128,21 @@ def test_fork_failures_are_bounded():
         (b'{"op": "fork", "id": 4}', "zygote fork request has no field 'read_paths'", 4),
         (b'{"op": "fork", "id": "4", "read_paths": []}', "has no field 'level'", None),
         (
-            b'{"op": "fork", "id": 4, "level": "process", "run_dir": "/r", "cgroup": null,'
+            b'{"op": "fork", "id": 4, "level": "process", "run_dir": "/r", "cgroups": [],'
             b' "read_paths": {}, "owner": ""}',
             "read_paths must be a list, got {}",
             4,
         ),
         (
-            b'{"op": "fork", "id": 4, "level": "process", "run_dir": 7, "cgroup": null,'
+            b'{"op": "fork", "id": 4, "level": "process", "run_dir": 7, "cgroups": [],'
             b' "read_paths": [], "owner": ""}',
             "zygote fork request run_dir must be a non-empty path without NUL, got 7",
+            4,
+        ),
+        (
+            b'{"op": "fork", "id": 4, "level": "process", "run_dir": "/r", "cgroups": "/c",'
+            b' "read_paths": [], "owner": ""}',
+            "cgroups must be a list, got '/c'",
             4,
         ),
         (b'{"op": "fork", "id": NaN}', "NaN is not JSON", None),
@@ -198,7 +212,7 @@ def test_a_real_zygote_refuses_what_it_cannot_read_and_goes_on(tmp_path):
         assert type(failed) is ForkFailed and failed.request_id == 5
         assert "has no field 'read_paths'" in failed.error
         # A whole request, but without the three fds it needs.
-        request = ForkRequest(6, "process", str(run_dir), None, (), "kernelgate-test-")
+        request = ForkRequest(6, "process", str(run_dir), (), (), "kernelgate-test-")
         socket.send_fds(zygote.sock, [encode(request)], [])
         failed = _reply(zygote.sock)
         assert failed == ForkFailed(6, "bad fork request: a fork request needs 3 fds, got 0")
@@ -210,7 +224,7 @@ def test_a_real_zygote_refuses_what_it_cannot_read_and_goes_on(tmp_path):
             "starts with b'\\xff\\xfe'",
         )
         # Still serving: a real fork, through the pool's own client.
-        child = asyncio.run(zygote.fork("process", str(run_dir), None))
+        child = asyncio.run(zygote.fork("process", str(run_dir), ()))
         try:
             child.control.close()  # no program will come: the child exits
             exited = _reply(zygote.sock)

@@ -3,13 +3,14 @@
 It imports the bootstrap, asyncio and the sandbox once, never runs user code, and serves
 the host over a SOCK_SEQPACKET socket on fd 3:
 
-- host -> zygote: ``{"op": "fork", "id": N, "level": L, "run_dir": D, "cgroup": C|null,
+- host -> zygote: ``{"op": "fork", "id": N, "level": L, "run_dir": D, "cgroups": [C, ...],
   "read_paths": [...], "owner": "kernelgate-<pid>-<start>-<pidns>-"}``
   with three fds attached (SCM_RIGHTS): the child's fd 3, fd 1 and fd 2.
 - zygote -> host: ``{"id": N, "pid": P}`` once forked, and ``{"exit": P, "status": S,
   "rusage": [user_s, system_s, maxrss_kib]}`` when it has reaped a child (wait status).
 
-Each child starts a new session, takes its fds, joins its pids cgroup, enters its sandbox
+Each child starts a new session, takes its fds, joins its run cgroup (pids and memory, one
+directory per controller under cgroup v1), enters its sandbox
 (namespaces) and then blocks, booted, until the host sends its program. At a namespace
 level the child is forked straight into its namespaces (their init); the zygote attaches it
 to its cgroup before it goes on, and reports the program's status that init wrote to a pipe.
@@ -18,7 +19,7 @@ close and exit.
 
 When the host dies (SIGKILL, SIGTERM, the OOM killer: its fd 3 closes, or its pidfd says it
 is gone), nothing of the host's would remove what it owned, so the zygote does before it
-exits: it kills its children and what is left in their pids cgroups, waits for them to be
+exits: it kills its children and what is left in their cgroups, waits for them to be
 gone, then removes the cgroups and run directories. Beside the paths the fork requests
 named, it removes every entry their directories hold under the host's ``owner`` name
 prefix (its cold runs' too). A host that merely closed the pool is alive: it cleans up
@@ -93,9 +94,9 @@ def _send(sock: socket.socket, message: ZygoteEvent) -> None:
 _NAMESPACE_LEVELS = ("namespaces", "namespaces+landlock")
 _statuses: dict[int, int] = {}  # pid of a child born in namespaces -> its status pipe
 _can_clone = True  # until a clone into namespaces fails: then fork and unshare
-# What the host owns, to remove if it dies: each live child's run directory and cgroup,
+# What the host owns, to remove if it dies: each live child's run directory and cgroups,
 # the directories holding them, and the host's name prefix for what else they hold.
-_children: dict[int, tuple[str, str | None]] = {}
+_children: dict[int, tuple[str, tuple[str, ...]]] = {}
 _places: set[tuple[str, str]] = set()  # ("dir" | "cgroup", parent directory)
 _owner = ""
 _host_pid = 0
@@ -114,8 +115,8 @@ def _child(
 ) -> None:
     try:
         if go >= 0:
-            # Wait until the zygote has put us in the run's pids cgroup: we cannot (our
-            # uid has no mapping yet), and everything we fork must be counted.
+            # Wait until the zygote has put us in the run's cgroups: we cannot (our uid
+            # has no mapping yet), and everything we fork or fill must be counted.
             if os.read(go, 1) != b"x":
                 os._exit(72)  # the zygote could not count us (or is gone): never run
             os.close(go)
@@ -134,9 +135,8 @@ def _child(
         # Exactly fds 0-3 (and our init's status pipe) from here on: nothing of the zygote's
         # or of the host's reaches the program (issue 9, finding 10).
         close_fds_except({0, 1, 2, 3} | ({born_in.status_fd} if born_in else set()))
-        cgroup = request.cgroup
-        if cgroup and born_in is None:
-            _attach(cgroup, 0)  # before anything forks: all of this run is counted
+        if born_in is None:
+            _attach(request.cgroups, 0)  # before anything forks: all of this run is counted
     except BaseException:
         os._exit(72)
     bootstrap.main(
@@ -162,9 +162,10 @@ def close_fds_except(keep: set[int]) -> None:
 _MAX_FD = 2**31 - 1
 
 
-def _attach(cgroup: str, pid: int) -> None:
-    with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
-        f.write(str(pid))
+def _attach(cgroups: tuple[str, ...], pid: int) -> None:
+    for cgroup in cgroups:
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
 
 
 def _fork(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: ForkRequest) -> int:
@@ -196,8 +197,7 @@ def _fork(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: F
             os.close(status_w)
             os.close(go_r)
             try:
-                if request.cgroup:
-                    _attach(request.cgroup, pid)
+                _attach(request.cgroups, pid)
                 os.write(go_w, b"x")
             except OSError:
                 os.kill(pid, signal.SIGKILL)  # it must not run uncounted
@@ -354,12 +354,11 @@ def _own(pid: int, request: ForkRequest) -> None:
     """Note what the host told us a new child owns."""
     global _owner
     run_dir = request.run_dir
-    cgroup = request.cgroup
     if not isinstance(run_dir, str):
         return
-    _children[pid] = (run_dir, cgroup if isinstance(cgroup, str) else None)
+    _children[pid] = (run_dir, request.cgroups)
     _places.add(("dir", os.path.dirname(run_dir)))
-    if isinstance(cgroup, str):
+    for cgroup in request.cgroups:
         _places.add(("cgroup", os.path.dirname(cgroup)))
     owner = request.owner
     # Only a prefix that names our host: never a way to remove anyone else's.
@@ -410,7 +409,7 @@ def _listdir(path: str) -> list[str]:
 def _clean_up() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     run_dirs = {run_dir for run_dir, _ in _children.values()}
-    cgroups = {cgroup for _, cgroup in _children.values() if cgroup}
+    cgroups = {cgroup for _, paths in _children.values() for cgroup in paths}
     if _owner:
         for kind, place in _places:
             found = {os.path.join(place, name) for name in _listdir(place)}
