@@ -158,13 +158,17 @@ def kernelgate_meta(obj: Any) -> dict[str, Any] | None:
 
 
 def run_meta(cell: Any) -> dict[str, Any] | None:
-    """A run cell's run metadata: the cell's own (``save_run``, ``SessionLog``), or the
-    run record among its outputs (a cell the kernel ran, saved by any front end)."""
-    meta = kernelgate_meta(cell)
-    if meta is not None and meta.get("run_id") is not None:
-        return meta
+    """A run cell's run metadata: the run record among its outputs (a cell the kernel ran,
+    saved by any front end), else the cell's own (``save_run``, ``SessionLog``).
+
+    The record wins: every execution rewrites a cell's outputs, but no front end clears
+    a cell's metadata, so a recorded cell run again in a kernel (JupyterLab, nbconvert,
+    papermill) keeps the old run's metadata beside the new run's record."""
     record = record_of_cell(cell)
-    return record if record is not None and record.get("run_id") is not None else None
+    if record is not None and record.get("run_id") is not None:
+        return record
+    meta = kernelgate_meta(cell)
+    return meta if meta is not None and meta.get("run_id") is not None else None
 
 
 def run_cells(nb: dict[str, Any]) -> list[dict[str, Any]]:

@@ -154,3 +154,24 @@ def test_papermill_parameters_reach_every_cell(tmp_path: pathlib.Path) -> None:
     run = load_run(out, cell=-1)
     assert run.status == "ok" and run.value == 2
     assert "limit = 2" in run.program
+
+
+def test_a_recorded_cell_run_again_loads_as_its_newest_run(tmp_path: pathlib.Path) -> None:
+    # Recorded by `kernelgate run --record` (the cell's metadata holds run 1), edited, then
+    # run by nbclient (what nbconvert --execute uses): the cell's new run record must win.
+    from kernelgate import Gateway
+
+    first = Gateway(pool_size=0).run_sync("return 1")
+    path = tmp_path / "recorded.ipynb"
+    first.save(str(path))
+    nb = nbformat.read(path, as_version=4)
+    (code,) = [c for c in nb.cells if c.cell_type == "code"]
+    code.source = "print('again')\nreturn 2"
+    NotebookClient(nb, kernel_name=KERNEL_NAME, timeout=60).execute()
+    nbformat.write(nb, path)
+    run = load_run(path)
+    assert run.value == 2 and run.stdout == "again\n"
+    assert run.run_id != first.run_id and run.program == "print('again')\nreturn 2"
+    done = _kernelgate("replay", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "DIVERGED" not in done.stdout
