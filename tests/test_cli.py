@@ -80,3 +80,22 @@ def test_demo_runs_the_sample_agent_program():
     p = kernelgate("demo")
     assert p.returncode == 0, p.stderr
     assert "-- program --" in p.stdout and "binding calls --" in p.stdout
+
+
+def test_a_final_value_that_is_not_json_is_said_on_stderr_with_its_repr():
+    p = kernelgate("run", "-", stdin="{1,2}\n")
+    assert p.returncode == 0 and p.stdout == ""
+    assert "not JSON" in p.stderr and "its repr: {1, 2}" in p.stderr
+
+
+def test_a_run_without_bindings_that_calls_one_is_told_to_pass_bindings():
+    p = kernelgate("run", "-", stdin="await tools.search('x')\n")
+    assert p.returncode == 1
+    assert "has no binding 'search'" in p.stderr and "pass --bindings" in p.stderr
+
+
+def test_a_forgotten_await_says_so():
+    for program in ("tools.search('x')\n", "r = tools.search('x')\nr['id']\n"):
+        p = kernelgate("run", "-", "--bindings", "kernelgate.demo:BINDINGS", stdin=program)
+        assert p.returncode == 1, (program, p.stderr)
+        assert "did you forget `await`?" in p.stderr, (program, p.stderr)

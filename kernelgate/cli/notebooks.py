@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -34,9 +35,7 @@ def register(subparsers: Any) -> None:
         "what matched and what diverged; exits 0 when the replay matches, 1 when it diverges.",
     )
     rp.add_argument("notebook", help="a run saved by kernelgate (.ipynb), or a session log")
-    rp.add_argument(
-        "--cell", type=int, metavar="N", help="run N of a session log (from 1; -1 is the last)"
-    )
+    _add_run_choice(rp, "replay every run of the notebook, with one summary")
     rp.add_argument(
         "--program", metavar="FILE", help="replay this (edited) program against the recording"
     )
@@ -70,9 +69,7 @@ def register(subparsers: Any) -> None:
         "the same time sit on separate lanes; the axis is the run's whole duration.",
     )
     tl.add_argument("notebook", help="a run saved by kernelgate (.ipynb), or a session log")
-    tl.add_argument(
-        "--cell", type=int, metavar="N", help="run N of a session log (from 1; -1 is the last)"
-    )
+    _add_run_choice(tl, "the notebook must hold one run")
     tl.add_argument(
         "-o",
         "--output",
@@ -82,12 +79,47 @@ def register(subparsers: Any) -> None:
     tl.set_defaults(func=_cmd_timeline)
 
 
-def _load(path: str, cell: int | None) -> Any:
+def _add_run_choice(parser: argparse.ArgumentParser, without: str) -> None:
+    """--cell, --cell-id and --position: three ways to name one run (one at most)."""
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument(
+        "--cell",
+        type=int,
+        metavar="N",
+        help="the run numbered N: run N of a session log, or the cell shown as [N] "
+        f"(-1 is the last run); without a choice, {without}",
+    )
+    choice.add_argument("--cell-id", metavar="ID", help="the run in the cell with this id")
+    choice.add_argument(
+        "--position",
+        type=int,
+        metavar="P",
+        help="the run in the notebook's P-th cell, counting every cell from 1",
+    )
+
+
+def _chosen(args: argparse.Namespace) -> bool:
+    return args.cell is not None or args.cell_id is not None or args.position is not None
+
+
+def _load(args: argparse.Namespace) -> Any:
 
     from kernelgate.notebooks.store import NotARunError, load_run
 
     try:
-        return load_run(path, cell)
+        return load_run(args.notebook, args.cell, cell_id=args.cell_id, position=args.position)
+    except NotARunError as exc:
+        raise UsageError(f"{exc} (--cell N, --cell-id ID, --position P)") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.notebook!r}: {exc.strerror or exc}") from None
+
+
+def _load_all(path: str) -> list[Any]:
+
+    from kernelgate.notebooks.store import NotARunError, load_runs
+
+    try:
+        return load_runs(path)
     except NotARunError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
@@ -95,7 +127,6 @@ def _load(path: str, cell: int | None) -> Any:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from kernelgate.model.limits import Limits
     from kernelgate.notebooks.replay import replay_async
 
     if args.live_any and not args.live:
@@ -107,7 +138,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             "--bindings is only used with --live; without --live, calls are answered from "
             "the recording"
         )
-    recorded = _load(args.notebook, args.cell)
+    runs = [_load(args)] if _chosen(args) else _load_all(args.notebook)
+    if len(runs) == 1 and isinstance(runs[0], Exception):
+        raise UsageError(str(runs[0]))  # one run, and it cannot be read back: say why
+    if len(runs) > 1 and args.program:
+        raise UsageError(
+            f"--program replays one run, and {args.notebook} holds {len(runs)}: choose it "
+            "with --cell N, --cell-id ID or --position P"
+        )
     program = None
     if args.program:
         try:
@@ -121,25 +159,59 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         if args.live
         else None
     )
-    limits = limits_from_args(args) or Limits()
-    try:
-        report = run_stoppable(
-            lambda: replay_async(
-                recorded,
-                program=program,
-                live=live,
-                python=args.python,
-                limits=limits,
-                live_any=args.live_any,
-            )
-        )
-    except (TypeError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
+    # None: each replay's budget follows its recording (notebooks.replay.replay_budget).
+    limits = limits_from_args(args)
+    options: dict[str, Any] = {
+        "program": program,
+        "live": live,
+        "python": args.python,
+        "limits": limits,
+        "live_any": args.live_any,
+    }
+    reports: list[Any] = []
+    for recorded in runs:
+        if isinstance(recorded, Exception):  # this run cell cannot be read back
+            reports.append(recorded)
+            continue
+        try:
+            reports.append(run_stoppable(functools.partial(replay_async, recorded, **options)))
+        except (TypeError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+    if len(reports) == 1 and not isinstance(reports[0], Exception):
+        report = reports[0]
+        if args.json:
+            print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+        else:
+            print(report.format())
+        return 1 if report.diverged else 0
+    return _print_all(args, reports)
+
+
+def _print_all(args: argparse.Namespace, reports: list[Any]) -> int:
+    """Every run's report, then one summary; 1 if any run diverged or could not replay."""
+    bad = [r for r in reports if isinstance(r, Exception)]
+    diverged = [r for r in reports if not isinstance(r, Exception) and r.diverged]
+    matched = len(reports) - len(bad) - len(diverged)
+    parts = [f"{matched} matched", f"{len(diverged)} diverged"]
+    if bad:
+        parts.append(f"{len(bad)} could not be replayed")
+    summary = f"replayed {len(reports)} runs of {args.notebook}: {', '.join(parts)}"
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+        out = {
+            "source": args.notebook,
+            "diverged": bool(diverged or bad),
+            "summary": summary,
+            "runs": [
+                {"error": str(r)} if isinstance(r, Exception) else r.to_dict() for r in reports
+            ],
+        }
+        print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
-        print(report.format())
-    return 1 if report.diverged else 0
+        for r in reports:
+            print(f"cannot replay: {r}" if isinstance(r, Exception) else r.format())
+            print()
+        print(summary)
+    return 1 if diverged or bad else 0
 
 
 def _cmd_timeline(args: argparse.Namespace) -> int:
@@ -147,7 +219,7 @@ def _cmd_timeline(args: argparse.Namespace) -> int:
     from kernelgate.notebooks.store import atomic_write
     from kernelgate.notebooks.timeline import timeline_summary, timeline_svg
 
-    run = _load(args.notebook, args.cell)
+    run = _load(args)
     svg = timeline_svg(run)
     if args.output == "-":
         sys.stdout.write(svg)
@@ -156,7 +228,7 @@ def _cmd_timeline(args: argparse.Namespace) -> int:
         out = Path(args.output)
     else:
         src = Path(args.notebook)
-        suffix = f"-run{run.run_number}" if args.cell is not None else ""
+        suffix = f"-run{run.run_number}" if _chosen(args) else ""
         out = src.with_name(f"{src.stem}{suffix}.svg")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,8 @@ def _report(result: Any, as_json: bool, show_calls: bool = False, limits: Any = 
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return 0 if result.ok else 1
     if show_calls and result.calls:
-        print(f"\n-- {len(result.calls)} binding calls --")
+        n = len(result.calls)
+        print(f"\n-- {n} binding call{'' if n == 1 else 's'} --")
         for call in result.calls:
             args = ", ".join(
                 [json.dumps(a) for a in call.args]
@@ -72,6 +73,13 @@ def _report(result: Any, as_json: bool, show_calls: bool = False, limits: Any = 
             if show_calls:
                 print("\n-- value --")
             print(format_value(result.value))
+        elif result.note:
+            # stderr: stdout stays the program's output and value. Without this a final
+            # expression such as `{1, 2}` printed nothing at all.
+            shown = _final_repr(result)
+            print(f"note: {result.note}", file=sys.stderr)
+            if shown is not None:
+                print(f"its repr: {shown}", file=sys.stderr)
         return 0
     message = f"Error: the program failed ({result.status}): {result.message}"
     if limits is not None:
@@ -83,6 +91,16 @@ def _report(result: Any, as_json: bool, show_calls: bool = False, limits: Any = 
     if result.error is not None and result.error.traceback:
         print("\n".join(result.error.traceback), file=sys.stderr)
     return 1
+
+
+def _final_repr(result: Any) -> str | None:
+    """The text/plain form of the run's execute_result (a final expression not JSON)."""
+    for output in result.outputs:
+        if output.get("output_type") == "execute_result":
+            text = output.get("data", {}).get("text/plain")
+            if isinstance(text, str):
+                return _short(text, 2000)
+    return None
 
 
 def _short(text: str, limit: int = 70) -> str:
@@ -128,6 +146,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     on_output = None if args.json else _print_live
     result = run_stoppable(lambda: _run_once(gw, program, on_output))
     code = _report(result, args.json, limits=limits or Limits())
+    if not args.bindings and result.error is not None and "has no binding" in result.message:
+        # The child cannot know the CLI's flags; the CLI can.
+        print(
+            "kernelgate run: no bindings were given; pass --bindings MODULE:ATTR "
+            "(or ./file.py:ATTR) to give the program its tools",
+            file=sys.stderr,
+        )
     if record is not None:
         try:
             saved = result.save(record)

@@ -25,7 +25,7 @@ Modules: :mod:`.render` and :mod:`.calls` (a run as cells, a call as an output),
 from __future__ import annotations
 
 from .calls import call_line, call_output
-from .reading import NotARunError, RecordedRun, load_run
+from .reading import NotARunError, RecordedRun, load_run, load_runs
 from .render import CALL_MIME, KERNELSPEC, run_to_notebook
 from .replay import replay, replay_async
 from .report import CallMatch, Difference, ReplayReport
@@ -45,6 +45,7 @@ __all__ = [
     "call_line",
     "call_output",
     "load_run",
+    "load_runs",
     "replay",
     "replay_async",
     "run_to_notebook",

@@ -32,6 +32,7 @@ from kernelgate.model.codec import encode_metadata
 from kernelgate.model.result import RunResult
 
 from ._values import fmt_duration
+from .render import timeline_img
 
 __all__ = [
     "RUN_ROLE",
@@ -67,11 +68,83 @@ def _small(text: str, cls: str) -> str:
     return f'<small class="{cls}">{html.escape(text)}</small>'
 
 
+#: The limits a run record shows (all of them are in its metadata).
+_SHOWN_LIMITS = (
+    "wall_seconds",
+    "cpu_seconds",
+    "memory_bytes",
+    "max_processes",
+    "max_output_bytes",
+    "max_calls",
+)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover - the loop returns
+
+
+def _limit(name: str, value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if name.endswith("_bytes"):
+        return _size(value)
+    if name.endswith("_seconds"):
+        return f"{value:g} s"
+    return f"{value:g}"
+
+
+def _facts(result: RunResult) -> list[tuple[str, str]]:
+    """The rows of a run record's details: what a person asks of a run after its output."""
+    rows = [("run id", result.run_id or "-"), ("status", result.status)]
+    if result.message and result.status != "ok":
+        rows.append(("message", result.message))
+    rows.append(("isolation", result.isolation or "none (no sandbox was entered)"))
+    usage = result.usage or {}
+    cpu = sum(float(usage.get(k, 0.0)) for k in ("cpu_user_s", "cpu_system_s"))
+    if usage:
+        by = usage.get("measured_by")
+        rows.append(("CPU", f"{cpu * 1000:.1f} ms" + (f" (measured by the {by})" if by else "")))
+        peak = usage.get("peak_memory_bytes")
+        if isinstance(peak, (int, float)) and not isinstance(peak, bool):
+            rows.append(("peak memory", _size(peak)))
+        if "warm" in usage:
+            rows.append(("child", "warm (from the pool)" if usage["warm"] else "cold"))
+    rows.append(("wall time", fmt_duration(result.duration_s)))
+    limits = result.limits or {}
+    shown = [f"{n} {_limit(n, limits[n])}" for n in _SHOWN_LIMITS if n in limits]
+    if shown:
+        rows.append(("limits", ", ".join(shown)))
+    return rows
+
+
+def _details_html(result: RunResult, summary: str) -> str:
+    """The record as HTML a person can open: the summary line, and under it the
+    timeline picture (when the run made calls) and the facts. Escaped text, a data-URI
+    image and inert tags only (``details`` opens without script)."""
+    rows = "".join(
+        f"<tr><th style=\"text-align:left;padding-right:1em\">{html.escape(k)}</th>"
+        f"<td style=\"text-align:left\">{html.escape(v)}</td></tr>"
+        for k, v in _facts(result)
+    )
+    picture = timeline_img(result) if result.calls else ""
+    return (
+        f'<details class="kernelgate-run"><summary>{_small(summary, "kernelgate-run")}'
+        f"</summary>{picture}<table class=\"kernelgate-run-facts\"><tbody>{rows}</tbody>"
+        "</table></details>"
+    )
+
+
 def run_record_output(
     result: RunResult, program: str, source: str, run_number: int | None = None
 ) -> dict[str, Any]:
     """The run record of a kernel cell: a ``display_data`` output whose metadata holds the
-    run metadata, the program that ran and the digest of the cell's ``source``."""
+    run metadata, the program that ran and the digest of the cell's ``source``. Shown as
+    one line that opens (a ``<details>``) onto the call timeline, the usage, the
+    isolation, the limits and the run id."""
     meta = encode_metadata(result, run_number)
     meta["role"] = RUN_ROLE
     meta["program"] = program
@@ -79,7 +152,7 @@ def run_record_output(
     summary = run_summary(result)
     return {
         "output_type": "display_data",
-        "data": {"text/html": _small(summary, "kernelgate-run"), "text/plain": summary},
+        "data": {"text/html": _details_html(result, summary), "text/plain": summary},
         "metadata": {"kernelgate": meta},
     }
 

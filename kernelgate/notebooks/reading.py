@@ -37,6 +37,7 @@ __all__ = [
     "RecordingError",
     "cell_to_run",
     "load_run",
+    "load_runs",
     "read_notebook",
     "run_cells",
     "run_result",
@@ -158,13 +159,17 @@ def kernelgate_meta(obj: Any) -> dict[str, Any] | None:
 
 
 def run_meta(cell: Any) -> dict[str, Any] | None:
-    """A run cell's run metadata: the cell's own (``save_run``, ``SessionLog``), or the
-    run record among its outputs (a cell the kernel ran, saved by any front end)."""
-    meta = kernelgate_meta(cell)
-    if meta is not None and meta.get("run_id") is not None:
-        return meta
+    """A run cell's run metadata: the run record among its outputs (a cell the kernel ran,
+    saved by any front end), else the cell's own (``save_run``, ``SessionLog``).
+
+    The record wins: every execution rewrites a cell's outputs, but no front end clears
+    a cell's metadata, so a recorded cell run again in a kernel (JupyterLab, nbconvert,
+    papermill) keeps the old run's metadata beside the new run's record."""
     record = record_of_cell(cell)
-    return record if record is not None and record.get("run_id") is not None else None
+    if record is not None and record.get("run_id") is not None:
+        return record
+    meta = kernelgate_meta(cell)
+    return meta if meta is not None and meta.get("run_id") is not None else None
 
 
 def run_cells(nb: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,25 +199,91 @@ def _numbers(numbers: list[int]) -> str:
     return ", ".join(str(n) for n in numbers)
 
 
-def _pick(cells: list[dict[str, Any]], cell: int | None, name: str) -> tuple[dict[str, Any], int]:
+def _where(nb: dict[str, Any], cell: dict[str, Any]) -> str:
+    """How to address ``cell`` other than by its number: its position and its id."""
+    position = next(i for i, c in enumerate(nb["cells"]) if c is cell) + 1
+    cell_id = cell.get("id")
+    return f"position {position}" + (f", id {cell_id}" if isinstance(cell_id, str) else "")
+
+
+def _pick(
+    nb: dict[str, Any], cells: list[dict[str, Any]], cell: int | None, name: str
+) -> tuple[dict[str, Any], int]:
     n = len(cells)
     numbers = [run_number(c, i + 1) for i, c in enumerate(cells)]
     if cell is None:
         if n == 1:
             return cells[0], numbers[0]
         raise NotARunError(
-            f"{name} is a session log with {n} runs; choose one with cell=N "
-            f"(--cell N), N one of {_numbers(numbers)}, or -1 for the last"
+            f"{name} holds {n} runs; choose one by its number ({_numbers(numbers)}; -1 is "
+            "the last), by its cell's id, or by its cell's position (from 1)"
         )
     if type(cell) is not int:
         raise TypeError(f"cell must be an int (a run number from 1), got {cell!r}")
-    for c, number in zip(cells, numbers, strict=True):
-        if cell > 0 and number == cell:
-            return c, cell
+    if cell > 0:
+        found = [(c, number) for c, number in zip(cells, numbers, strict=True) if number == cell]
+        if len(found) > 1:
+            # Execution counts start again at 1 when the kernel restarts.
+            places = "; ".join(_where(nb, c) for c, _ in found)
+            raise NotARunError(
+                f"{name}: {len(found)} cells are [{cell}] (the kernel restarted between "
+                f"them): {places}. Choose one by its cell's id or by its cell's position "
+                "(its place in the notebook, from 1)"
+            )
+        if found:
+            return found[0]
     if cell < 0 and -cell <= n:
         return cells[n + cell], numbers[n + cell]
     raise NotARunError(
         f"{name} has no run {cell}: it holds runs {_numbers(numbers)} (-1 is the last)"
+    )
+
+
+def _pick_cell(
+    nb: dict[str, Any],
+    cells: list[dict[str, Any]],
+    cell_id: str | None,
+    position: int | None,
+    name: str,
+) -> tuple[dict[str, Any], int]:
+    """The run cell with id ``cell_id``, or at ``position`` (from 1) among all cells."""
+    if cell_id is not None:
+        if not isinstance(cell_id, str):
+            raise TypeError(f"cell_id must be a str (a cell's id), got {cell_id!r}")
+        chosen = [c for c in nb["cells"] if isinstance(c, dict) and c.get("id") == cell_id]
+        what = f"cell id {cell_id!r}"
+        if not chosen:
+            ids = [str(c["id"]) for c in cells if isinstance(c.get("id"), str)]
+            raise NotARunError(
+                f"{name} has no cell with id {cell_id!r}; its runs' cell ids: "
+                f"{', '.join(ids) or '(none: the notebook is older than cell ids)'}"
+            )
+        target = chosen[0]
+    else:
+        if type(position) is not int:
+            raise TypeError(f"position must be an int (from 1), got {position!r}")
+        total = len(nb["cells"])
+        if not 1 <= position <= total:
+            raise NotARunError(
+                f"{name} has {total} cells; position {position} is not one of them "
+                f"(positions count every cell from 1)"
+            )
+        target = nb["cells"][position - 1]
+        what = f"the cell at position {position}"
+    for i, c in enumerate(cells):
+        if c is target:
+            return c, run_number(c, i + 1)
+    kind = target.get("cell_type") if isinstance(target, dict) else None
+    if kind != "code":
+        raise NotARunError(f"{name}: {what} is a {kind} cell, not a run")
+    if is_setup_record(target):
+        raise NotARunError(
+            f"{name}: {what} is a setup cell: it did not run on its own, its code runs "
+            "before every later cell (each later cell's run holds it)"
+        )
+    raise NotARunError(
+        f"{name}: {what} holds no kernelgate run record (not run, run by another kernel, "
+        "or its outputs were cleared)"
     )
 
 
@@ -328,12 +399,21 @@ def why_no_run(nb: dict[str, Any], number: int, name: str) -> str | None:
     return None
 
 
-def load_run(path: str | os.PathLike[str], cell: int | None = None) -> RecordedRun:
-    """Read a saved run (or run ``cell`` of a session log) back into a :class:`RecordedRun`.
+def load_run(
+    path: str | os.PathLike[str],
+    cell: int | None = None,
+    *,
+    cell_id: str | None = None,
+    position: int | None = None,
+) -> RecordedRun:
+    """Read a saved run (or one run of a session log) back into a :class:`RecordedRun`.
 
-    ``cell`` counts runs from 1, as a session log's "Run N" headings do; ``-1`` is the
-    last. Raises :class:`NotARunError` (a ``ValueError``) for a file that is not a
-    kernelgate recording, saying what it is instead; ``OSError`` if it cannot be read.
+    Choose the run with one of: ``cell``, its number (a session log's "Run N", or the
+    ``[N]`` a kernel cell shows; ``-1`` is the last run); ``cell_id``, the cell's id; or
+    ``position``, the cell's place in the notebook counting every cell from 1. A number
+    two cells share (the kernel restarted between them) is refused, naming both. Raises
+    :class:`NotARunError` (a ``ValueError``) for a file or cell that is not a kernelgate
+    run, saying what it is instead; ``OSError`` if it cannot be read.
 
     >>> import tempfile
     >>> from kernelgate import Gateway
@@ -342,19 +422,51 @@ def load_run(path: str | os.PathLike[str], cell: int | None = None) -> RecordedR
     >>> run.status, run.stdout, run.value, run.run_id == r.run_id
     ('ok', 'hi\\n', 42, True)
     """
+    given = [
+        k
+        for k, v in (("cell", cell), ("cell_id", cell_id), ("position", position))
+        if v is not None
+    ]
+    if len(given) > 1:
+        raise TypeError(f"choose a run one way, not by {' and '.join(given)}")
     name = os.fspath(path)
     nb = read_notebook(name)
-    cells = run_cells(nb)
-    if not cells:
-        raise NotARunError(
-            f"{name} is a notebook but not a kernelgate run: none of its "
-            f"{len(nb['cells'])} cells carries kernelgate run metadata; {HOW_TO_RECORD}"
-        )
+    cells = _cells_or_refuse(nb, name)
+    if cell_id is not None or position is not None:
+        chosen, number = _pick_cell(nb, cells, cell_id, position, name)
+        return cell_to_run(chosen, source=name, run_number=number)
     try:
-        chosen, number = _pick(cells, cell, name)
+        chosen, number = _pick(nb, cells, cell, name)
     except NotARunError as exc:
         why = why_no_run(nb, cell, name) if type(cell) is int and cell > 0 else None
         if why is None:
             raise
         raise NotARunError(f"{why}; {exc}") from None
     return cell_to_run(chosen, source=name, run_number=number)
+
+
+def load_runs(path: str | os.PathLike[str]) -> list[RecordedRun | NotARunError]:
+    """Every run of a notebook, in order: each a :class:`RecordedRun`, or the
+    :class:`NotARunError` that says why that run cell cannot be read back (edited after it
+    ran, outputs cleared), so one bad cell does not hide the others. Raises as
+    :func:`load_run` for a file that holds no run at all."""
+    name = os.fspath(path)
+    nb = read_notebook(name)
+    cells = _cells_or_refuse(nb, name)
+    runs: list[RecordedRun | NotARunError] = []
+    for i, c in enumerate(cells):
+        try:
+            runs.append(cell_to_run(c, source=name, run_number=run_number(c, i + 1)))
+        except NotARunError as exc:
+            runs.append(exc)
+    return runs
+
+
+def _cells_or_refuse(nb: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    cells = run_cells(nb)
+    if not cells:
+        raise NotARunError(
+            f"{name} is a notebook but not a kernelgate run: none of its "
+            f"{len(nb['cells'])} cells carries kernelgate run metadata; {HOW_TO_RECORD}"
+        )
+    return cells

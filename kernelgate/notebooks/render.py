@@ -38,6 +38,7 @@ from .calls import (
     call_output,
     duration_text,
 )
+from .timeline import timeline_summary, timeline_svg
 
 if TYPE_CHECKING:
     from nbformat import NotebookNode
@@ -59,6 +60,7 @@ __all__ = [
     "run_header_cell",
     "run_to_notebook",
     "notebook_dict",
+    "timeline_img",
     "timeline_output",
     "timeline_svg_of",
     "value_shown",
@@ -146,19 +148,21 @@ def timeline_output(result: RunResult) -> dict[str, Any]:
     (every recording opens untrusted) and strips inline ``<svg>`` from HTML, while an image
     from a data URI renders, and cannot run anything.
     """
-    from .timeline import timeline_summary, timeline_svg
-
     summary = timeline_summary(result)
-    svg = base64.b64encode(timeline_svg(result).encode("utf-8")).decode("ascii")
-    img = (
-        f'<img class="kernelgate-timeline" alt="{html.escape(summary, quote=True)}" '
-        f'src="data:image/svg+xml;base64,{svg}"/>'
-    )
+    img = timeline_img(result)
     return {
         "output_type": "display_data",
         "data": {"text/html": img, "text/plain": summary},
         "metadata": {"kernelgate": {"role": "timeline"}},
     }
+
+
+def timeline_img(result: RunResult) -> str:
+    """The run's call timeline as an ``<img>`` of its SVG (a data URI): see
+    :func:`timeline_output` for why an image."""
+    svg = base64.b64encode(timeline_svg(result).encode("utf-8")).decode("ascii")
+    alt = html.escape(timeline_summary(result), quote=True)
+    return f'<img class="kernelgate-timeline" alt="{alt}" src="data:image/svg+xml;base64,{svg}"/>'
 
 
 def timeline_svg_of(output: Mapping[str, Any]) -> str | None:

@@ -21,6 +21,7 @@ for calls the recording holds, with the arguments it holds (``live_any=True`` li
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import os
 import threading
@@ -39,6 +40,7 @@ from .reading import RecordedRun, load_run
 from .report import CallMatch, Difference, ReplayReport, compare_runs
 
 __all__ = [
+    "replay_budget",
     "CallMatch",
     "Difference",
     "ReplayReport",
@@ -134,11 +136,51 @@ def recorded_bindings(
 # -- replaying -----------------------------------------------------------------------------------
 
 
-def _limits(override: Any) -> Limits:
-    """The caller's limits, or the defaults: never the recording's (a recording is a
-    file anyone may have written; its limits are shown, not applied)."""
+#: A replay of a run that ended on its own gets this many times its recorded duration,
+#: plus :data:`_SLACK_S`, and never less than :data:`_FLOOR_S` (a child starts cold).
+_TIMES = 3.0
+_SLACK_S = 5.0
+_FLOOR_S = 10.0
+#: A run the recording says was stopped (timeout, interrupted) is stopped again this long
+#: after its recorded duration.
+_STOPPED_SLACK_S = 1.0
+_STOPPED = ("timeout", "interrupted")
+
+
+def replay_budget(recorded: RunResult) -> Limits:
+    """The limits of a replay the caller set none for: the defaults, with ``wall_seconds``
+    and ``cpu_seconds`` lowered to follow the recording.
+
+    A run that was stopped (``timeout``, ``interrupted``: a ``while True`` cell) is
+    stopped again just after its recorded duration, instead of spinning for the default
+    budget; any other gets ``3 x`` its duration ``+ 5 s``, at least 10 s. The recording's
+    own limits are never applied (a recording is a file anyone may have written), and its
+    duration can only lower the defaults, never raise them.
+
+    >>> replay_budget(RunResult("interrupted", duration_s=2.5)).wall_seconds
+    3.5
+    >>> replay_budget(RunResult("ok", duration_s=0.04)).wall_seconds
+    10.0
+    >>> replay_budget(RunResult("ok", duration_s=1e9)).wall_seconds == Limits().wall_seconds
+    True
+    """
+    default = Limits()
+    duration = recorded.duration_s if recorded.duration_s >= 0 else 0.0
+    if recorded.status in _STOPPED:
+        wall = duration + _STOPPED_SLACK_S
+    else:
+        wall = max(_FLOOR_S, _TIMES * duration + _SLACK_S)
+    wall = min(default.wall_seconds, wall)
+    return dataclasses.replace(
+        default, wall_seconds=wall, cpu_seconds=min(default.cpu_seconds, max(1.0, wall))
+    )
+
+
+def _limits(override: Any, recorded: RunResult) -> Limits:
+    """The caller's limits, or :func:`replay_budget`: never the recording's (a recording
+    is a file anyone may have written; its limits are shown, not applied)."""
     if override is None:
-        return Limits()
+        return replay_budget(recorded)
     if not isinstance(override, Limits):
         raise TypeError(f"limits must be a kernelgate.Limits, got {type(override).__name__}")
     return override
@@ -206,6 +248,8 @@ async def replay_async(
     source: str | os.PathLike[str] | RunResult,
     *,
     cell: int | None = None,
+    cell_id: str | None = None,
+    position: int | None = None,
     program: str | None = None,
     live: Mapping[str, Any] | None = None,
     python: str | os.PathLike[str] | None = None,
@@ -222,12 +266,12 @@ async def replay_async(
         where = recorded.source if isinstance(recorded, RecordedRun) else ""
         number = recorded.run_number if isinstance(recorded, RecordedRun) else 1
     else:
-        recorded = load_run(source, cell)
+        recorded = load_run(source, cell, cell_id=cell_id, position=position)
         where, number = recorded.source, recorded.run_number
     if program is not None and not isinstance(program, str):
         raise TypeError(f"program must be Python source (str), got {type(program).__name__}")
     code = recorded.program if program is None else program
-    run_limits = _limits(limits)
+    run_limits = _limits(limits, recorded)
     if live_any and live is None:
         raise ValueError("live_any=True needs live= bindings to call")
     if live is not None:
@@ -255,6 +299,19 @@ async def replay_async(
     async with gw:
         result = await gw.run(code)
     pairs, unrecorded, unused = match_calls(recorded.calls, result.calls, key)
+    differences = compare_runs(recorded, result)
+    note = ""
+    if limits is None and recorded.status in _STOPPED:
+        note = (
+            f"the recorded run was stopped ({recorded.status}) after "
+            f"{recorded.duration_s:.3g} s, so the replay was given "
+            f"wall_seconds={run_limits.wall_seconds:.3g} (set limits to change it)"
+        )
+        if result.status == "timeout":
+            # Stopped again by the budget that follows the recording: the same ending, told
+            # in other words (an interrupt, or a budget of another size).
+            differences = [d for d in differences if d.field not in ("status", "error")]
+            note += "; it was stopped again, as recorded"
     return ReplayReport(
         source=where,
         run_number=number,
@@ -267,7 +324,8 @@ async def replay_async(
         matched=[CallMatch(r, p) for r, p in pairs],
         unrecorded=unrecorded,
         unused=unused,
-        differences=compare_runs(recorded, result),
+        differences=differences,
+        note=note,
     )
 
 
@@ -275,6 +333,8 @@ def replay(
     source: str | os.PathLike[str] | RunResult,
     *,
     cell: int | None = None,
+    cell_id: str | None = None,
+    position: int | None = None,
     program: str | None = None,
     live: Mapping[str, Any] | None = None,
     python: str | os.PathLike[str] | None = None,
@@ -283,7 +343,8 @@ def replay(
 ) -> ReplayReport:
     """Re-run a recorded program in a fresh child and compare with the recording.
 
-    ``source`` is a saved run (``.ipynb``), a session log with ``cell=N``, or a
+    ``source`` is a saved run (``.ipynb``), a session log with ``cell=N`` (or
+    ``cell_id=``, ``position=``: see :func:`~kernelgate.notebooks.load_run`), or a
     :class:`~kernelgate.RunResult`. Calls are answered from the recording, unless ``live``
     gives real bindings (namespace -> name -> callable); then the report also lists the
     calls whose live answer differs from the recorded one. A live binding is called only
@@ -292,7 +353,8 @@ def replay(
     reaching the binding, and the report lists it; ``live_any=True`` calls whatever the
     program calls. ``program`` replays an edited program against the recording.
 
-    ``limits`` are the replay's (default ``Limits()``): never the recording's, which a
+    ``limits`` are the replay's (default :func:`replay_budget`: ``Limits()`` with the time
+    budgets lowered to follow the recorded duration): never the recording's limits, which a
     crafted file could set to anything. A damaged or crafted recording raises
     :class:`~kernelgate.notebooks.store.RecordingError` (a ``ValueError``) naming the field.
 
@@ -316,6 +378,8 @@ def replay(
         replay_async(
             source,
             cell=cell,
+            cell_id=cell_id,
+            position=position,
             program=program,
             live=live,
             python=python,

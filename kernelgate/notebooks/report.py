@@ -150,6 +150,8 @@ class ReplayReport:
     unrecorded: list[CallRecord] = field(default_factory=list)
     unused: list[CallRecord] = field(default_factory=list)
     differences: list[Difference] = field(default_factory=list)
+    #: How the replay was run, where it matters for reading it (e.g. its time budget).
+    note: str = ""
 
     @property
     def changed(self) -> list[CallMatch]:
@@ -214,6 +216,7 @@ class ReplayReport:
             "unrecorded": [c.to_dict() for c in self.unrecorded],
             "unused": [c.to_dict() for c in self.unused],
             "differences": [d.to_dict() for d in self.differences],
+            "note": self.note,
             "stopped_at_unrecorded": (
                 None if (stop := self.stopped_at_unrecorded) is None else stop.to_dict()
             ),
@@ -240,6 +243,8 @@ class ReplayReport:
         lines.append(
             f"  calls: {len(self.matched)} matched of {n_rec} recorded; the replay made {n_rep}"
         )
+        if self.note:
+            lines.append(f"  {self.note}")
         if self.changed:
             lines.append(f"  {len(self.changed)} call(s) answered differently live:")
             for m in self.changed:

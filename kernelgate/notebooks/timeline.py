@@ -326,11 +326,13 @@ def _heading(
     heading = "kernelgate call timeline" + (f" · {title}" if title else "")
     out = [f'<text x="{left}" y="16" font-weight="bold" fill="#e8eaed">{_xml(heading)}</text>']
     n = len(calls)
-    if slowest is None:
+    if n == 0:
         detail = "no binding calls"
+    elif slowest is None:  # one call: nothing to compare it with
+        detail = f"1 call · {_bar_label(calls[0], False)}"
     else:
         detail = (
-            f"{n} call{'' if n == 1 else 's'} · at most {max_in_flight(calls)} at once · "
+            f"{n} calls · at most {max_in_flight(calls)} at once · "
             f"slowest {_bar_label(slowest, False)}"
         )
     out.append(f'<text x="{left}" y="32" fill="#c8ccd1">{_xml(detail)}</text>')

@@ -203,6 +203,32 @@ def test_a_call_never_awaited_is_never_sent(run):
     assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
 
 
+@pytest.mark.parametrize(
+    "program, ename, where",
+    [
+        ("tools.echo('x')", "TypeError", ""),  # the final expression: it was silent before
+        ("return tools.echo('x')", "TypeError", ""),
+        ("r = tools.echo('x')\nr['id']", "TypeError", "subscripted"),
+        ("r = tools.echo('x')\nr.id", "AttributeError", "no attribute 'id'"),
+        ("r = tools.echo('x')\nlen(r)", "TypeError", "len()"),
+        ("r = tools.echo('x')\n'a' in r", "TypeError", "`in`"),
+    ],
+)
+def test_a_forgotten_await_says_did_you_forget_await(run, program, ename, where):
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        r = run(program)
+        gc.collect()
+    assert r.status == "exception" and r.error is not None, r.message
+    assert r.error.ename == ename
+    assert "tools.echo(...) is a binding call that has not run: did you forget `await`?" in (
+        r.error.evalue
+    )
+    assert where in r.error.evalue
+    assert r.calls == []  # and the call was not made
+    assert "never awaited" not in r.stderr  # one message, not two
+
+
 def test_calls_pending_at_return_leave_no_warning_on_the_host(run):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

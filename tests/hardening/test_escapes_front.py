@@ -573,7 +573,7 @@ def _meta(nb: dict[str, Any]) -> dict[str, Any]:
 
 def test_replay_uses_the_caller_s_limits_never_the_recording_s(recorded, tmp_path):
     from kernelgate.notebooks import load_run
-    from kernelgate.notebooks.replay import replay
+    from kernelgate.notebooks.replay import replay, replay_budget
 
     nb = json.loads(json.dumps(recorded))
     _meta_ref = _cell(nb)["metadata"]["kernelgate"]
@@ -583,7 +583,13 @@ def test_replay_uses_the_caller_s_limits_never_the_recording_s(recorded, tmp_pat
     run = load_run(path)
     assert run.limits["memory_bytes"] == 2**40  # shown as recorded...
     report = replay(path)
-    assert report.result.limits == Limits().to_dict()  # ...never applied
+    # ...never applied: the defaults, the time budgets only lowered to follow the
+    # recorded duration (notebooks.replay.replay_budget), never raised.
+    assert report.result.limits == replay_budget(run).to_dict()
+    assert report.result.limits["wall_seconds"] <= Limits().wall_seconds
+    assert {k: v for k, v in report.result.limits.items() if "seconds" not in k} == {
+        k: v for k, v in Limits().to_dict().items() if "seconds" not in k
+    }
     assert int(report.result.stdout.split()[0]) == Limits().memory_bytes
     mine = Limits(memory_bytes=2**28)
     report = replay(path, limits=mine)

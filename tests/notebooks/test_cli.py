@@ -128,8 +128,10 @@ def test_session_cell_from_the_command_line(tmp_path: Path, demo_run, capsys) ->
     log = SessionLog(tmp_path / "s.ipynb")
     log.append(demo_run)
     log.append(demo_run)
-    assert main(["replay", str(log.path)]) == 2
-    assert "choose one with cell=N (--cell N)" in capsys.readouterr().err
+    assert main(["replay", str(log.path)]) == 0  # every run, with one summary
+    assert "replayed 2 runs of" in capsys.readouterr().out
+    assert main(["timeline", str(log.path)]) == 2  # one picture: which run?
+    assert "--cell N, --cell-id ID, --position P" in capsys.readouterr().err
     assert main(["replay", str(log.path), "--cell", "2"]) == 0
     assert main(["timeline", str(log.path), "--cell", "-1"]) == 0
     assert os.path.exists(tmp_path / "s-run2.svg")

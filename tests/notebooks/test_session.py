@@ -68,7 +68,7 @@ def test_session_cell_picking_errors(tmp_path: Path, session_runs) -> None:
     log = SessionLog(path)
     for r in session_runs[:2]:
         log.append(r)
-    with pytest.raises(NotARunError, match=r"session log with 2 runs; choose one with cell=N"):
+    with pytest.raises(NotARunError, match=r"holds 2 runs; choose one by its number \(1 to 2; -1 is the last\)"):
         load_run(path)
     with pytest.raises(NotARunError, match="has no run 3: it holds runs 1 to 2"):
         load_run(path, 3)

@@ -137,6 +137,14 @@ def test_no_calls_still_draws_an_axis() -> None:
     assert bars(text) == [] and "no binding calls" in text
 
 
+def test_one_call_is_named_in_the_heading_not_called_no_calls() -> None:
+    call = CallRecord(0, "tools", "search", ["x"], {}, ok=True, start_s=0.01, duration_s=0.02)
+    text = timeline_svg(RunResult("ok", duration_s=0.1, calls=[call]))
+    heading = [t.text for t in ET.fromstring(text).iter(f"{SVG}text")][1]
+    assert heading is not None and heading.startswith("1 call · tools.search(")
+    assert "no binding calls" not in text and len(bars(text)) == 1
+
+
 def test_timeline_is_embedded_in_the_saved_notebook(demo_run: RunResult) -> None:
     cell = demo_run.to_notebook().cells[0]
     pictures = [o for o in cell.outputs if timeline_svg_of(o) is not None]

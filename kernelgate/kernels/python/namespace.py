@@ -227,6 +227,31 @@ class BindingCall(Coroutine[Any, Any, Any]):
     def _label(self) -> str:
         return self._binding._label
 
+    def not_awaited(self) -> str:
+        """What to tell a program that used this call as if it were its answer."""
+        label = self._label()
+        return (
+            f"{label}(...) is a binding call that has not run: did you forget `await`? "
+            f"Write `await {label}(...)` to make the call and get its answer"
+        )
+
+    # A program that forgot `await` uses the call as its answer: say so, instead of
+    # "'BindingCall' object is not subscriptable". (Attributes asyncio looks up with a
+    # default, such as cr_code, still read as missing: AttributeError.)
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name.startswith("cr_") or name.startswith("_"):
+            raise AttributeError(name)
+        raise AttributeError(f"{self.not_awaited()} (it has no attribute {name!r})")
+
+    def __getitem__(self, key: Any) -> Any:
+        raise TypeError(f"{self.not_awaited()} (it cannot be subscripted)")
+
+    def __len__(self) -> int:
+        raise TypeError(f"{self.not_awaited()} (it has no len())")
+
+    def __contains__(self, item: Any) -> bool:
+        raise TypeError(f"{self.not_awaited()} (it cannot be searched with `in`)")
+
     def __repr__(self) -> str:
         state = "not sent" if self._args is not None else "sent"  # args go once sent
         return f"<binding call {self._label()}() {state}>"

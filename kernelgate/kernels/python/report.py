@@ -24,6 +24,7 @@ from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
 from .client import CallClient
 from .display import display_bundle, plain_repr
+from .namespace import BindingCall
 from .program import FILENAME, LAST_EXPRESSION, cap_text, format_exception
 from .streams import OutputStream
 
@@ -108,6 +109,13 @@ class Reporter:
         self._restore(saved_builtins)
         last = type(outcome) is tuple and len(outcome) == 2 and outcome[0] is LAST_EXPRESSION
         value = outcome[1] if last else outcome
+        if type(value) is BindingCall:
+            # `tools.search("x")` as the last line, or returned: the call never ran.
+            value.close()
+            message = value.not_awaited()
+            self.client.send(ErrorOutput("TypeError", message, [f"TypeError: {message}"]))
+            self.end(ExecuteReply("error", "exception", ename="TypeError", evalue=message))
+            return
         if value is None:
             self.end(ExecuteReply("ok"))
             return
