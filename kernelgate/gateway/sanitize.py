@@ -106,6 +106,8 @@ _TEX_ACTIVE = re.compile(
 _MARKUP = re.compile(r'<!--.*?-->|<(?:[^">]|"[^"]*")*>', re.DOTALL)
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{0,31});")
 _ZWSP = "\u200b"
+# html5ever writes a backslash as itself; whatever wrote these spells one.
+_BACKSLASH_ENTITY = re.compile(r"&(?:#0*92|#[xX]0*5[cC]|bsol);")
 
 
 def _keep_url(tag: str, attr: str, value: str) -> str | None:
@@ -143,8 +145,8 @@ def _defuse_tex(text: str) -> str:
 def _defuse_markup(markup: str) -> str:
     """Cleaned HTML with the active TeX commands in its text defused, the text read as
     MathJax reads it or more so: tags taken out, entities decoded."""
-    if "\\" not in markup and "&" not in markup:
-        return markup
+    if "\\" not in markup and _BACKSLASH_ENTITY.search(markup) is None:
+        return markup  # no backslash, so no TeX command: most outputs
     # Most outputs have nothing to defuse: find that out quickly, map positions only if not.
     if _TEX_ACTIVE.search(html.unescape(_MARKUP.sub("", markup))) is None:
         return markup
