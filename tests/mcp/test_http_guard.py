@@ -238,6 +238,39 @@ def test_honest_client_with_the_token_runs_code(served: Served) -> None:
     assert "honest" in served.ran()
 
 
+@pytest.mark.timeout(120)
+def test_a_live_session_id_is_no_key(served: Served) -> None:
+    """An honest client's session (its id leaked, say) still needs the Host and the token:
+    the id alone reaches neither its stream nor run_code."""
+    with httpx.Client(timeout=30) as http:
+        r = http.post(served.url, headers={**MCP_JSON, **_headers(served)}, json=INIT)
+        assert r.status_code == 200
+        session = {
+            "mcp-session-id": r.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-06-18",
+        }
+        honest = {**MCP_JSON, **_headers(served), **session}
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert http.post(served.url, headers=honest, json=note).status_code == 202
+        for name in ("browser-rebinding", "missing-token", "wrong-token", "foreign-origin"):
+            stolen = {**MCP_JSON, **ATTACKS[name](served), **session}
+            assert (
+                http.post(
+                    served.url, headers=stolen, json=_call(f"attack-sid-{name}", 9)
+                ).status_code
+                == (EXPECTED[name])
+            )
+            stream = {**stolen, "Accept": "text/event-stream"}
+            with http.stream("GET", served.url, headers=stream) as got:
+                assert got.status_code == EXPECTED[name]
+            assert http.delete(served.url, headers=stolen).status_code == EXPECTED[name]
+        # The session is still there for its owner.
+        r = http.post(served.url, headers=honest, json=_call("sid-owner", 10))
+        assert r.status_code == 200 and "sid-owner" in r.text
+    assert "sid-owner" in served.ran()
+    assert not [n for n in served.ran() if n.startswith("attack")], served.ran()
+
+
 # The second look at the class: Host and Origin spellings, each with the right token.
 def _host_cases(s: Served) -> list[tuple[str, int]]:
     other = "127.0.0.1" if s.host != "127.0.0.1" else "127.0.0.2"
