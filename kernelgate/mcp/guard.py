@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 import os
 import secrets
 import stat
@@ -43,6 +44,8 @@ __all__ = [
 TOKEN_ENV = "KERNELGATE_MCP_TOKEN"
 #: Shortest token accepted from a user (a generated one has 43 characters).
 MIN_TOKEN_CHARS = 16
+#: The JSON-RPC error code of a refused request (the range servers define).
+_REFUSED = -32001
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -139,8 +142,8 @@ def _split_host(value: str) -> tuple[str, int | None] | None:
 
 class HttpGuard:
     """ASGI middleware around the MCP app: the Host, Origin and token checks (see the
-    module); a request that fails one is answered with a plain-text error and never
-    reaches the app."""
+    module); a request that fails one is answered with a JSON-RPC error saying why (with
+    the HTTP status 421, 403 or 401) and never reaches the app."""
 
     def __init__(self, app: App, *, host: str, port: int, token: str) -> None:
         self._app = app
@@ -217,13 +220,15 @@ class HttpGuard:
             return
         status, text = refusal
         extra = [(b"www-authenticate", b'Bearer realm="kernelgate"')] if status == 401 else []
-        body = (text + "\n").encode("utf-8")
+        # A JSON-RPC error: MCP clients (the SDK's among them) show its message to the user.
+        error = {"jsonrpc": "2.0", "id": None, "error": {"code": _REFUSED, "message": text}}
+        body = (json.dumps(error) + "\n").encode("utf-8")
         await send(
             {
                 "type": "http.response.start",
                 "status": status,
                 "headers": [
-                    (b"content-type", b"text/plain; charset=utf-8"),
+                    (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode("ascii")),
                     (b"x-content-type-options", b"nosniff"),
                     (b"connection", b"close"),

@@ -271,6 +271,25 @@ def test_a_live_session_id_is_no_key(served: Served) -> None:
     assert not [n for n in served.ran() if n.startswith("attack")], served.ran()
 
 
+@pytest.mark.timeout(120)
+def test_kernelgate_connect_sends_the_token(served: Served) -> None:
+    """kernelgate.mcp.connect(url, headers=...) wraps a token-protected server (here
+    kernelgate's own); without the header it gets a clear error, not a hang."""
+    import kernelgate.mcp
+
+    async def listed(headers: dict[str, str] | None) -> list[str]:
+        async with kernelgate.mcp.connect(served.url, headers=headers, connect_timeout=30) as ns:
+            return sorted(ns)
+
+    assert asyncio.run(listed({"Authorization": f"Bearer {TOKEN}"})) == ["run_code"]
+    with pytest.raises(kernelgate.mcp.McpServerError) as caught:
+        asyncio.run(listed(None))
+    with pytest.raises(ValueError, match="is for an http"):
+        asyncio.run(kernelgate.mcp.connect("python x.py", headers={}).__aenter__())
+    # The guard's JSON-RPC error reaches the user through the SDK's client as it is.
+    assert "refused: no token; send the header 'Authorization: Bearer <token>'" in str(caught.value)
+
+
 # The second look at the class: Host and Origin spellings, each with the right token.
 def _host_cases(s: Served) -> list[tuple[str, int]]:
     other = "127.0.0.1" if s.host != "127.0.0.1" else "127.0.0.2"
