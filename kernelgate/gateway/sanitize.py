@@ -99,7 +99,8 @@ _TEX_ACTIVE = re.compile(
     r"\\(?=(?:href|url|class|cssId|style|data|html|bbox|require|unicode|mmlToken|texttip|"
     r"mathtip|toggle|tooltip|action|includegraphics|setOptions|def|gdef|edef|xdef|let|"
     r"futurelet|global|newcommand|renewcommand|providecommand|newenvironment|"
-    r"renewenvironment|DeclareMathOperator|Newextarrow)(?![A-Za-z]))",
+    r"renewenvironment|DeclareMathOperator|Newextarrow|DeclarePairedDelimiter(?:X|XPP)?|"
+    r"newtagform|renewtagform)(?![A-Za-z]))",
     re.IGNORECASE,
 )
 # A tag as html5ever writes it (attribute values always in double quotes), or a comment.

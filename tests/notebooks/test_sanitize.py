@@ -246,6 +246,8 @@ _ACTIVE_TEX = {
     "mmlToken", "texttip", "mathtip", "toggle", "tooltip", "action", "html",
     "def", "gdef", "edef", "xdef", "let", "newcommand", "renewcommand", "providecommand",
     "newenvironment", "renewenvironment", "DeclareMathOperator", "Newextarrow", "setOptions",
+    "global", "DeclarePairedDelimiter", "DeclarePairedDelimiterX", "DeclarePairedDelimiterXPP",
+    "newtagform", "renewtagform",
 }  # fmt: skip
 
 
@@ -315,6 +317,8 @@ TEX_ATTACKS = [
     # (a program's output could redefine the user's own \alpha).
     r"$\def\go{\hr ef}\newcommand{\h}[1]{\hr#1}\let\x\relax\gdef\alpha{b}$",
     r"$\renewcommand{\sum}{\text{sum}}\DeclareMathOperator{\op}{op}\setOptions{x}$",
+    r"$\global\let\a\b \DeclarePairedDelimiter\abs{\lvert}{\rvert}\newtagform{b}{[}{]}$",
+    r"$\newcommand*{\x}{y}\DeclarePairedDelimiterXPP\p[1]{a}(){b}{#1}$",
     r"\begin{equation}\hr<wbr>ef{javascript:alert(1)}{x}\end{equation}",
 ]
 
