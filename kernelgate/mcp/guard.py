@@ -78,7 +78,7 @@ def token_from_file(path: str) -> tuple[str, bool]:
 
     A missing file is created (mode 0600, never following a symlink) holding a new token,
     so the same token serves every start and the client configuration can read it. An
-    existing file must be a regular file that only its owner can read or write."""
+    existing file must be a regular file of this user's that only they can read or write."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
@@ -96,6 +96,12 @@ def token_from_file(path: str) -> tuple[str, bool]:
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise ValueError(f"--token-file {path!r} is not a regular file")
+        if info.st_uid != os.geteuid():
+            # Someone else's file (planted in /tmp, say): they would know the token.
+            raise ValueError(
+                f"--token-file {path!r} belongs to uid {info.st_uid}, not to you (uid "
+                f"{os.geteuid()}); use a file of your own"
+            )
         if info.st_mode & 0o077:
             raise ValueError(
                 f"--token-file {path!r} is open to other users (mode "

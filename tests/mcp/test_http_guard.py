@@ -477,6 +477,13 @@ def test_token_usage_errors(tmp_path: Path) -> None:
     short.chmod(0o600)
     r = _usage(tmp_path, _env(), *http, "--token-file", str(short))
     assert r.returncode == 2 and "at least 16 visible ASCII characters" in r.stderr
+    if os.geteuid() == 0:  # only root can give a file away
+        planted = tmp_path / "planted"
+        planted.write_text("b" * 43 + "\n")
+        planted.chmod(0o600)
+        os.chown(planted, 65534, 65534)  # another user's file, as one left in /tmp would be
+        r = _usage(tmp_path, _env(), *http, "--token-file", str(planted))
+        assert r.returncode == 2 and "belongs to uid 65534, not to you" in r.stderr
     r = _usage(tmp_path, _env(KERNELGATE_MCP_TOKEN="short"), *http)
     assert r.returncode == 2 and "$KERNELGATE_MCP_TOKEN: a token must be at least 16" in r.stderr
     r = _usage(tmp_path, _env(KERNELGATE_MCP_TOKEN=TOKEN), *http, "--token-file", str(short))
