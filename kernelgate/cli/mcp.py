@@ -5,7 +5,10 @@ NAME=COMMAND`` wraps an MCP server as the namespace ``NAME`` (a command line, or
 http(s) URL), so kernelgate sits in front of existing servers and turns their many tools
 into one ``run_code`` tool. ``--record-to DIR`` keeps the session as one notebook there.
 ``--http HOST:PORT`` serves streamable HTTP on a loopback address instead of stdio (port
-0: a free one; the URL is printed on stderr).
+0: a free one; the URL is printed on stderr). Over HTTP every request needs
+``Authorization: Bearer <token>``: the token is kept in ``--token-file FILE`` (made, mode
+0600, if missing), else taken from ``$KERNELGATE_MCP_TOKEN``, else made afresh and printed
+once on stderr.
 """
 
 from __future__ import annotations
@@ -86,7 +89,33 @@ def _say(text: str) -> None:
     print(f"kernelgate mcp: {text}", file=sys.stderr, flush=True)
 
 
-async def _serve(args: argparse.Namespace, namespaces: dict[str, Any], record: Any) -> int:
+def _http_token(args: argparse.Namespace) -> tuple[str, str]:
+    """The token ``--http`` requires, and what to tell the user about it on stderr."""
+    # Lazy, pointing down: the SDK is slow to import and only serving needs it.
+    from kernelgate.mcp.guard import TOKEN_ENV, check_token, new_token, token_from_file
+
+    from_env = os.environ.get(TOKEN_ENV)
+    if args.token_file is not None:
+        if from_env is not None:
+            raise UsageError(f"--token-file and ${TOKEN_ENV} both give a token; keep one of them")
+        token, made = token_from_file(args.token_file)
+        path = os.path.abspath(args.token_file)
+        said = "wrote a new token to" if made else "the token is in"
+        return token, f"{said} {path}; clients send the header 'Authorization: Bearer <that token>'"
+    if from_env is not None:
+        token = check_token(from_env, f"${TOKEN_ENV}")
+        return token, f"clients send the header 'Authorization: Bearer <${TOKEN_ENV}>'"
+    token = new_token()
+    # Printed once, as Jupyter does: nobody but the user reads this stderr.
+    return token, f"clients send the header: Authorization: Bearer {token}"
+
+
+async def _serve(
+    args: argparse.Namespace,
+    namespaces: dict[str, Any],
+    record: Any,
+    token: tuple[str, str] | None,
+) -> int:
     # Imported here: the SDK is the kernelgate[mcp] extra and slow to import; the rest of
     # the command line needs neither.
     try:
@@ -107,27 +136,37 @@ async def _serve(args: argparse.Namespace, namespaces: dict[str, Any], record: A
         server = build_server(gateway, max_chars=args.max_chars)
         if record is not None:
             _say(f"recording the session to {record.path}")
-        if args.http is None:
+        if args.http is None or token is None:
             await serve_stdio(server)
             return 0
         try:
             sock = listen(*args.http)
         except (ValueError, OSError) as exc:
             raise UsageError(str(exc)) from None
+        secret, about = token
+
+        def ready(url: str) -> None:
+            _say(f"serving {url}")
+            _say(about)
+
         with sock:
-            await serve_http(server, sock, on_ready=lambda url: _say(f"serving {url}"))
+            await serve_http(server, sock, token=secret, on_ready=ready)
     return 0
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
     if not args.bindings and not args.mcp:
         raise UsageError("give --bindings MODULE:ATTR, --mcp NAME=COMMAND, or both")
+    if args.http is None and args.token_file is not None:
+        raise UsageError("--token-file goes with --http (stdio needs no token)")
+    token: tuple[str, str] | None = None
     if args.http is not None:
         try:
             # Lazy, pointing down: the SDK is slow to import and only serving needs it.
             from kernelgate.mcp.server import check_loopback
 
             check_loopback(args.http[0])
+            token = _http_token(args)
         except (ValueError, ImportError) as exc:
             raise UsageError(str(exc)) from None
     namespaces: dict[str, Any] = (
@@ -137,7 +176,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     )
     limits_from_args(args)  # a usage error before anything starts
     record = _session_log(args.record_to) if args.record_to else None
-    return run_stoppable(lambda: _serve(args, namespaces, record))
+    return run_stoppable(lambda: _serve(args, namespaces, record, token))
 
 
 def register(subparsers: Any) -> None:
@@ -172,7 +211,15 @@ def register(subparsers: Any) -> None:
         type=_http_address,
         metavar="HOST:PORT",
         help="serve streamable HTTP at http://HOST:PORT/mcp (loopback only; port 0 picks a "
-        "free one and the URL is printed on stderr) instead of stdio",
+        "free one and the URL is printed on stderr) instead of stdio; every request needs "
+        "'Authorization: Bearer TOKEN' and a Host naming HOST:PORT (or localhost:PORT)",
+    )
+    mcp.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="with --http: the token is kept in FILE (created with a new token, mode 0600, if "
+        "missing; it must not be readable by others). Without it the token comes from "
+        "$KERNELGATE_MCP_TOKEN, or a new one is printed on stderr at each start",
     )
     mcp.add_argument(
         "--max-chars",

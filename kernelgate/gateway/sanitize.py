@@ -24,16 +24,27 @@ through :func:`sanitize_output` before kernelgate shows, returns or records it:
 
 URLs: links keep ``http``, ``https`` and ``mailto``; images only ``data:image/...`` URLs. A
 run has no network, and a display that loads a remote image would carry the run's data out
-through the reader's browser. TeX commands that make links or HTML (``\\href``, ``\\url``,
-``\\class``, ...) are defused in HTML, markdown and ``text/latex``: JupyterLab typesets math
-in those outputs with MathJax.
+through the reader's browser.
+
+TeX: JupyterLab, nbconvert's HTML export and other viewers typeset math in HTML, markdown
+and ``text/latex`` outputs with MathJax, which reads the text of the page: entities
+decoded, text joined across ``<wbr>``, ``<br>`` and comments. TeX commands that make links,
+HTML attributes or CSS (``\\href``, ``\\url``, ``\\class``, ``\\style``, ``\\bbox``, ...),
+load extensions (``\\require``) or define macros (``\\def``, ``\\newcommand``, ``\\let``,
+...: they build those commands under other names, and last for the whole page) are
+defused wherever MathJax could read them: in the text of the cleaned HTML with every tag
+taken out and every entity decoded (more joining than MathJax does, never less), a
+zero-width space goes after the backslash, so MathJax reads an unknown one-character
+command and plain letters. Other math is left as it was.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import functools
+import html
 import json
 import re
 from collections.abc import Mapping
@@ -81,12 +92,23 @@ _DATA_IMAGE = re.compile(
     r"^data:image/(?:png|jpeg|gif|webp|svg\+xml);base64,[A-Za-z0-9+/=\s]*$", re.IGNORECASE
 )
 _URL_ATTRS = frozenset({"href", "src", "cite"})
-# MathJax (JupyterLab typesets TeX in html, markdown and latex outputs) makes links and
-# HTML attributes from these; a zero-width space after the backslash leaves them text.
+# TeX commands MathJax (v2 and v3, their extensions included) gives effects beyond math
+# with: links, HTML attributes and CSS (which can load URLs), extension loading, options,
+# and definitions (which rebuild any of these under another name, and last for the page).
 _TEX_ACTIVE = re.compile(
-    r"\\(?=(?:href|url|class|cssId|style|data|html|require|unicode|mmlToken|texttip|"
-    r"mathtip|toggle|tooltip|action)(?![A-Za-z]))"
+    r"\\(?=(?:href|url|class|cssId|style|data|html|bbox|require|unicode|mmlToken|texttip|"
+    r"mathtip|toggle|tooltip|action|includegraphics|setOptions|def|gdef|edef|xdef|let|"
+    r"futurelet|global|newcommand|renewcommand|providecommand|newenvironment|"
+    r"renewenvironment|DeclareMathOperator|Newextarrow|DeclarePairedDelimiter(?:X|XPP)?|"
+    r"newtagform|renewtagform)(?![A-Za-z]))",
+    re.IGNORECASE,
 )
+# A tag as html5ever writes it (attribute values always in double quotes), or a comment.
+_MARKUP = re.compile(r'<!--.*?-->|<(?:[^">]|"[^"]*")*>', re.DOTALL)
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{0,31});")
+_ZWSP = "\u200b"
+# html5ever writes a backslash as itself; whatever wrote these spells one.
+_BACKSLASH_ENTITY = re.compile(r"&(?:#0*92|#[xX]0*5[cC]|bsol);")
 
 
 def _keep_url(tag: str, attr: str, value: str) -> str | None:
@@ -116,7 +138,62 @@ def _cleaner() -> nh3.Cleaner:
 
 
 def _defuse_tex(text: str) -> str:
-    return _TEX_ACTIVE.sub("\\\\\u200b", text)
+    """``text`` (read by MathJax as it is, as ``text/latex`` is) with its active TeX
+    commands defused."""
+    return _TEX_ACTIVE.sub("\\\\" + _ZWSP, text)
+
+
+def _defuse_markup(markup: str) -> str:
+    """Cleaned HTML with the active TeX commands in its text defused, the text read as
+    MathJax reads it or more so: tags taken out, entities decoded."""
+    if "\\" not in markup and _BACKSLASH_ENTITY.search(markup) is None:
+        return markup  # no backslash, so no TeX command: most outputs
+    # Most outputs have nothing to defuse: find that out quickly, map positions only if not.
+    if _TEX_ACTIVE.search(html.unescape(_MARKUP.sub("", markup))) is None:
+        return markup
+    text: list[str] = []
+    # Runs of the text: (start in the text, start in the markup, an entity's end or -1).
+    runs: list[tuple[int, int, int]] = []
+    seen = 0
+
+    def add(piece: str, at: int, entity_end: int) -> None:
+        nonlocal seen
+        if piece:
+            runs.append((seen, at, entity_end))
+            text.append(piece)
+            seen += len(piece)
+
+    pos = 0
+    for tag in [*_MARKUP.finditer(markup), None]:
+        end = tag.start() if tag is not None else len(markup)
+        while pos < end:
+            amp = markup.find("&", pos, end)
+            stop = end if amp < 0 else amp
+            add(markup[pos:stop], pos, -1)
+            pos = stop
+            if amp >= 0:
+                entity = _ENTITY.match(markup, amp, end)
+                if entity is None:
+                    add("&", amp, -1)
+                    pos = amp + 1
+                else:
+                    add(html.unescape(entity.group()), amp, entity.end())
+                    pos = entity.end()
+        if tag is not None:
+            pos = tag.end()
+    starts = [run[0] for run in runs]
+    cuts: set[int] = set()
+    for found in _TEX_ACTIVE.finditer("".join(text)):
+        begin, at, entity_end = runs[bisect.bisect_right(starts, found.start()) - 1]
+        # Just after the backslash: after the entity that spelled it, if one did.
+        cuts.add(entity_end if entity_end >= 0 else at + found.start() - begin + 1)
+    out = []
+    last = 0
+    for cut in sorted(cuts):
+        out += [markup[last:cut], _ZWSP]
+        last = cut
+    out.append(markup[last:])
+    return "".join(out)
 
 
 def sanitize_html(source: str) -> str:
@@ -125,7 +202,7 @@ def sanitize_html(source: str) -> str:
     >>> sanitize_html('<b onclick="x()">hi</b><script>alert(1)</script><img src=x onerror=y>')
     '<b>hi</b><img>'
     """
-    return _defuse_tex(_cleaner().clean(source))
+    return _defuse_markup(_cleaner().clean(source))
 
 
 @functools.lru_cache(maxsize=1)

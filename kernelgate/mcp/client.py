@@ -16,10 +16,12 @@ import keyword
 import shlex
 import warnings
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import httpx2
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, Tool
 
 from kernelgate.gateway.describe import OUTPUT_ATTR
@@ -173,14 +175,17 @@ async def connect(
     cwd: str | None = None,
     call_timeout: float = CALL_TIMEOUT,
     connect_timeout: float = CONNECT_TIMEOUT,
+    headers: Mapping[str, str] | None = None,
 ) -> AsyncIterator[dict[str, Callable[..., Any]]]:
     """Connect to an MCP server and yield its tools as a namespace of bindings.
 
     ``server`` is a command line (``"python server.py"`` or ``["python", "server.py"]``,
     started as a subprocess and spoken to over stdio) or a streamable HTTP URL
     (``"http://127.0.0.1:8000/mcp"``). ``call_timeout`` bounds each tool call,
-    ``connect_timeout`` the start, handshake and tool listing. The server is stopped (its
-    connection closed) when the block ends::
+    ``connect_timeout`` the start, handshake and tool listing. ``headers`` go with every
+    HTTP request to a URL server (``{"Authorization": "Bearer ..."}`` for one that wants a
+    token, such as ``kernelgate mcp --http``). The server is stopped (its connection
+    closed) when the block ends::
 
         async with kernelgate.mcp.connect("python files_server.py") as files, \\
                    kernelgate.mcp.connect("http://127.0.0.1:8000/mcp") as web:
@@ -192,10 +197,23 @@ async def connect(
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
             raise ValueError(f"connect({what}=...) must be a positive number of seconds")
     params, label = _server_params(server, env, cwd)
-    # The handshake and the listing use the client's timeout; each call sets its own.
-    client = Client(params, read_timeout_seconds=connect_timeout)
+    if headers is not None and not isinstance(params, str):
+        raise ValueError(f"connect(headers=...) is for an http(s) URL server, not {label!r}")
     try:
-        async with client:
+        async with AsyncExitStack() as stack:
+            target: Any = params
+            if headers is not None and isinstance(params, str):
+                # The SDK's own HTTP client, with its timeouts (a stream may stay open).
+                http = await stack.enter_async_context(
+                    httpx2.AsyncClient(
+                        headers=dict(headers), timeout=httpx2.Timeout(30.0, read=300.0)
+                    )
+                )
+                target = streamable_http_client(params, http_client=http)
+            # The handshake and the listing use the client's timeout; each call its own.
+            client = await stack.enter_async_context(
+                Client(target, read_timeout_seconds=connect_timeout)
+            )
             try:
                 tools = await _list_tools(client)
             except MCPError as exc:

@@ -21,11 +21,14 @@ from typing import Any
 
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, TextContent, Tool
 
 from kernelgate import __version__
 from kernelgate.gateway.gateway import Gateway
 from kernelgate.gateway.tools import MAX_CHARS, TOOL_NAME
+
+from .guard import HttpGuard
 
 __all__ = ["build_server", "check_loopback", "listen", "serve_http", "serve_stdio"]
 
@@ -123,16 +126,29 @@ async def serve_http(
     server: Server[Any],
     sock: socket.socket,
     *,
+    token: str,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve streamable HTTP at ``/mcp`` on ``sock`` (from :func:`listen`) until stopped;
-    ``on_ready(url)`` is called once the socket is listening."""
+    ``on_ready(url)`` is called once the socket is listening.
+
+    Every request must carry ``Authorization: Bearer <token>`` and a ``Host`` (and an
+    ``Origin``, if any) naming the bound address: :class:`~kernelgate.mcp.guard.HttpGuard`
+    answers any other with 421, 403 or 401 before the SDK sees it."""
     import uvicorn  # only the HTTP transport needs it
 
     host, port = sock.getsockname()[:2]
-    # The SDK turns on its DNS-rebinding check (Host and Origin headers) for loopback.
-    app = server.streamable_http_app(host=host)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    # The guard checks Host and Origin for whatever address is bound, on every path and
+    # method; the SDK's own check covers only 127.0.0.1, localhost and ::1 (so not
+    # 127.0.0.2) and accepts any port, so it is not relied on.
+    app = server.streamable_http_app(
+        host=host,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    guarded = HttpGuard(app, host=host, port=port, token=token)
+    # proxy_headers off: no proxy sits in front, so X-Forwarded-* from a client is not
+    # believed (uvicorn trusts them from 127.0.0.1 by default).
+    config = uvicorn.Config(guarded, log_level="warning", lifespan="on", proxy_headers=False)
     shown = f"[{host}]" if ":" in host else host
     if on_ready is not None:
         on_ready(f"http://{shown}:{port}/mcp")

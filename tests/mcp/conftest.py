@@ -7,10 +7,15 @@ import os
 import selectors
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 HERE = Path(__file__).parent
 TOOLS_SERVER = [sys.executable, str(HERE / "tools_server.py")]
@@ -29,7 +34,7 @@ def read_line(proc: subprocess.Popen[str], stream: str, timeout: float = 30.0) -
     return line
 
 
-def stop(proc: subprocess.Popen[str]) -> None:
+def stop(proc: subprocess.Popen[Any]) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -70,3 +75,14 @@ def clean_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     return env
+
+
+@asynccontextmanager
+async def http_client(url: str, token: str) -> AsyncIterator[Client]:
+    """The SDK's client on ``url``, sending ``Authorization: Bearer token`` as an MCP
+    client configured with the token does."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, read_timeout_seconds=60) as client:
+            yield client

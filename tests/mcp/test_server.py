@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from kernelgate import Gateway
 from kernelgate.demo import BINDINGS
 from kernelgate.notebooks import SessionLog
 
-from .conftest import TOOLS_SERVER, kernelgate_cmd, read_line, stop
+from .conftest import TOOLS_SERVER, http_client, kernelgate_cmd, read_line, stop
 
 PROGRAM = (
     "import asyncio\n"
@@ -82,18 +83,26 @@ def test_it_sits_in_front_of_mcp_servers() -> None:
 
 
 def test_streamable_http_on_loopback() -> None:
+    token = "a-test-token-" + "z" * 30
     proc = subprocess.Popen(
         kernelgate_cmd("mcp", "--bindings", "kernelgate.demo:BINDINGS", "--http", "127.0.0.1:0"),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "KERNELGATE_MCP_TOKEN": token},
     )
     try:
         line = read_line(proc, "stderr")
         assert line.startswith("kernelgate mcp: serving http://127.0.0.1:"), line
         url = line.split("serving ", 1)[1].strip()
-        tools, (r,) = asyncio.run(_session(url, [{"code": PROGRAM}]))
+
+        async def session() -> tuple[Any, list[Any]]:
+            async with http_client(url, token) as client:
+                listed = await client.list_tools()
+                return listed.tools, [await client.call_tool("run_code", {"code": PROGRAM})]
+
+        tools, (r,) = asyncio.run(session())
         assert [t.name for t in tools] == ["run_code"]
         assert r.is_error is False and r.content[0].text.endswith("returned:\n[188, 412]")
         proc.terminate()
@@ -104,7 +113,11 @@ def test_streamable_http_on_loopback() -> None:
 
 def _usage(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        kernelgate_cmd("mcp", *args), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        kernelgate_cmd("mcp", *args),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
     )
 
 

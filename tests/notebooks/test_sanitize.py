@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import doctest
 import json
+import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from typing import Any
@@ -233,6 +234,134 @@ def test_tex_links_are_defused_in_html_markdown_and_latex() -> None:
         for command in ("\\href", "\\class", "\\url"):
             assert command not in text, (mime, text)
         assert "\\frac12" in text
+
+
+# TeX that MathJax reads. MathJax (v2's tex2jax and v3's FindTeX, as nbconvert's HTML export
+# and JupyterLab run them) typesets the text of the page: entities decoded, text joined
+# across <wbr>, <br> (as a newline) and comments, broken at any other element. The model
+# below reads an HTML text that way, independently of the sanitiser, and lists the control
+# sequences MathJax's tokenizer would then see.
+_ACTIVE_TEX = {
+    "href", "url", "class", "cssId", "style", "data", "bbox", "require", "unicode",
+    "mmlToken", "texttip", "mathtip", "toggle", "tooltip", "action", "html",
+    "def", "gdef", "edef", "xdef", "let", "newcommand", "renewcommand", "providecommand",
+    "newenvironment", "renewenvironment", "DeclareMathOperator", "Newextarrow", "setOptions",
+    "global", "DeclarePairedDelimiter", "DeclarePairedDelimiterX", "DeclarePairedDelimiterXPP",
+    "newtagform", "renewtagform",
+}  # fmt: skip
+
+
+class _MathJaxText(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.strings: list[str] = [""]
+
+    def handle_data(self, data: str) -> None:
+        self.strings[-1] += data
+
+    def handle_comment(self, data: str) -> None:
+        pass  # joined across, like <wbr>
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag == "br":
+            self.strings[-1] += "\n"
+        elif tag != "wbr":
+            self.strings.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag not in ("br", "wbr"):
+            self.strings.append("")
+
+
+def mathjax_strings(markup: str) -> list[str]:
+    """The strings MathJax looks for math in, in an HTML text."""
+    parser = _MathJaxText()
+    parser.feed(markup)
+    parser.close()
+    return parser.strings
+
+
+def tex_commands(text: str) -> list[str]:
+    """The control sequences MathJax's TeX tokenizer reads in ``text``."""
+    return [m.group(1) for m in re.finditer(r"\\([A-Za-z]+|.)", text, re.DOTALL)]
+
+
+def active_tex(output: dict[str, Any]) -> list[str]:
+    """The active TeX commands MathJax would read in a sanitised output's html and latex."""
+    data = output["data"]
+    texts = [*mathjax_strings(data.get("text/html", "")), data.get("text/latex", "")]
+    return [c for t in texts for c in tex_commands(t) if c in _ACTIVE_TEX]
+
+
+TEX_ATTACKS = [
+    r"$\hr<wbr>ef{javascript:alert(1)}{x}$",  # the finding: nh3 keeps <wbr>, MathJax joins
+    r"$\bbox[background:url(https://example.org/x.png)]{x}$",  # the finding: a remote CSS load
+    r"$\bbox[5px,border:1px solid;background-image:u\72l(//example.org/x)]{x}$",
+    r"$\h<!-- -->ref{javascript:alert(1)}{x}$",
+    r"$\<wbr>href{javascript:alert(1)}{x}$",
+    r"$\h<wbr>r<wbr>e<wbr>f{javascript:alert(1)}{x}$",
+    r"$&#92;href{javascript:alert(1)}{x}$",
+    r"$&bsol;href{javascript:alert(1)}{x}$",
+    r"$\&#104;ref{javascript:alert(1)}{x}$",
+    r"$&#x5C;&#x68;&#x72;&#x65;&#x66;{javascript:alert(1)}{x}$",
+    r"$\\\href{javascript:alert(1)}{x}$",
+    r"$\href1{javascript:alert(1)}{x}$",
+    r"$\style{background:url(//example.org/x)}{x}$",
+    r"$\cssId{jp-main-dock-panel}{x}$",
+    r"$\data{x=y}{z}$",
+    r"$\mmlToken{mi}[href='javascript:alert(1)']{x}$",
+    r"$\require{action}\toggle{a}{b}\endtoggle$",
+    r"$\unicode[Arial]{x41}$",
+    r"$\texttip{x}{tip}\mathtip{x}{tip}\tooltip{x}{tip}$",
+    # Definitions build the active commands under other names, and last for the whole page
+    # (a program's output could redefine the user's own \alpha).
+    r"$\def\go{\hr ef}\newcommand{\h}[1]{\hr#1}\let\x\relax\gdef\alpha{b}$",
+    r"$\renewcommand{\sum}{\text{sum}}\DeclareMathOperator{\op}{op}\setOptions{x}$",
+    r"$\global\let\a\b \DeclarePairedDelimiter\abs{\lvert}{\rvert}\newtagform{b}{[}{]}$",
+    r"$\newcommand*{\x}{y}\DeclarePairedDelimiterXPP\p[1]{a}(){b}{#1}$",
+    r"\begin{equation}\hr<wbr>ef{javascript:alert(1)}{x}\end{equation}",
+]
+
+
+@pytest.mark.parametrize("mime", ["text/html", "text/markdown", "text/latex"])
+@pytest.mark.parametrize("tex", TEX_ATTACKS)
+def test_mathjax_reads_no_active_tex(mime: str, tex: str) -> None:
+    raw = display({mime: tex})
+    # The attack is there as MathJax would read the raw output (HTML for html and markdown,
+    # the text itself for latex, whose markup MathJax never sees).
+    before = mathjax_strings(tex) if mime != "text/latex" else [tex]
+    if mime == "text/latex" and ("<" in tex or "&" in tex):
+        pytest.skip("markup and entities are plain characters in text/latex")
+    assert [c for t in before for c in tex_commands(t) if c in _ACTIVE_TEX]
+    out = sanitize_output(raw)
+    assert active_tex(out) == [], (tex, out["data"])
+
+
+HARMLESS_TEX = [
+    r"$\frac{1}{2} + \alpha^2$",
+    r"$$\sum_{i=0}^{n} x_i \leq \mathbf{v} \cdot \hat{u}$$",
+    r"\begin{align} a &= b \\ c &= \sqrt{d} \end{align}",
+    r"$\color{red}{x} \text{hrefs} \mathrm{url}$",
+    r"\(\left( \int_0^\infty e^{-x} dx \right)\)",
+]
+
+
+@pytest.mark.parametrize("mime", ["text/html", "text/markdown", "text/latex"])
+@pytest.mark.parametrize("tex", HARMLESS_TEX)
+def test_harmless_math_still_reads_as_math(mime: str, tex: str) -> None:
+    out = sanitize_output(display({mime: tex}))
+    data = out["data"]
+    if mime == "text/latex":
+        seen, expected = data["text/latex"], tex
+    else:
+        seen = "".join(mathjax_strings(data["text/html"]))
+        # Markdown has its own backslash escapes (\\ and \( lose a backslash), as anywhere
+        # markdown is rendered: the reference is the markdown rendered as is.
+        source = MarkdownIt("commonmark").render(tex) if mime == "text/markdown" else tex
+        expected = "".join(mathjax_strings(source))
+    # The same control sequences, in order, as MathJax reads them: nothing defused.
+    assert tex_commands(seen) == tex_commands(expected)
+    assert "\u200b" not in seen
 
 
 # -- markdown -----------------------------------------------------------------------------
