@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -38,6 +39,7 @@ from kernelgate.wire.messages import BINDINGS_TARGET, CALL_MIME, execute_request
 from kernelgate.wire.values import NotJSONError, check_json
 
 from .calls import call_record_from_data
+from .clients import OWNER_FIELD
 from .comms import call_reply_data, open_data
 
 if TYPE_CHECKING:
@@ -65,6 +67,8 @@ class _RemoteRun:
         self.outputs: list[dict[str, Any]] = []
         self.calls: list[CallRecord] = []
         self.reply: dict[str, Any] | None = None
+        #: The kernel's calls of this run seen so far (each is answered once).
+        self.call_ids: set[str] = set()
         self.started = False
         self.idle = False
         self.done = asyncio.Event()
@@ -87,6 +91,8 @@ class _RemoteRun:
             self.on_output(output)
 
     def on_iopub(self, msg: dict[str, Any]) -> None:
+        if self.idle:
+            return  # the kernel's idle is a request's last message: nothing after it is ours
         kind = msg.get("msg_type")
         content = msg.get("content") or {}
         if kind == "status":
@@ -215,6 +221,12 @@ class RemoteGateway:
 
     While open, the gateway reads the client's shell and iopub messages itself: use one
     ``RemoteGateway`` per client, and no other reader of those channels meanwhile.
+
+    Other clients of the kernel cannot reach into its runs: each request it sends carries a
+    secret of this gateway's (on shell and control only, never published by the kernel), so
+    its runs are single programs the notebook's setup cells never touch, its bindings are
+    called only by its own runs and answered only by it, and it answers only the calls of
+    its runs in flight (docs/kernel.md, "Several clients").
     """
 
     def __init__(
@@ -230,6 +242,9 @@ class RemoteGateway:
         self.kernel_client = kernel_client
         self.ready_timeout = ready_timeout
         self.comm_id = uuid.uuid4().hex
+        # Sent on shell and control only; the kernel never publishes it (.clients).
+        self._owner = secrets.token_urlsafe(32)
+        self._open_id = ""
         #: What programs see, as the kernel reported it: namespace -> name -> signature.
         self.kernel_bindings: dict[str, dict[str, str]] = {}
         self._runs: dict[str, _RemoteRun] = {}
@@ -268,7 +283,7 @@ class RemoteGateway:
                 asyncio.create_task(self._pump_shell()),
             ]
             if self._announce:
-                self._send_shell(
+                self._open_id = self._send_shell(
                     "comm_open",
                     {
                         "comm_id": self.comm_id,
@@ -341,9 +356,9 @@ class RemoteGateway:
         await self.open()
         content = execute_request_content(program)
         content["stop_on_error"] = False  # runs are independent, as Gateway.run's are
-        metadata = {"kernelgate": {"limits": limits.to_dict()}} if limits is not None else {}
+        ours = {"limits": limits.to_dict()} if limits is not None else {}
         kc = self.kernel_client
-        msg = kc.session.msg("execute_request", content, metadata=metadata)
+        msg = self._message("execute_request", content, ours)
         run = _RemoteRun(program, on_output, on_call)
         msg_id = msg["header"]["msg_id"]
         self._runs[msg_id] = run
@@ -375,14 +390,27 @@ class RemoteGateway:
         return len(self._runs)
 
     def _interrupt(self) -> None:
-        kc = self.kernel_client
-        kc.control_channel.send(kc.session.msg("interrupt_request", {}))
+        # With the owner secret the kernel stops the running cell only if it is ours.
+        self.kernel_client.control_channel.send(self._message("interrupt_request", {}))
 
     # -- the client's channels -----------------------------------------------------------------
 
-    def _send_shell(self, msg_type: str, content: dict[str, Any]) -> None:
-        kc = self.kernel_client
-        kc.shell_channel.send(kc.session.msg(msg_type, content))
+    def _message(
+        self, msg_type: str, content: dict[str, Any], ours: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A request carrying this gateway's owner secret, with an id nobody can guess
+        (jupyter_client numbers ids after the session id, which iopub shows everyone: a
+        client that guessed the next one could make the kernel publish messages that seem
+        to belong to this gateway's request)."""
+        metadata = {"kernelgate": {**(ours or {}), OWNER_FIELD: self._owner}}
+        msg: dict[str, Any] = self.kernel_client.session.msg(msg_type, content, metadata=metadata)
+        msg["header"]["msg_id"] = msg["msg_id"] = secrets.token_hex(16)
+        return msg
+
+    def _send_shell(self, msg_type: str, content: dict[str, Any]) -> str:
+        msg = self._message(msg_type, content)
+        self.kernel_client.shell_channel.send(msg)
+        return str(msg["header"]["msg_id"])
 
     async def _pump_iopub(self) -> None:
         kc = self.kernel_client
@@ -404,15 +432,26 @@ class RemoteGateway:
     def _on_iopub(self, msg: dict[str, Any]) -> None:
         kind = msg.get("msg_type")
         content = msg.get("content") or {}
+        parent = str((msg.get("parent_header") or {}).get("msg_id", ""))
         if kind in ("comm_msg", "comm_close") and content.get("comm_id") == self.comm_id:
-            self._on_comm(kind, content.get("data") or {})
+            data = content.get("data")
+            self._on_comm(kind, data if isinstance(data, dict) else {}, parent)
             return
-        run = self._runs.get((msg.get("parent_header") or {}).get("msg_id", ""))
+        run = self._runs.get(parent)
         if run is not None:
             run.on_iopub(msg)
 
-    def _on_comm(self, kind: str, data: dict[str, Any]) -> None:
+    def _on_comm(self, kind: str, data: dict[str, Any], parent: str) -> None:
+        """A message on the bindings comm. The kernel answers the comm_open with the
+        comm_open as parent, and sends each call with its run's request as parent: anything
+        else (another request's, a run that is over) is not for this gateway."""
         ready = self._ready
+        if kind == "comm_close" or data.get("method") == "ready":
+            # Only the kernel's one answer to the comm_open (ready, or a refusal) counts.
+            if ready is None or ready.done() or not self._open_id or parent != self._open_id:
+                # debug: a flood of these must not flood the host's log
+                log.debug("ignored a %s that does not answer this gateway's comm_open", kind)
+                return
         if kind == "comm_close":
             reason = data.get("error") or (
                 f"it closed the {BINDINGS_TARGET} comm (is it a kernelgate kernel?)"
@@ -430,11 +469,19 @@ class RemoteGateway:
             if ready is not None and not ready.done():
                 ready.set_result(data)
         elif method == "call":
-            call_id = str(data.get("call_id"))
+            run = self._runs.get(parent)
+            call_id = data.get("call_id")
+            if run is None or run.idle or not isinstance(call_id, str) or not call_id:
+                log.debug("ignored a binding call that is not one of this gateway's runs'")
+                return
+            if call_id in run.call_ids or call_id in self._answers:
+                log.debug("ignored call %r: it was asked before", call_id[:40])
+                return
+            run.call_ids.add(call_id)
             task = asyncio.create_task(self._answer(call_id, data))
             self._answers[call_id] = task
             task.add_done_callback(lambda _t: self._answers.pop(call_id, None))
-        elif method == "cancel":
+        elif method == "cancel" and parent in self._runs:
             answering = self._answers.get(str(data.get("call_id")))
             if answering is not None:
                 answering.cancel()
@@ -443,13 +490,20 @@ class RemoteGateway:
         namespace = str(data.get("namespace"))
         name = str(data.get("name"))
         binding = self._registry.lookup(namespace, name)
-        args = data.get("args") or []
-        kwargs = data.get("kwargs") or {}
+        args = data.get("args", [])
+        kwargs = data.get("kwargs", {})
         try:
             if binding is None:
                 raise LookupError(f"there is no binding {namespace}.{name} on the client")
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise TypeError("a call needs a list of args and a dict of kwargs")
+            # The arguments are checked here as Gateway checks a child's: JSON (no NaN or
+            # infinities, which Python's json reads), then the binding's signature.
+            try:
+                check_json(args, f"{binding.label}() arguments")
+                check_json(kwargs, f"{binding.label}() keyword arguments")
+            except NotJSONError as exc:
+                raise TypeError(f"the call's arguments are not JSON: {exc}") from None
             binding.check_arguments(args, kwargs)
             value = binding.fn(*args, **kwargs)
             if inspect.isawaitable(value):
