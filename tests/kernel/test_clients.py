@@ -420,3 +420,85 @@ def test_a_remote_gateway_answers_only_calls_of_its_own_runs(tmp_path: pathlib.P
             await asyncio.wait_for(serving, 30)
 
     asyncio.run(main())
+
+
+#: A cell that keeps the kernel busy for a while, then prints (no sleep: it is the attacker's
+#: program, and the test waits on its messages, not on time).
+_SPIN = "import time\nt0 = time.monotonic()\nwhile time.monotonic() - t0 < {s}:\n    pass\n"
+
+
+def test_another_client_cannot_put_output_in_a_gateway_s_run(tmp_path: pathlib.Path) -> None:
+    """Outputs are known by their parent's msg_id: a client that can guess (jupyter_client
+    numbers ids after the session id, which iopub shows) or reuse a gateway's request id
+    would have the kernel publish its own cell's output as the gateway's."""
+
+    async def body(victim: AsyncKernelClient, attacker: Attacker) -> None:
+        guarded = Guarded()
+        async with gateway(victim, namespaces=guarded.namespaces()) as gw:
+            opened = await attacker.until(
+                attacker.iopub, lambda m: m["parent_header"].get("msg_type") == "comm_open"
+            )
+            head, _, number = str(opened["parent_header"]["msg_id"]).rpartition("_")
+            guess = f"{head}_{int(number) + 1}" if number.isdigit() else "no-guess"
+            # The guessed id of the gateway's next request, on a cell that prints later.
+            content = {
+                "code": _SPIN.format(s=3) + "print('forged')",
+                "silent": False,
+                "store_history": True,
+                "user_expressions": {},
+                "allow_stdin": False,
+                "stop_on_error": False,
+            }
+            msg = attacker.kc.session.msg("execute_request", content)
+            msg["header"]["msg_id"] = msg["msg_id"] = guess
+            attacker.kc.shell_channel.send(msg)
+            await attacker.until(
+                attacker.iopub, lambda m: _parent(m) == guess and m["msg_type"] == "execute_input"
+            )
+            r = await gw.run("print('mine')\nreturn 1")
+            assert r.ok and r.stdout == "mine\n" and r.value == 1, r.stdout
+
+            # An id seen on iopub, reused while the gateway's run is in flight: dropped.
+            run = asyncio.create_task(gw.run("print('mine')\nreturn await agent.ask()"))
+            await asyncio.wait_for(guarded.asked.wait(), 30)
+            started = [m for m in attacker.iopub if m["msg_type"] == "execute_input"]
+            taken = _parent(started[-1])
+            for msg_type, body_ in (
+                ("kernel_info_request", {}),
+                ("execute_request", {**content, "code": "print('forged')"}),
+                ("comm_open", {"comm_id": "x", "target_name": "nope", "data": {}}),
+            ):
+                forged = attacker.kc.session.msg(msg_type, body_)
+                forged["header"]["msg_id"] = forged["msg_id"] = taken
+                attacker.kc.shell_channel.send(forged)
+            await attacker.sync()
+            guarded.release.set()
+            r = await run
+            assert r.ok and r.stdout == "mine\n" and r.value == "the owner's answer", r.stdout
+            assert [m for m in attacker.replies if _parent(m) == taken] == []
+
+    two_clients(body, tmp_path)
+
+
+def test_another_client_s_failure_never_aborts_a_gateway_s_run(tmp_path: pathlib.Path) -> None:
+    async def body(victim: AsyncKernelClient, attacker: Attacker) -> None:
+        async with gateway(victim, namespaces=Guarded().namespaces()) as gw:
+            content = {
+                "code": _SPIN.format(s=2) + "raise ValueError('fails')",
+                "silent": False,
+                "store_history": True,
+                "user_expressions": {},
+                "allow_stdin": False,
+                "stop_on_error": True,  # aborts what is queued behind it
+            }
+            failing = attacker.send("execute_request", content)
+            await attacker.until(
+                attacker.iopub,
+                lambda m: _parent(m) == failing and m["msg_type"] == "execute_input",
+            )
+            r = await gw.run("return 'ran'")  # queued behind the failing cell
+            assert r.ok and r.value == "ran", r
+            reply = await attacker.until(attacker.replies, lambda m: _parent(m) == failing)
+            assert reply["content"]["status"] == "error"
+
+    two_clients(body, tmp_path)
