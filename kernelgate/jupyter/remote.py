@@ -23,6 +23,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import zmq
+import zmq.asyncio
+
 from kernelgate.gateway.bindings import BindingRegistry
 from kernelgate.gateway.run import CallListener, OutputListener
 from kernelgate.gateway.sanitize import sanitize_output
@@ -245,6 +248,8 @@ class RemoteGateway:
         # Sent on shell and control only; the kernel never publishes it (.clients).
         self._owner = secrets.token_urlsafe(32)
         self._open_id = ""
+        #: Shell and control connections of this gateway's own (see _connect_own).
+        self._sockets: dict[str, zmq.asyncio.Socket] = {}
         #: What programs see, as the kernel reported it: namespace -> name -> signature.
         self.kernel_bindings: dict[str, dict[str, str]] = {}
         self._runs: dict[str, _RemoteRun] = {}
@@ -278,10 +283,13 @@ class RemoteGateway:
             if not kc.channels_running:
                 kc.start_channels()
             await kc.wait_for_ready(timeout=self.ready_timeout)
+            self._sockets = self._connect_own()
             self._pumps = [
                 asyncio.create_task(self._pump_iopub()),
                 asyncio.create_task(self._pump_shell()),
             ]
+            if "control" in self._sockets:
+                self._pumps.append(asyncio.create_task(self._drain(self._sockets["control"])))
             if self._announce:
                 self._open_id = self._send_shell(
                     "comm_open",
@@ -298,6 +306,7 @@ class RemoteGateway:
             for task in self._pumps:
                 task.cancel()
             self._pumps = []
+            self._close_own()
             if not ready.done():
                 ready.set_exception(
                     exc if isinstance(exc, Exception) else RuntimeError("opening was cancelled")
@@ -325,6 +334,7 @@ class RemoteGateway:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._pumps = []
+        self._close_own()
 
     async def __aenter__(self) -> RemoteGateway:
         await self.open()
@@ -364,7 +374,7 @@ class RemoteGateway:
         self._runs[msg_id] = run
         failure: ErrorInfo | None = None
         try:
-            kc.shell_channel.send(msg)
+            self._send("shell", msg)
             while not run.done.is_set():
                 try:
                     await asyncio.wait_for(run.done.wait(), _ALIVE_CHECK_SECONDS)
@@ -391,7 +401,7 @@ class RemoteGateway:
 
     def _interrupt(self) -> None:
         # With the owner secret the kernel stops the running cell only if it is ours.
-        self.kernel_client.control_channel.send(self._message("interrupt_request", {}))
+        self._send("control", self._message("interrupt_request", {}))
 
     # -- the client's channels -----------------------------------------------------------------
 
@@ -407,10 +417,66 @@ class RemoteGateway:
         msg["header"]["msg_id"] = msg["msg_id"] = secrets.token_hex(16)
         return msg
 
+    def _connect_own(self) -> dict[str, zmq.asyncio.Socket]:
+        """Shell and control connections of this gateway's own, under random routing
+        identities. jupyter_client connects its channels under the session id, which iopub
+        shows everyone, and a kernel lets a new connection take an identity over (ipykernel
+        and kernelgate do, for reconnects): any client could take this gateway's requests
+        and replies by connecting under it. Only for a ZMQ client; another (a kernel
+        gateway's websocket client) keeps its own channels."""
+        kc = self.kernel_client
+        port = getattr(kc, "shell_port", 0)
+        if not isinstance(port, int) or port <= 0 or not hasattr(kc, "connect_control"):
+            return {}
+        sockets: dict[str, zmq.asyncio.Socket] = {}
+        try:
+            for channel in ("shell", "control"):
+                connect = getattr(kc, f"connect_{channel}")
+                sock = connect(identity=secrets.token_hex(16).encode())
+                if not isinstance(sock, zmq.asyncio.Socket):
+                    sock = zmq.asyncio.Socket.shadow(sock.underlying)
+                sockets[channel] = sock
+        except (zmq.ZMQError, TypeError, ValueError) as exc:
+            log.warning("using the client's own channels: %s", exc)
+            for sock in sockets.values():
+                sock.close(linger=0)
+            return {}
+        return sockets
+
+    def _close_own(self) -> None:
+        for sock in self._sockets.values():
+            sock.close(linger=0)
+        self._sockets = {}
+
+    def _send(self, channel: str, msg: dict[str, Any]) -> None:
+        sock = self._sockets.get(channel)
+        kc = self.kernel_client
+        if sock is not None:
+            kc.session.send(sock, msg)
+        else:
+            getattr(kc, f"{channel}_channel").send(msg)
+
     def _send_shell(self, msg_type: str, content: dict[str, Any]) -> str:
         msg = self._message(msg_type, content)
-        self.kernel_client.shell_channel.send(msg)
+        self._send("shell", msg)
         return str(msg["header"]["msg_id"])
+
+    async def _receive(self, sock: zmq.asyncio.Socket) -> dict[str, Any] | None:
+        """The next valid message on one of this gateway's own sockets (``None``: dropped)."""
+        frames = await sock.recv_multipart()
+        session = self.kernel_client.session
+        try:
+            _idents, rest = session.feed_identities(frames)
+            msg: dict[str, Any] = session.deserialize(rest)
+        except Exception as exc:  # unsigned, replayed or malformed: not the kernel's
+            log.warning("dropped an invalid message: %s", exc)
+            return None
+        return msg
+
+    async def _drain(self, sock: zmq.asyncio.Socket) -> None:
+        """Read (and drop) the replies of a socket whose replies nobody waits for."""
+        while True:
+            await self._receive(sock)
 
     async def _pump_iopub(self) -> None:
         kc = self.kernel_client
@@ -423,8 +489,11 @@ class RemoteGateway:
 
     async def _pump_shell(self) -> None:
         kc = self.kernel_client
+        own = self._sockets.get("shell")
         while True:
-            msg = await kc.get_shell_msg()
+            msg = await (kc.get_shell_msg() if own is None else self._receive(own))
+            if msg is None:
+                continue
             run = self._runs.get((msg.get("parent_header") or {}).get("msg_id", ""))
             if run is not None and msg.get("msg_type") == "execute_reply":
                 run.on_reply(msg)

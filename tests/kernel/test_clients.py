@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+import zmq
+import zmq.asyncio
 from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.connect import write_connection_file
 from jupyter_client.jsonutil import json_default
@@ -500,5 +502,37 @@ def test_another_client_s_failure_never_aborts_a_gateway_s_run(tmp_path: pathlib
             assert r.ok and r.value == "ran", r
             reply = await attacker.until(attacker.replies, lambda m: _parent(m) == failing)
             assert reply["content"]["status"] == "error"
+
+    two_clients(body, tmp_path)
+
+
+def test_another_client_cannot_take_a_gateway_s_connection(tmp_path: pathlib.Path) -> None:
+    """jupyter_client connects its shell socket under the session id (which iopub shows) as
+    routing identity, and the kernel (as ipykernel, for reconnects) lets a new connection
+    take an identity over: a client connecting under the gateway's session id would take
+    its requests and replies. The gateway sends and reads on connections of its own."""
+
+    async def body(victim: AsyncKernelClient, attacker: Attacker) -> None:
+        guarded = Guarded()
+        async with gateway(victim, namespaces=guarded.namespaces()) as gw:
+            session = await attacker.victim_session()
+            port = attacker.kc.get_connection_info()["shell_port"]
+            thief = zmq.asyncio.Context.instance().socket(zmq.DEALER)
+            thief.setsockopt(zmq.IDENTITY, session.encode())
+            thief.setsockopt(zmq.LINGER, 0)
+            thief.connect(f"tcp://127.0.0.1:{port}")
+            got: list[list[bytes]] = []
+            try:
+                # Once the kernel answers the thief, the identity is the thief's.
+                sess = attacker.kc.session
+                sess.send(thief, sess.msg("kernel_info_request", {}))
+                await asyncio.wait_for(thief.recv_multipart(), 30)
+                r = await asyncio.wait_for(gw.run("return await agent.secret('mine')"), 30)
+                assert r.ok and r.value == SECRET_VALUE, r
+                while await thief.poll(0):
+                    got.append(await thief.recv_multipart())
+            finally:
+                thief.close()
+            assert got == [], "the thief got a message meant for the gateway"
 
     two_clients(body, tmp_path)
