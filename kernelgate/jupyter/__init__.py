@@ -9,6 +9,8 @@ Every cell is one single-shot program in a fresh child, run through the same cor
 - :mod:`.remote` -- :class:`~kernelgate.jupyter.remote.RemoteGateway`, a client
   whose own functions answer a kernel's binding calls over a ``kernelgate.bindings`` comm;
 - :mod:`.comms` -- that comm's messages, and the kernel's placeholders for client bindings;
+- :mod:`.clients` -- telling a kernel's clients apart: the owner secret of private runs and
+  client bindings, and request ids no client may reuse;
 - :mod:`.calls` -- a binding call as a ``display_data`` output;
 - :mod:`.introspect` -- ``complete``, ``inspect`` and ``is_complete``;
 - :mod:`.spec` -- the kernelspec (the command is :mod:`kernelgate.cli.kernel`).

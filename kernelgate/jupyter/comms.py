@@ -18,7 +18,11 @@ answers on the shell socket (the kernel keeps reading shell while a cell runs)::
                                          "ename", "evalue"}
     comm_msg (kernel -> client, iopub)  {"method": "cancel", "call_id"}  (no longer waited for)
 
-Kernel->client comm messages carry the running cell's ``execute_request`` as parent.
+Kernel->client comm messages carry the running cell's ``execute_request`` as parent. Every
+client->kernel message on the comm (``comm_open``, a reply, ``comm_close``) carries the
+client's owner secret in its metadata (:mod:`.clients`); the kernel takes a message for the
+comm only with the secret it was opened with, and runs a cell with these bindings only for
+an ``execute_request`` that carries it.
 On the kernel side a :class:`ClientBindings` turns each announced binding into an async
 placeholder callable whose ``__signature__`` is the announced one and whose body forwards
 the call over the comm; a :class:`~kernelgate.Gateway` over those placeholders runs the cells
@@ -126,15 +130,8 @@ class ClientBindings:
     :meth:`on_message` takes the client's ``comm_msg`` data.
     """
 
-    def __init__(
-        self,
-        comm_id: str,
-        client_session: str,
-        announced: Any,
-        send: SendData,
-    ) -> None:
+    def __init__(self, comm_id: str, announced: Any, send: SendData) -> None:
         self.comm_id = comm_id
-        self.client_session = client_session
         self._send = send
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
@@ -197,7 +194,9 @@ class ClientBindings:
         raise remote_error(str(answer.get("ename", "")), str(answer.get("evalue", "")))
 
     def on_message(self, data: Any) -> None:
-        """A ``comm_msg`` from the client: a call's answer (anything else is ignored)."""
+        """A ``comm_msg`` from the client: the answer of a call forwarded and not answered
+        yet (anything else, a second answer included, is ignored). The server passes on only
+        messages that carry the comm owner's secret."""
         if not isinstance(data, Mapping) or data.get("method") != "reply":
             return
         future = self._pending.get(str(data.get("call_id")))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from kernelgate.gateway.gateway import Gateway
@@ -34,6 +34,7 @@ from kernelgate.wire.messages import (
 from .calls import call_display
 from .cells import Program
 from .channels import Channels, Message
+from .clients import claims_owner, owner_of, same_owner
 from .workbench import Plan, Workbench
 
 __all__ = ["Cell", "Executor", "error_reply"]
@@ -47,30 +48,39 @@ def error_reply(ename: str, evalue: str) -> dict[str, Any]:
 
 
 class Cell:
-    """What the frontend has been shown of the running cell."""
+    """What the frontend has been shown of the running cell.
 
-    __slots__ = ("count", "error_sent", "gateway", "parent", "program")
+    ``owner`` is the owner secret the request carried (:mod:`.clients`): such a cell is a
+    private run, one program as :meth:`kernelgate.Gateway.run` runs it, untouched by the
+    notebook's setup cells, history and hints.
+    """
 
-    def __init__(self, parent: Message, count: int, gateway: Gateway) -> None:
+    __slots__ = ("count", "error_sent", "gateway", "owner", "parent", "program")
+
+    def __init__(
+        self, parent: Message, count: int, gateway: Gateway, owner: str | None = None
+    ) -> None:
         self.parent = parent
         self.count = count
         self.error_sent = False
         self.gateway = gateway
+        self.owner = owner
         self.program: Program | None = None
 
 
 class Executor:
     """The queue of ``execute_request`` messages and the cell running now.
 
-    ``gateway_for(header)`` picks the gateway that runs a request (its client's, or the
-    kernel's); ``limits`` are the kernelspec's, which a request may only lower.
+    ``gateway_for(owner)`` picks the gateway that runs a request carrying that owner secret
+    (the bindings announced with it, or the kernel's own for ``None`` or an unknown owner);
+    ``limits`` are the kernelspec's, which a request may only lower.
     """
 
     def __init__(
         self,
         channels: Channels,
         limits: Limits,
-        gateway_for: Callable[[Mapping[str, Any]], Gateway],
+        gateway_for: Callable[[str | None], Gateway],
     ) -> None:
         self.channels = channels
         self.limits = limits
@@ -95,15 +105,33 @@ class Executor:
         elif self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run_queue())
 
-    def abort_queue(self) -> None:
-        """Answer every queued request ``aborted``, as ipykernel does after a failure."""
+    def private_in_flight(self, msg_id: str) -> bool:
+        """Whether ``msg_id`` is the id of a private request queued or running now."""
+        cell = self.cell
+        if cell is not None and cell.owner is not None and cell.parent.get("msg_id") == msg_id:
+            return True
+        return any(
+            msg["header"].get("msg_id") == msg_id and claims_owner(msg) for msg, _ in self._queue
+        )
+
+    def abort_queue(self, *, ordinary_only: bool = False) -> None:
+        """Answer queued requests ``aborted``, as ipykernel does after a failure.
+
+        ``ordinary_only``: keep private runs (requests with an owner secret) queued: each
+        is a run of its own, which another client's failed cell must not cancel.
+        """
         publish, reply = self.channels.publish, self.channels.reply
+        kept: collections.deque[tuple[Message, list[bytes]]] = collections.deque()
         while self._queue:
             msg, idents = self._queue.popleft()
+            if ordinary_only and _private(msg):
+                kept.append((msg, idents))
+                continue
             publish("status", {"execution_state": "busy"}, msg["header"])
             aborted = {"status": "aborted"}
             reply("shell", "execute_reply", aborted, msg, idents, metadata=dict(aborted))
             publish("status", {"execution_state": "idle"}, msg["header"])
+        self._queue = kept
 
     async def _run_queue(self) -> None:
         while self._queue and not self.closing:
@@ -111,7 +139,7 @@ class Executor:
             ok = await self._execute(msg, idents)
             content = msg.get("content") or {}
             if not ok and content.get("stop_on_error", True) and not content.get("silent"):
-                self.abort_queue()
+                self.abort_queue(ordinary_only=True)
 
     async def close(self, grace: float) -> None:
         """Shutting down: abort what is queued, interrupt the running cell and wait up to
@@ -125,10 +153,14 @@ class Executor:
 
     # -- interrupting ------------------------------------------------------------------------
 
-    def interrupt(self) -> None:
-        """Stop the running cell (it ends with status ``"interrupted"``)."""
-        if self.cell is not None:
-            self._interrupt_cell(self.cell)
+    def interrupt(self, owner: str | None = None) -> bool:
+        """Stop the running cell (it ends with status ``"interrupted"``); with ``owner``,
+        only if it is that owner's run. Whether a cell was told to stop."""
+        cell = self.cell
+        if cell is None or (owner is not None and not same_owner(cell.owner, owner)):
+            return False
+        self._interrupt_cell(cell)
+        return True
 
     def _interrupt_cell(self, cell: Cell) -> None:
         # The cell may be between its request and its run's start (the gateway has no
@@ -172,6 +204,11 @@ class Executor:
         code = content.get("code", "")
         code = code if isinstance(code, str) else str(code)
         silent = bool(content.get("silent", False))
+        refused: tuple[str, str] | None = None
+        try:
+            owner = owner_of(msg)
+        except ValueError as exc:
+            owner, refused = None, ("ValueError", str(exc))
         publish = self.channels.publish
         publish("status", {"execution_state": "busy"}, parent)
         try:
@@ -180,10 +217,10 @@ class Executor:
                 publish(
                     "execute_input", {"code": code, "execution_count": self.execution_count}, parent
                 )
-                if content.get("store_history", True):
+                if owner is None and content.get("store_history", True):
                     self.bench.history.add(code)
-            cell = Cell(parent, self.execution_count, self.gateway_for(parent))
-            plan = self._plan(code, cell, msg)
+            cell = Cell(parent, self.execution_count, self.gateway_for(owner), owner)
+            plan = Plan(refusal=refused) if refused is not None else self._plan(code, cell, msg)
             if plan.refusal is not None:
                 ename, evalue = plan.refusal
                 error = ErrorInfo(ename, evalue, [f"{ename}: {evalue}"])
@@ -200,7 +237,8 @@ class Executor:
                 self._reply(msg, idents, cell, RunResult(status="ok"), plan.payload)
                 return True
             result = await self._run(msg, cell, plan.program, silent)
-            self.bench.ran(code, cell.count)
+            if owner is None:
+                self.bench.ran(code, cell.count)
             if not silent:
                 record = run_record_output(result, plan.program.text, code)
                 data = display_data_content(record["data"], record["metadata"])
@@ -211,6 +249,10 @@ class Executor:
             publish("status", {"execution_state": "idle"}, parent)
 
     def _plan(self, code: str, cell: Cell, msg: Message) -> Plan:
+        if cell.owner is not None:
+            # A private run is the program as sent, whatever its first line: never kept as
+            # a setup cell, never given the notebook's setup cells, never read for `obj?`.
+            return Plan(program=Program(code))
         namespaces = cell.gateway.registry.namespaces
         meta = msg.get("metadata")
         helped = self.bench.help_plan(code, namespaces)
@@ -258,7 +300,7 @@ class Executor:
             metadata["status"] = "ok"
         else:
             error = result.error or ErrorInfo("Error", f"the run ended with {result.status}")
-            error = self.bench.shown_error(cell.program, error, cell.count)
+            error = self._shown(cell, error)
             traceback = error.traceback or [f"{error.ename}: {error.evalue}"]
             if not content.get("silent") and not cell.error_sent:
                 self.channels.publish(
@@ -299,11 +341,23 @@ class Executor:
                 str(output.get("evalue", "")),
                 [str(line) for line in output.get("traceback", [])],
             )
-            error = self.bench.shown_error(cell.program, raw, cell.count)
+            error = self._shown(cell, raw)
             content = error_content(error.ename, error.evalue, error.traceback)
             publish("error", content, cell.parent)
+
+    def _shown(self, cell: Cell, error: ErrorInfo) -> ErrorInfo:
+        """The error as the front end shows it: a private run's as it is (as Gateway.run
+        gives it), a notebook cell's with the workbench's line mapping and hint."""
+        if cell.owner is not None:
+            return error
+        return self.bench.shown_error(cell.program, error, cell.count)
 
     def _on_call(self, cell: Cell, record: CallRecord) -> None:
         output = call_display(record)
         data = display_data_content(output["data"], output["metadata"])
         self.channels.publish("display_data", data, cell.parent)
+
+
+def _private(msg: Message) -> bool:
+    """Whether a request carries an owner secret (a malformed one counts: it is refused)."""
+    return claims_owner(msg)

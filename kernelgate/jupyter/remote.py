@@ -17,10 +17,14 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+
+import zmq
+import zmq.asyncio
 
 from kernelgate.gateway.bindings import BindingRegistry
 from kernelgate.gateway.run import CallListener, OutputListener
@@ -38,6 +42,7 @@ from kernelgate.wire.messages import BINDINGS_TARGET, CALL_MIME, execute_request
 from kernelgate.wire.values import NotJSONError, check_json
 
 from .calls import call_record_from_data
+from .clients import OWNER_FIELD
 from .comms import call_reply_data, open_data
 
 if TYPE_CHECKING:
@@ -65,6 +70,8 @@ class _RemoteRun:
         self.outputs: list[dict[str, Any]] = []
         self.calls: list[CallRecord] = []
         self.reply: dict[str, Any] | None = None
+        #: The kernel's calls of this run seen so far (each is answered once).
+        self.call_ids: set[str] = set()
         self.started = False
         self.idle = False
         self.done = asyncio.Event()
@@ -87,6 +94,8 @@ class _RemoteRun:
             self.on_output(output)
 
     def on_iopub(self, msg: dict[str, Any]) -> None:
+        if self.idle:
+            return  # the kernel's idle is a request's last message: nothing after it is ours
         kind = msg.get("msg_type")
         content = msg.get("content") or {}
         if kind == "status":
@@ -215,6 +224,12 @@ class RemoteGateway:
 
     While open, the gateway reads the client's shell and iopub messages itself: use one
     ``RemoteGateway`` per client, and no other reader of those channels meanwhile.
+
+    Other clients of the kernel cannot reach into its runs: each request it sends carries a
+    secret of this gateway's (on shell and control only, never published by the kernel), so
+    its runs are single programs the notebook's setup cells never touch, its bindings are
+    called only by its own runs and answered only by it, and it answers only the calls of
+    its runs in flight (docs/kernel.md, "Several clients").
     """
 
     def __init__(
@@ -230,6 +245,11 @@ class RemoteGateway:
         self.kernel_client = kernel_client
         self.ready_timeout = ready_timeout
         self.comm_id = uuid.uuid4().hex
+        # Sent on shell and control only; the kernel never publishes it (.clients).
+        self._owner = secrets.token_urlsafe(32)
+        self._open_id = ""
+        #: Shell and control connections of this gateway's own (see _connect_own).
+        self._sockets: dict[str, zmq.asyncio.Socket] = {}
         #: What programs see, as the kernel reported it: namespace -> name -> signature.
         self.kernel_bindings: dict[str, dict[str, str]] = {}
         self._runs: dict[str, _RemoteRun] = {}
@@ -263,12 +283,15 @@ class RemoteGateway:
             if not kc.channels_running:
                 kc.start_channels()
             await kc.wait_for_ready(timeout=self.ready_timeout)
+            self._sockets = self._connect_own()
             self._pumps = [
                 asyncio.create_task(self._pump_iopub()),
                 asyncio.create_task(self._pump_shell()),
             ]
+            if "control" in self._sockets:
+                self._pumps.append(asyncio.create_task(self._drain(self._sockets["control"])))
             if self._announce:
-                self._send_shell(
+                self._open_id = self._send_shell(
                     "comm_open",
                     {
                         "comm_id": self.comm_id,
@@ -283,6 +306,7 @@ class RemoteGateway:
             for task in self._pumps:
                 task.cancel()
             self._pumps = []
+            self._close_own()
             if not ready.done():
                 ready.set_exception(
                     exc if isinstance(exc, Exception) else RuntimeError("opening was cancelled")
@@ -310,6 +334,7 @@ class RemoteGateway:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._pumps = []
+        self._close_own()
 
     async def __aenter__(self) -> RemoteGateway:
         await self.open()
@@ -341,15 +366,15 @@ class RemoteGateway:
         await self.open()
         content = execute_request_content(program)
         content["stop_on_error"] = False  # runs are independent, as Gateway.run's are
-        metadata = {"kernelgate": {"limits": limits.to_dict()}} if limits is not None else {}
+        ours = {"limits": limits.to_dict()} if limits is not None else {}
         kc = self.kernel_client
-        msg = kc.session.msg("execute_request", content, metadata=metadata)
+        msg = self._message("execute_request", content, ours)
         run = _RemoteRun(program, on_output, on_call)
         msg_id = msg["header"]["msg_id"]
         self._runs[msg_id] = run
         failure: ErrorInfo | None = None
         try:
-            kc.shell_channel.send(msg)
+            self._send("shell", msg)
             while not run.done.is_set():
                 try:
                     await asyncio.wait_for(run.done.wait(), _ALIVE_CHECK_SECONDS)
@@ -375,14 +400,83 @@ class RemoteGateway:
         return len(self._runs)
 
     def _interrupt(self) -> None:
-        kc = self.kernel_client
-        kc.control_channel.send(kc.session.msg("interrupt_request", {}))
+        # With the owner secret the kernel stops the running cell only if it is ours.
+        self._send("control", self._message("interrupt_request", {}))
 
     # -- the client's channels -----------------------------------------------------------------
 
-    def _send_shell(self, msg_type: str, content: dict[str, Any]) -> None:
+    def _message(
+        self, msg_type: str, content: dict[str, Any], ours: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A request carrying this gateway's owner secret, with an id nobody can guess
+        (jupyter_client numbers ids after the session id, which iopub shows everyone: a
+        client that guessed the next one could make the kernel publish messages that seem
+        to belong to this gateway's request)."""
+        metadata = {"kernelgate": {**(ours or {}), OWNER_FIELD: self._owner}}
+        msg: dict[str, Any] = self.kernel_client.session.msg(msg_type, content, metadata=metadata)
+        msg["header"]["msg_id"] = msg["msg_id"] = secrets.token_hex(16)
+        return msg
+
+    def _connect_own(self) -> dict[str, zmq.asyncio.Socket]:
+        """Shell and control connections of this gateway's own, under random routing
+        identities. jupyter_client connects its channels under the session id, which iopub
+        shows everyone, and a kernel lets a new connection take an identity over (ipykernel
+        and kernelgate do, for reconnects): any client could take this gateway's requests
+        and replies by connecting under it. Only for a ZMQ client; another (a kernel
+        gateway's websocket client) keeps its own channels."""
         kc = self.kernel_client
-        kc.shell_channel.send(kc.session.msg(msg_type, content))
+        port = getattr(kc, "shell_port", 0)
+        if not isinstance(port, int) or port <= 0 or not hasattr(kc, "connect_control"):
+            return {}
+        sockets: dict[str, zmq.asyncio.Socket] = {}
+        try:
+            for channel in ("shell", "control"):
+                connect = getattr(kc, f"connect_{channel}")
+                sock = connect(identity=secrets.token_hex(16).encode())
+                if not isinstance(sock, zmq.asyncio.Socket):
+                    sock = zmq.asyncio.Socket.shadow(sock.underlying)
+                sockets[channel] = sock
+        except (zmq.ZMQError, TypeError, ValueError) as exc:
+            log.warning("using the client's own channels: %s", exc)
+            for sock in sockets.values():
+                sock.close(linger=0)
+            return {}
+        return sockets
+
+    def _close_own(self) -> None:
+        for sock in self._sockets.values():
+            sock.close(linger=0)
+        self._sockets = {}
+
+    def _send(self, channel: str, msg: dict[str, Any]) -> None:
+        sock = self._sockets.get(channel)
+        kc = self.kernel_client
+        if sock is not None:
+            kc.session.send(sock, msg)
+        else:
+            getattr(kc, f"{channel}_channel").send(msg)
+
+    def _send_shell(self, msg_type: str, content: dict[str, Any]) -> str:
+        msg = self._message(msg_type, content)
+        self._send("shell", msg)
+        return str(msg["header"]["msg_id"])
+
+    async def _receive(self, sock: zmq.asyncio.Socket) -> dict[str, Any] | None:
+        """The next valid message on one of this gateway's own sockets (``None``: dropped)."""
+        frames = await sock.recv_multipart()
+        session = self.kernel_client.session
+        try:
+            _idents, rest = session.feed_identities(frames)
+            msg: dict[str, Any] = session.deserialize(rest)
+        except Exception as exc:  # unsigned, replayed or malformed: not the kernel's
+            log.warning("dropped an invalid message: %s", exc)
+            return None
+        return msg
+
+    async def _drain(self, sock: zmq.asyncio.Socket) -> None:
+        """Read (and drop) the replies of a socket whose replies nobody waits for."""
+        while True:
+            await self._receive(sock)
 
     async def _pump_iopub(self) -> None:
         kc = self.kernel_client
@@ -395,8 +489,11 @@ class RemoteGateway:
 
     async def _pump_shell(self) -> None:
         kc = self.kernel_client
+        own = self._sockets.get("shell")
         while True:
-            msg = await kc.get_shell_msg()
+            msg = await (kc.get_shell_msg() if own is None else self._receive(own))
+            if msg is None:
+                continue
             run = self._runs.get((msg.get("parent_header") or {}).get("msg_id", ""))
             if run is not None and msg.get("msg_type") == "execute_reply":
                 run.on_reply(msg)
@@ -404,15 +501,26 @@ class RemoteGateway:
     def _on_iopub(self, msg: dict[str, Any]) -> None:
         kind = msg.get("msg_type")
         content = msg.get("content") or {}
+        parent = str((msg.get("parent_header") or {}).get("msg_id", ""))
         if kind in ("comm_msg", "comm_close") and content.get("comm_id") == self.comm_id:
-            self._on_comm(kind, content.get("data") or {})
+            data = content.get("data")
+            self._on_comm(kind, data if isinstance(data, dict) else {}, parent)
             return
-        run = self._runs.get((msg.get("parent_header") or {}).get("msg_id", ""))
+        run = self._runs.get(parent)
         if run is not None:
             run.on_iopub(msg)
 
-    def _on_comm(self, kind: str, data: dict[str, Any]) -> None:
+    def _on_comm(self, kind: str, data: dict[str, Any], parent: str) -> None:
+        """A message on the bindings comm. The kernel answers the comm_open with the
+        comm_open as parent, and sends each call with its run's request as parent: anything
+        else (another request's, a run that is over) is not for this gateway."""
         ready = self._ready
+        if kind == "comm_close" or data.get("method") == "ready":
+            # Only the kernel's one answer to the comm_open (ready, or a refusal) counts.
+            if ready is None or ready.done() or not self._open_id or parent != self._open_id:
+                # debug: a flood of these must not flood the host's log
+                log.debug("ignored a %s that does not answer this gateway's comm_open", kind)
+                return
         if kind == "comm_close":
             reason = data.get("error") or (
                 f"it closed the {BINDINGS_TARGET} comm (is it a kernelgate kernel?)"
@@ -430,11 +538,19 @@ class RemoteGateway:
             if ready is not None and not ready.done():
                 ready.set_result(data)
         elif method == "call":
-            call_id = str(data.get("call_id"))
+            run = self._runs.get(parent)
+            call_id = data.get("call_id")
+            if run is None or run.idle or not isinstance(call_id, str) or not call_id:
+                log.debug("ignored a binding call that is not one of this gateway's runs'")
+                return
+            if call_id in run.call_ids or call_id in self._answers:
+                log.debug("ignored call %r: it was asked before", call_id[:40])
+                return
+            run.call_ids.add(call_id)
             task = asyncio.create_task(self._answer(call_id, data))
             self._answers[call_id] = task
             task.add_done_callback(lambda _t: self._answers.pop(call_id, None))
-        elif method == "cancel":
+        elif method == "cancel" and parent in self._runs:
             answering = self._answers.get(str(data.get("call_id")))
             if answering is not None:
                 answering.cancel()
@@ -443,13 +559,20 @@ class RemoteGateway:
         namespace = str(data.get("namespace"))
         name = str(data.get("name"))
         binding = self._registry.lookup(namespace, name)
-        args = data.get("args") or []
-        kwargs = data.get("kwargs") or {}
+        args = data.get("args", [])
+        kwargs = data.get("kwargs", {})
         try:
             if binding is None:
                 raise LookupError(f"there is no binding {namespace}.{name} on the client")
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise TypeError("a call needs a list of args and a dict of kwargs")
+            # The arguments are checked here as Gateway checks a child's: JSON (no NaN or
+            # infinities, which Python's json reads), then the binding's signature.
+            try:
+                check_json(args, f"{binding.label}() arguments")
+                check_json(kwargs, f"{binding.label}() keyword arguments")
+            except NotJSONError as exc:
+                raise TypeError(f"the call's arguments are not JSON: {exc}") from None
             binding.check_arguments(args, kwargs)
             value = binding.fn(*args, **kwargs)
             if inspect.isawaitable(value):

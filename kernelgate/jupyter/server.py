@@ -25,6 +25,7 @@ from kernelgate.notebooks.render import LANGUAGE_INFO
 from kernelgate.wire.messages import BINDINGS_TARGET, PROTOCOL_VERSION
 
 from .channels import Channels, Message
+from .clients import RecentIds, claims_owner, owner_of, same_owner
 from .comms import ClientBindings, ready_data
 from .execute import Executor, error_reply
 from .history import history_reply
@@ -67,11 +68,22 @@ def _launcher_pid() -> int | None:
 
 
 class _Client:
-    __slots__ = ("bindings", "gateway")
+    """The bindings one client announced on one comm, and the secret that owns them."""
 
-    def __init__(self, bindings: ClientBindings, gateway: Gateway) -> None:
+    __slots__ = ("bindings", "gateway", "owner")
+
+    def __init__(self, bindings: ClientBindings, gateway: Gateway, owner: str) -> None:
         self.bindings = bindings
         self.gateway = gateway
+        self.owner = owner
+
+
+def _owner(msg: Message) -> str | None:
+    """The owner secret of a request other than execute (a malformed one is nobody's)."""
+    try:
+        return owner_of(msg)
+    except ValueError:
+        return None
 
 
 class KernelServer:
@@ -97,6 +109,8 @@ class KernelServer:
         self.gateway = Gateway(namespaces=self.namespaces, limits=self.limits, python=python)
         self.executor = Executor(self.channels, self.limits, self._gateway_for)
         self._clients: dict[str, _Client] = {}
+        #: Ids of private requests (with an owner secret): no other request may reuse one.
+        self._private_ids = RecentIds()
         self._stop: asyncio.Event | None = None
 
     @property
@@ -165,7 +179,32 @@ class KernelServer:
 
     # -- requests ----------------------------------------------------------------------------
 
+    def _fresh(self, msg: Message, channel: str) -> bool:
+        """Whether to handle a request: not if it reuses the ``msg_id`` of a private
+        request (one with an owner secret). The kernel's messages about it would carry that
+        request's id as parent, and its client would take them for its own (ids are visible
+        on iopub). See :mod:`.clients`."""
+        msg_id = str(msg["header"].get("msg_id", ""))
+        private = claims_owner(msg)
+        if (
+            (private and not msg_id)
+            or msg_id in self._private_ids
+            or (self.executor.private_in_flight(msg_id))
+        ):
+            log.warning(
+                "dropped a %s on %s: its msg_id is a private request's (or empty); every "
+                "request needs an id of its own",
+                msg["header"].get("msg_type"),
+                channel,
+            )
+            return False
+        if private:
+            self._private_ids.add(msg_id)
+        return True
+
     async def _on_shell(self, msg: Message, idents: list[bytes]) -> None:
+        if not self._fresh(msg, "shell"):
+            return
         msg_type = msg["header"].get("msg_type", "")
         if msg_type == "execute_request":
             self.executor.submit(msg, idents)
@@ -178,32 +217,38 @@ class KernelServer:
             publish("status", {"execution_state": "idle"}, msg["header"])
 
     async def _on_control(self, msg: Message, idents: list[bytes]) -> None:
+        if not self._fresh(msg, "control"):
+            return
         msg_type = msg["header"].get("msg_type", "")
         publish = self.channels.publish
         publish("status", {"execution_state": "busy"}, msg["header"])
         try:
             if msg_type == "interrupt_request":
-                self.interrupt()
+                # With an owner secret, only that owner's run is stopped (a RemoteGateway
+                # never stops another client's cell); without one, whatever runs, as Jupyter.
+                self.executor.interrupt(_owner(msg))
                 self.channels.reply("control", "interrupt_reply", {"status": "ok"}, msg, idents)
             else:
                 self._handle_request("control", msg_type, msg, idents)
         finally:
             publish("status", {"execution_state": "idle"}, msg["header"])
 
-    def _answer(self, msg_type: str, content: dict[str, Any], header: Message) -> Any:
+    def _answer(self, msg_type: str, content: dict[str, Any], msg: Message) -> Any:
         """The reply content of a shell request (``None``: not one of these)."""
         code = str(content.get("code", ""))
         if msg_type == "complete_request":
-            namespaces = self._gateway_for(header).registry.namespaces
+            namespaces = self._gateway_for(_owner(msg)).registry.namespaces
             return complete(code, content.get("cursor_pos"), namespaces)
         if msg_type == "inspect_request":
-            namespaces = self._gateway_for(header).registry.namespaces
+            namespaces = self._gateway_for(_owner(msg)).registry.namespaces
             return inspect_code(code, content.get("cursor_pos"), namespaces)
         if msg_type == "is_complete_request":
             return is_complete(code)
         if msg_type == "history_request":
             return history_reply(self.executor.bench.history, content)
         if msg_type == "comm_info_request":
+            # The comm ids are on iopub anyway (each call names its comm); without the
+            # owner's secret an id gives nothing.
             target = content.get("target_name")
             comms = {
                 comm_id: {"target_name": BINDINGS_TARGET}
@@ -235,13 +280,14 @@ class KernelServer:
         elif msg_type == "comm_open":
             self._comm_open(msg)
         elif msg_type == "comm_msg":
-            client = self._clients.get(str(content.get("comm_id")))
+            client = self._owned(msg)
             if client is not None:
                 client.bindings.on_message(content.get("data"))
         elif msg_type == "comm_close":
-            self._comm_close(str(content.get("comm_id")), "the client closed the bindings comm")
+            if self._owned(msg) is not None:
+                self._comm_close(str(content.get("comm_id")), "the client closed the bindings comm")
         else:
-            answer = self._answer(msg_type, content, msg["header"])
+            answer = self._answer(msg_type, content, msg)
             if answer is None:
                 self._unknown(channel, msg_type, msg, idents)
             else:
@@ -259,6 +305,21 @@ class KernelServer:
 
     # -- client-answered bindings ------------------------------------------------------------
 
+    def _owned(self, msg: Message) -> _Client | None:
+        """The bindings comm a ``comm_msg``/``comm_close`` names, if the message carries
+        its owner's secret; ``None`` (and the message is ignored) otherwise."""
+        content = msg.get("content") or {}
+        client = self._clients.get(str(content.get("comm_id")))
+        if client is None:
+            return None
+        if not same_owner(client.owner, _owner(msg)):
+            log.warning(
+                "ignored a %s for a bindings comm from a client that does not own it",
+                msg["header"].get("msg_type"),
+            )
+            return None
+        return client
+
     def _comm_open(self, msg: Message) -> None:
         content = msg.get("content") or {}
         comm_id = str(content.get("comm_id", ""))
@@ -270,27 +331,47 @@ class KernelServer:
             return
         data = content.get("data") or {}
 
+        def refuse(why: str) -> None:
+            publish("comm_close", {"comm_id": comm_id, "data": {"error": why}}, header)
+
+        try:
+            owner = owner_of(msg)
+        except ValueError as exc:
+            refuse(str(exc))
+            return
+        if owner is None:
+            refuse(
+                "a bindings comm needs an owner secret in the comm_open's "
+                "metadata.kernelgate.owner (sent again with each request that may call the "
+                "bindings or answer them); RemoteGateway sends one"
+            )
+            return
+        old = self._clients.get(comm_id)
+        if old is not None and not same_owner(old.owner, owner):
+            # Another client's comm: left as it is (this refusal's parent is the opener's
+            # request, so the comm's owner does not take it for its own).
+            refuse(f"the comm id {comm_id!r} is another client's")
+            return
+
         def send(payload: dict[str, Any]) -> None:
             cell = self.executor.cell
             parent = cell.parent if cell is not None else header
             publish("comm_msg", {"comm_id": comm_id, "data": payload}, parent)
 
         try:
-            bindings = ClientBindings(
-                comm_id, str(header.get("session", "")), data.get("namespaces"), send
-            )
+            bindings = ClientBindings(comm_id, data.get("namespaces"), send)
             gateway = Gateway(
                 namespaces={**self.namespaces, **bindings.namespaces},
                 limits=self.limits,
                 python=self.python,
             )
         except (ValueError, TypeError) as exc:
-            publish("comm_close", {"comm_id": comm_id, "data": {"error": str(exc)}}, header)
+            refuse(str(exc))
             return
         old = self._clients.pop(comm_id, None)
         if old is not None:
             old.bindings.close("the comm was opened again")
-        self._clients[comm_id] = _Client(bindings, gateway)
+        self._clients[comm_id] = _Client(bindings, gateway, owner)
         ready = ready_data(gateway.registry.signatures())
         publish("comm_msg", {"comm_id": comm_id, "data": ready}, header)
 
@@ -299,12 +380,13 @@ class KernelServer:
         if client is not None:
             client.bindings.close(reason)
 
-    def _gateway_for(self, header: Mapping[str, Any]) -> Gateway:
-        """The gateway for a request: its client's latest bindings comm, else the kernel's."""
-        session = header.get("session")
-        for client in reversed(self._clients.values()):
-            if client.bindings.client_session == session:
-                return client.gateway
+    def _gateway_for(self, owner: str | None) -> Gateway:
+        """The gateway for a request carrying ``owner``: the latest bindings comm that owner
+        opened, else the kernel's. Never by session id: any client can claim any session."""
+        if owner is not None:
+            for client in reversed(self._clients.values()):
+                if same_owner(client.owner, owner):
+                    return client.gateway
         return self.gateway
 
 

@@ -50,8 +50,30 @@ class Cell:
         return str(self.reply["metadata"]["kernelgate"]["status"])
 
 
-def send_execute(kc: BlockingKernelClient, code: str, **content: Any) -> str:
-    return str(kc.execute(code, **content))
+def owned(owner: str | None) -> dict[str, Any]:
+    """A request's metadata carrying ``owner`` (the secret of a bindings comm), if any."""
+    return {"kernelgate": {"owner": owner}} if owner is not None else {}
+
+
+def send_execute(
+    kc: BlockingKernelClient, code: str, owner: str | None = None, **content: Any
+) -> str:
+    """Send an execute_request; with ``owner``, a private run that may call the bindings
+    announced with that secret."""
+    if owner is None:
+        return str(kc.execute(code, **content))
+    fields = {
+        "code": code,
+        "silent": False,
+        "store_history": True,
+        "user_expressions": {},
+        "allow_stdin": False,
+        "stop_on_error": True,
+        **content,
+    }
+    msg = kc.session.msg("execute_request", fields, metadata=owned(owner))
+    kc.shell_channel.send(msg)
+    return str(msg["header"]["msg_id"])
 
 
 # Messages a collect read that belong to another request, kept for that request's collect.
@@ -145,12 +167,14 @@ def execute(kc: BlockingKernelClient, code: str, **kwargs: Any) -> Cell:
 
 
 def open_bindings_comm(
-    kc: BlockingKernelClient, comm_id: str, namespaces: dict[str, Any]
+    kc: BlockingKernelClient, comm_id: str, namespaces: dict[str, Any], owner: str | None
 ) -> dict[str, Any]:
-    """Announce client-answered bindings; return the kernel's answer (ready or close)."""
+    """Announce client-answered bindings owned by ``owner``; return the kernel's answer
+    (ready or close)."""
     msg = kc.session.msg(
         "comm_open",
         {"comm_id": comm_id, "target_name": BINDINGS_TARGET, "data": {"namespaces": namespaces}},
+        metadata=owned(owner),
     )
     kc.shell_channel.send(msg)
     deadline = time.monotonic() + TIMEOUT
@@ -164,8 +188,20 @@ def open_bindings_comm(
     raise TimeoutError("the kernel did not answer the comm_open")
 
 
-def send_comm(kc: BlockingKernelClient, comm_id: str, data: dict[str, Any]) -> None:
-    kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data}))
+def send_comm(
+    kc: BlockingKernelClient, comm_id: str, data: dict[str, Any], owner: str | None
+) -> None:
+    msg = kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data}, metadata=owned(owner))
+    kc.shell_channel.send(msg)
+
+
+def send_request(
+    kc: BlockingKernelClient, msg_type: str, content: dict[str, Any], owner: str | None = None
+) -> str:
+    """Send any shell request (with ``owner``'s secret if given); return its msg_id."""
+    msg = kc.session.msg(msg_type, content, metadata=owned(owner))
+    kc.shell_channel.send(msg)
+    return str(msg["header"]["msg_id"])
 
 
 def wait_gone(pids: set[int], timeout: float = 10.0) -> set[int]:

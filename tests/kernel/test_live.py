@@ -8,8 +8,10 @@ has checked what it has seen so far: no sleeps.
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -19,7 +21,14 @@ from kernelgate.model.codec import decode_metadata, encode_metadata
 from kernelgate.model.result import RunResult
 from kernelgate.wire.messages import CALL_MIME
 
-from .helpers import collect, execute, open_bindings_comm, send_comm, send_execute
+from .helpers import (
+    collect,
+    execute,
+    open_bindings_comm,
+    send_comm,
+    send_execute,
+    send_request,
+)
 
 GATE = {
     "gate": {
@@ -32,20 +41,29 @@ GATE = {
 }
 
 
+@dataclass(frozen=True)
+class Gate:
+    """The test's bindings comm, and the owner secret its cells and answers carry."""
+
+    comm_id: str
+    owner: str
+
+
 @pytest.fixture
-def gate(kc: BlockingKernelClient) -> Iterator[str]:
-    """A ``gate`` namespace answered by the test; yields the comm id."""
+def gate(kc: BlockingKernelClient) -> Iterator[Gate]:
+    """A ``gate`` namespace answered by the test."""
     comm_id = uuid.uuid4().hex
-    answer = open_bindings_comm(kc, comm_id, GATE)
+    owner = secrets.token_urlsafe(32)
+    answer = open_bindings_comm(kc, comm_id, GATE, owner)
     assert answer["msg_type"] == "comm_msg", answer["content"]
     assert answer["content"]["data"]["method"] == "ready"
     assert answer["content"]["data"]["namespaces"]["gate"] == {"wait": "(token: str = 'go') -> str"}
     # The kernel's own bindings stay beside the client's.
     assert "search" in answer["content"]["data"]["namespaces"]["tools"]
     try:
-        yield comm_id
+        yield Gate(comm_id, owner)
     finally:
-        kc.shell_channel.send(kc.session.msg("comm_close", {"comm_id": comm_id, "data": {}}))
+        send_request(kc, "comm_close", {"comm_id": comm_id, "data": {}}, owner)
 
 
 def _calls(msg: dict[str, Any], comm_id: str) -> dict[str, Any] | None:
@@ -56,7 +74,7 @@ def _calls(msg: dict[str, Any], comm_id: str) -> dict[str, Any] | None:
     return None
 
 
-def test_output_streams_live_in_order(kc: BlockingKernelClient, gate: str) -> None:
+def test_output_streams_live_in_order(kc: BlockingKernelClient, gate: Gate) -> None:
     code = (
         "import sys\n"
         "print('first')\n"
@@ -68,7 +86,7 @@ def test_output_streams_live_in_order(kc: BlockingKernelClient, gate: str) -> No
     seen_at_call: list[list[tuple[str, str]]] = []
 
     def on_iopub(msg: dict[str, Any], cell: Any) -> None:
-        call = _calls(msg, gate)
+        call = _calls(msg, gate.comm_id)
         if call is not None:
             assert call["namespace"] == "gate" and call["name"] == "wait"
             assert call["args"] == ["a"] and call["kwargs"] == {}
@@ -80,11 +98,12 @@ def test_output_streams_live_in_order(kc: BlockingKernelClient, gate: str) -> No
             )
             send_comm(
                 kc,
-                gate,
+                gate.comm_id,
                 {"method": "reply", "call_id": call["call_id"], "ok": True, "value": "go!"},
+                gate.owner,
             )
 
-    cell = execute(kc, code, on_iopub=on_iopub)
+    cell = execute(kc, code, owner=gate.owner, on_iopub=on_iopub)
     assert seen_at_call == [[("stdout", "first\n"), ("stderr", "warned\n")]]
     assert cell.status == "ok"
     kinds = [(m["msg_type"], m["content"].get("text")) for m in cell.iopub]
@@ -115,7 +134,7 @@ def test_output_streams_live_in_order(kc: BlockingKernelClient, gate: str) -> No
     )
 
 
-def test_binding_call_shown_as_it_happens(kc: BlockingKernelClient, gate: str) -> None:
+def test_binding_call_shown_as_it_happens(kc: BlockingKernelClient, gate: Gate) -> None:
     code = (
         "hits = await tools.search('messages', limit=2)\n"
         "await gate.wait()\n"
@@ -124,14 +143,13 @@ def test_binding_call_shown_as_it_happens(kc: BlockingKernelClient, gate: str) -
     seen: list[list[str]] = []
 
     def on_iopub(msg: dict[str, Any], cell: Any) -> None:
-        call = _calls(msg, gate)
+        call = _calls(msg, gate.comm_id)
         if call is not None:
             seen.append([m["content"]["data"]["text/plain"] for m in cell.outputs("display_data")])
-            send_comm(
-                kc, gate, {"method": "reply", "call_id": call["call_id"], "ok": True, "value": None}
-            )
+            reply = {"method": "reply", "call_id": call["call_id"], "ok": True, "value": None}
+            send_comm(kc, gate.comm_id, reply, gate.owner)
 
-    cell = execute(kc, code, on_iopub=on_iopub)
+    cell = execute(kc, code, owner=gate.owner, on_iopub=on_iopub)
     assert cell.status == "ok", cell.reply
     assert len(seen) == 1 and len(seen[0]) == 1
     assert seen[0][0].startswith("tools.search('messages', limit=2) -> ")
@@ -145,13 +163,13 @@ def test_binding_call_shown_as_it_happens(kc: BlockingKernelClient, gate: str) -
     assert cell.stdout() == "after 2\n"
 
 
-def test_client_binding_error_is_a_tool_error(kc: BlockingKernelClient, gate: str) -> None:
+def test_client_binding_error_is_a_tool_error(kc: BlockingKernelClient, gate: Gate) -> None:
     def on_iopub(msg: dict[str, Any], cell: Any) -> None:
-        call = _calls(msg, gate)
+        call = _calls(msg, gate.comm_id)
         if call is not None:
             send_comm(
                 kc,
-                gate,
+                gate.comm_id,
                 {
                     "method": "reply",
                     "call_id": call["call_id"],
@@ -159,11 +177,13 @@ def test_client_binding_error_is_a_tool_error(kc: BlockingKernelClient, gate: st
                     "ename": "PermissionError",
                     "evalue": "not today",
                 },
+                gate.owner,
             )
 
     cell = execute(
         kc,
         "try:\n    await gate.wait()\nexcept ToolError as e:\n    print(e.tool, e.ename, e)\n",
+        owner=gate.owner,
         on_iopub=on_iopub,
     )
     assert cell.status == "ok"
@@ -175,13 +195,18 @@ def test_client_binding_error_is_a_tool_error(kc: BlockingKernelClient, gate: st
     assert (data["error"]["ename"], data["error"]["evalue"]) == ("PermissionError", "not today")
 
 
-def test_complete_and_inspect_see_client_bindings(kc: BlockingKernelClient, gate: str) -> None:
-    msg_id = kc.complete("await gate.w")
+def test_complete_and_inspect_see_client_bindings(kc: BlockingKernelClient, gate: Gate) -> None:
+    code = "await gate.w"
+    msg_id = send_request(kc, "complete_request", {"code": code, "cursor_pos": 12}, gate.owner)
     reply = kc.get_shell_msg(timeout=10)
     assert reply["parent_header"]["msg_id"] == msg_id
     assert reply["content"]["matches"] == ["wait"]
     assert reply["content"]["cursor_start"] == len("await gate.")
-    kc.inspect("gate.wait")
+    # Without the owner's secret, the gate is not there (whatever the session).
+    kc.complete(code)
+    assert kc.get_shell_msg(timeout=10)["content"]["matches"] == []
+    inspect = {"code": "gate.wait", "cursor_pos": 9, "detail_level": 0}
+    send_request(kc, "inspect_request", inspect, gate.owner)
     reply = kc.get_shell_msg(timeout=10)
     text = reply["content"]["data"]["text/plain"]
     assert text.startswith("async def wait(token: str = 'go') -> str")
@@ -262,14 +287,15 @@ def test_execution_count_and_silent(kc: BlockingKernelClient) -> None:
     assert again.reply is not None and again.reply["content"]["execution_count"] == count + 1
 
 
-def test_stop_on_error_aborts_queued_cells(kc: BlockingKernelClient, gate: str) -> None:
-    first = send_execute(kc, "await gate.wait()\nraise ValueError('first fails')")
+def test_stop_on_error_aborts_queued_cells(kc: BlockingKernelClient, gate: Gate) -> None:
+    first = send_execute(kc, "await gate.wait()\nraise ValueError('first fails')", gate.owner)
     second = send_execute(kc, "print('never runs')")
 
     def on_iopub(msg: dict[str, Any], cell: Any) -> None:
-        call = _calls(msg, gate)
+        call = _calls(msg, gate.comm_id)
         if call is not None:  # the second request is queued by now
-            send_comm(kc, gate, {"method": "reply", "call_id": call["call_id"], "ok": True})
+            reply = {"method": "reply", "call_id": call["call_id"], "ok": True}
+            send_comm(kc, gate.comm_id, reply, gate.owner)
 
     failed = collect(kc, first, on_iopub=on_iopub)
     assert failed.status == "error"
@@ -312,10 +338,10 @@ def test_the_reply_carries_a_recording_s_run_metadata(kc: BlockingKernelClient) 
     assert decoded.fields["run_id"] and decoded.fields["limits"]["wall_seconds"] > 0
 
 
-def test_comm_info_and_unknown_targets(kc: BlockingKernelClient, gate: str) -> None:
+def test_comm_info_and_unknown_targets(kc: BlockingKernelClient, gate: Gate) -> None:
     kc.comm_info(target_name="kernelgate.bindings")
     reply = kc.get_shell_msg(timeout=10)
-    assert reply["content"]["comms"][gate] == {"target_name": "kernelgate.bindings"}
+    assert reply["content"]["comms"][gate.comm_id] == {"target_name": "kernelgate.bindings"}
     kc.shell_channel.send(
         kc.session.msg("comm_open", {"comm_id": "x1", "target_name": "nope", "data": {}})
     )
@@ -328,13 +354,25 @@ def test_comm_info_and_unknown_targets(kc: BlockingKernelClient, gate: str) -> N
 
 def test_a_bad_announcement_is_refused(kc: BlockingKernelClient) -> None:
     bad = {"my-ns": {"f": {"params": [], "signature": "()", "doc": ""}}}
-    answer = open_bindings_comm(kc, uuid.uuid4().hex, bad)
+    owner = secrets.token_urlsafe(32)
+    answer = open_bindings_comm(kc, uuid.uuid4().hex, bad, owner)
     assert answer["msg_type"] == "comm_close"
     assert "not a valid Python identifier" in answer["content"]["data"]["error"]
     worse = {"ns": {"f": {"params": [["a", "NOT_A_KIND", False]]}}}
-    answer = open_bindings_comm(kc, uuid.uuid4().hex, worse)
+    answer = open_bindings_comm(kc, uuid.uuid4().hex, worse, owner)
     assert answer["msg_type"] == "comm_close"
     assert "kind" in answer["content"]["data"]["error"]
+    # Bindings belong to a secret their cells and answers carry: none, or a short one, is
+    # refused (and the refusal does not quote it).
+    good = GATE
+    answer = open_bindings_comm(kc, uuid.uuid4().hex, good, None)
+    assert answer["msg_type"] == "comm_close"
+    assert "needs an owner secret" in answer["content"]["data"]["error"]
+    answer = open_bindings_comm(kc, uuid.uuid4().hex, good, "short-secret")
+    assert answer["msg_type"] == "comm_close"
+    error = answer["content"]["data"]["error"]
+    assert "22" in error
+    assert "short-secret" not in error
 
 
 def test_kernel_info_and_history(kc: BlockingKernelClient) -> None:

@@ -220,7 +220,6 @@ def test_client_bindings_forward_and_fail() -> None:
     async def main() -> None:
         client = ClientBindings(
             "c1",
-            "session-1",
             {
                 "agent": {
                     "ask": {
@@ -286,7 +285,7 @@ def test_remote_error_names() -> None:
 def test_client_bindings_refuse_bad_announcements() -> None:
     for bad in (None, {}, {"ns": []}, {"ns": {"f": "spec"}}):
         with pytest.raises(ValueError):
-            ClientBindings("c", "s", bad, lambda data: None)
+            ClientBindings("c", bad, lambda data: None)
 
 
 # -- kernelspec and command line -----------------------------------------------------------------
