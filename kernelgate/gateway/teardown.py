@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from .channel import ChildChannel
-from .process import ChildProcess, backoff, remove_tree, sweep_run_dirs
+from .process import ChildProcess, backoff, log, remove_tree, sweep_run_dirs
 from .sandbox import PidsCgroup
 
 __all__ = [
@@ -199,9 +199,19 @@ def sweep_leftovers(base_dir: str | None, cgroup_root: str | None) -> list[str]:
     and the pids cgroups under ``cgroup_root`` of hosts that are gone (never a live
     host's: names carry their owner, see :func:`~.process.owner_prefix`); return the
     names removed. Two listdirs and a /proc read per marked entry: well under a
-    millisecond on a clean machine; a dead host's cgroup may take a moment to empty, so
-    it is called off the event loop."""
-    return sweep_run_dirs(base_dir) + PidsCgroup.sweep(cgroup_root)
+    millisecond on a clean machine; a dead host's cgroup may take a moment to empty, and
+    its run directories as long as what its programs made in them took to make, so it is
+    called off the event loop.
+
+    Nothing found there makes it raise (the first ``run()`` of every later gateway calls
+    it): what cannot be removed is logged and left."""
+    removed: list[str] = []
+    for sweep, place in ((sweep_run_dirs, base_dir), (PidsCgroup.sweep, cgroup_root)):
+        try:
+            removed += sweep(place)
+        except Exception as exc:  # a crafted entry never stops a gateway
+            log.warning("kernelgate: the sweep of %r stopped: %r", place, exc)
+    return removed
 
 
 class Calls(Protocol):

@@ -1,0 +1,201 @@
+"""What a program leaves in its run directory never jams teardown (issue 18, finding 1).
+
+A program may make any tree in its run directory: thousands of levels deep (a recursive
+removal overflows), every level mode 000, links to host directories and files, FIFOs,
+sockets. After ``aclose()`` nothing of it is left and nothing outside it was touched;
+and a dead host's such leftover, found by the sweep of a later gateway, never makes that
+gateway's ``run()`` raise: it is removed and the run goes on. At every level, warm and
+cold, as root and from an unprivileged host (whose program's files are its own: the modes
+must be given back before they can be removed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kernelgate import Gateway, Limits, RunResult
+from kernelgate.gateway.process import remove_tree
+from tests.trees import dead_owner, deep_tree
+
+from .asuser import USER_UID, AsUser, make_as_user, unavailable
+from .conftest import ALL_LEVELS, Hostile
+
+BOTH = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+#: Deeper than any recursion limit (CPython's is 1000 frames).
+DEPTH = 3000
+#: Landlock checks each access against every level above it: a deep chain takes seconds.
+SLOW = Limits(wall_seconds=120, kill_grace_seconds=0.3, cpu_seconds=100)
+
+#: The program: a DEPTH-deep chain of directories in its run directory with links to a
+#: host directory, a FIFO, a socket and a file at the bottom; it tries to make that file
+#: immutable (which would stop root's removal too); ZERO: then mode 000 on every level,
+#: the run directory included.
+_DEEP = """
+import errno, fcntl, os, socket, struct
+top = os.getcwd()
+for _ in range(DEPTH):
+    os.mkdir('d')
+    os.chdir('d')
+os.symlink(OUTSIDE, 'out')
+os.symlink(os.path.join(OUTSIDE, 'secret.txt'), 'secret')
+os.mkfifo('fifo')
+try:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind('sock')
+except OSError:
+    open('sock', 'w').close()
+with open('leaf', 'w') as f:
+    f.write('x')
+fd = os.open('leaf', os.O_RDONLY)
+try:
+    fcntl.ioctl(fd, 0x40086602, struct.pack('i', 0x10))  # FS_IOC_SETFLAGS, FS_IMMUTABLE_FL
+    immutable = 'set'
+except OSError as exc:
+    immutable = exc.errno
+os.close(fd)
+modes = 'kept'
+if ZERO:
+    for _ in range(DEPTH):
+        os.chdir('..')
+        os.chmod('d', 0)
+    try:
+        os.chmod(top, 0)
+        modes = 'all 000'
+    except OSError as exc:
+        modes = f'chain 000, top: {exc.errno}'
+return {'immutable': immutable, 'modes': modes}
+"""
+
+
+def deep_program(outside: str, zero: bool) -> str:
+    return (
+        _DEEP.replace("DEPTH", str(DEPTH))
+        .replace("OUTSIDE", repr(outside))
+        .replace("ZERO", str(zero))
+    )
+
+
+def _not_immutable(value: Any) -> None:
+    assert value["immutable"] in (errno.EPERM, errno.EACCES, errno.ENOTTY, errno.EOPNOTSUPP)
+
+
+def _outside_intact(outside: str) -> None:
+    assert sorted(os.listdir(outside)) == ["secret.txt"]
+    with open(os.path.join(outside, "secret.txt")) as f:
+        assert f.read() == "host secret\n"
+    assert stat.S_IMODE(os.stat(outside).st_mode) == 0o700  # mkdtemp's, unchanged
+
+
+async def _run_then_close(gw: Gateway, program: str, warm: bool) -> RunResult:
+    if warm:
+        first = await gw.run("'warm-up'")
+        assert first.ok, first.message
+        filler = getattr(getattr(gw, "_pool", None), "_filler", None)
+        if filler is not None:
+            await asyncio.shield(filler)
+    try:
+        return await gw.run(program)
+    finally:
+        await gw.aclose()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("zero", [False, True], ids=["modes-kept", "mode-000"])
+@ALL_LEVELS
+@BOTH
+def test_a_deep_tree_in_the_run_directory_is_gone_after_aclose(
+    hostile: Hostile, outside_dir: str, level: str, warm: bool, zero: bool
+) -> None:
+    gw = hostile.gateway(SLOW, sandbox=level, pool_size=1 if warm else 0, strict=True)
+    r = hostile.record(asyncio.run(_run_then_close(gw, deep_program(outside_dir, zero), warm)))
+    assert r.status == "ok", r.message
+    assert r.isolation == level and r.usage.get("warm") is warm
+    _not_immutable(r.value)
+    if zero:
+        assert r.value["modes"] == "all 000"
+    assert os.listdir(hostile.base) == [], "the run directory outlived aclose()"
+    _outside_intact(outside_dir)
+
+
+@pytest.mark.timeout(180)
+@ALL_LEVELS
+@BOTH
+def test_a_dead_hosts_deep_leftover_never_stops_a_new_gateway(
+    hostile: Hostile, outside_dir: str, level: str, warm: bool
+) -> None:
+    """The leftover of a host that died (its zygote killed too, so nobody removed it):
+    the first ``run()`` of a later gateway sweeps it and runs."""
+    left = os.path.join(hostile.base, f"{dead_owner()}20250101T000000-0a1b2c3d-x1y2z3")
+    os.mkdir(left)
+    deep_tree(left, DEPTH, outside=outside_dir, zero=True)
+    gw = hostile.gateway(sandbox=level, pool_size=1 if warm else 0, strict=True)
+    r = hostile.record(asyncio.run(_run_then_close(gw, "1 + 1", warm)))
+    assert r.status == "ok", r.message
+    assert r.value == 2 and r.isolation == level
+    assert not os.path.lexists(left), "the dead host's leftover is still there"
+    _outside_intact(outside_dir)
+
+
+# -- from an unprivileged host: the program's files are the host user's own ------------------
+
+
+@pytest.fixture(scope="module")
+def as_user() -> Iterator[AsUser]:
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    user, base = make_as_user()
+    yield user
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.timeout(180)
+@ALL_LEVELS
+@BOTH
+def test_an_unprivileged_hosts_deep_000_tree_is_removed(
+    as_user: AsUser, level: str, warm: bool
+) -> None:
+    """Mode 000 on every level stops a non-root host's removal unless it gives the modes
+    back (root needs no such help): the run directory is still gone after the run."""
+    outside = as_user.home  # a directory of the user's (mode 0700), a link's target
+    program = deep_program(outside, zero=True)
+    body = """
+    limits = Limits(wall_seconds=120, kill_grace_seconds=0.3, cpu_seconds=100)
+    print(json.dumps(run_one(ARGS["program"], ARGS["level"], ARGS["warm"], limits=limits)))
+    """
+    r = as_user.run_script(body, {"program": program, "level": level, "warm": warm}, 240)
+    assert r["status"] == "ok", r["message"]
+    assert r["isolation"] == level and r["warm"] is warm
+    _not_immutable(r["value"])
+    assert r["value"]["modes"] == "all 000"
+    assert os.listdir(as_user.tmp_dir) == [], "the run directory outlived the gateway"
+    assert os.path.isfile(os.path.join(as_user.home, "host.py"))
+
+
+@pytest.mark.timeout(180)
+@BOTH
+def test_an_unprivileged_hosts_sweep_removes_a_deep_000_leftover(
+    as_user: AsUser, warm: bool
+) -> None:
+    left = os.path.join(as_user.tmp_dir, f"{dead_owner()}20250101T000000-0a1b2c3d-x1y2z3")
+    os.mkdir(left)
+    deep_tree(left, DEPTH, outside=as_user.home, zero=True, uid=USER_UID)
+    try:
+        body = """
+        print(json.dumps(run_one("1 + 1", None, ARGS["warm"])))
+        """
+        r = as_user.run_script(body, {"warm": warm})
+        assert r["status"] == "ok", r["message"]
+        assert r["value"] == 2
+        assert os.listdir(as_user.tmp_dir) == [], "the dead host's leftover is still there"
+    finally:
+        if os.path.lexists(left):
+            remove_tree(left)
