@@ -199,3 +199,56 @@ def test_an_unprivileged_hosts_sweep_removes_a_deep_000_leftover(
     finally:
         if os.path.lexists(left):
             remove_tree(left)
+
+
+# -- mounts: a program's are in its own mount namespace, never the host's --------------------
+
+#: The program mounts a tmpfs on a directory of its run directory (as it may, root in its
+#: own user and mount namespaces; at ``process`` level after making such namespaces
+#: itself), fills it, and asks the host (a binding) what the host sees mounted there.
+_MOUNT = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+os.mkdir('m')
+out = {}
+if libc.mount(b'none', b'm', b'tmpfs', 0, None) != 0:
+    out['mount'] = ctypes.get_errno()
+    if libc.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
+        out['unshare'] = ctypes.get_errno()
+    elif libc.mount(b'none', b'm', b'tmpfs', 0, None) != 0:
+        out['own_ns_mount'] = ctypes.get_errno()
+    else:
+        out['own_ns_mount'] = 'mounted'
+else:
+    out['mount'] = 'mounted'
+with open('m/inside', 'w') as f:
+    f.write('x')
+out['host_sees'] = await tools.mounts_under(os.getcwd())
+return out
+"""
+
+
+@pytest.mark.timeout(120)
+@ALL_LEVELS
+@BOTH
+def test_a_programs_mounts_never_reach_the_hosts_view_of_its_run_directory(
+    hostile: Hostile, level: str, warm: bool
+) -> None:
+    base = hostile.base
+
+    def mounts_under(_: str) -> list[str]:
+        with open("/proc/self/mountinfo") as f:
+            return [line for line in f.read().splitlines() if base in line]
+
+    r = hostile.run(
+        _MOUNT,
+        warm=warm,
+        sandbox=level,
+        strict=True,
+        bindings={"mounts_under": mounts_under},
+    )
+    assert r.status == "ok", r.message
+    v = r.value
+    assert v["host_sees"] == [], v  # the teardown then removes a plain directory
+    if level != "process":
+        assert v["mount"] in ("mounted", errno.EPERM), v

@@ -271,3 +271,35 @@ def test_crafted_names_and_types_never_stop_the_sweep(tmp_path: Path) -> None:
             shutil.rmtree(path)
         else:
             path.unlink()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount")
+def test_a_mount_point_inside_is_left_and_never_entered(shm: Path) -> None:
+    """Programs cannot mount in the host's view (tests/hardening/test_deep_trees.py), but
+    a mount an administrator left inside is another file system: not entered, reported."""
+    top = shm / "top"
+    (top / "a" / "m").mkdir(parents=True)
+    (top / "a" / "f").write_text("x")
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "none", str(top / "a" / "m")], check=True
+    )
+    try:
+        (top / "a" / "m" / "keep").write_text("x")
+        left = remove_tree(str(top))
+        # Its rmdir says busy before it would be entered; entered, its device differs.
+        assert "'m' at depth 3: Device or resource busy" in left, left
+        assert (top / "a" / "m" / "keep").read_text() == "x"
+        assert os.listdir(top / "a") == ["m"]
+    finally:
+        subprocess.run(["umount", str(top / "a" / "m")], check=True)
+    assert remove_tree(str(top)) == ""
+
+
+def test_a_removal_out_of_time_says_so_and_leaves_the_rest(shm: Path) -> None:
+    top = shm / "top"
+    top.mkdir()
+    deep_tree(str(top), 50)
+    left = remove_tree(str(top), timeout=0)
+    assert left.startswith(repr(str(top))) and "ran out of time" in left, left
+    assert top.is_dir()
+    assert remove_tree(str(top)) == ""
