@@ -15,18 +15,23 @@ import asyncio
 import errno
 import os
 import shutil
+import signal
 import stat
+import sys
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from kernelgate import Gateway, Limits, RunResult
 from kernelgate.gateway.process import remove_tree
+from tests.procs import processes_with
 from tests.trees import dead_owner, deep_tree
 
 from .asuser import USER_UID, AsUser, make_as_user, unavailable
-from .conftest import ALL_LEVELS, Hostile
+from .conftest import ALL_LEVELS, NEEDS_ROOT_HOST_AT_PROCESS_CASE, Hostile
 
 BOTH = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 #: Deeper than any recursion limit (CPython's is 1000 frames).
@@ -252,3 +257,91 @@ def test_a_programs_mounts_never_reach_the_hosts_view_of_its_run_directory(
     assert v["host_sees"] == [], v  # the teardown then removes a plain directory
     if level != "process":
         assert v["mount"] in ("mounted", errno.EPERM), v
+
+
+# -- a program that outlives its run, racing its own teardown ------------------------------
+
+#: Started by the program in a session of its own, it survives the run where nothing kills
+#: what leaves the process group (``process`` level without a pids cgroup, documented): it
+#: swaps its run directory's ``x`` for a link to a host directory (renameat2
+#: RENAME_EXCHANGE) as fast as it can, refilling ``x/y``, while the host removes the tree.
+_RACER = """
+import ctypes, os, sys
+marker, outside = sys.argv[1:3]
+libc = ctypes.CDLL(None, use_errno=True)
+x, link = 'x', 'l'  # in its working directory, the run directory (its path may be closed)
+n = 0
+while True:
+    n += 1
+    try:
+        os.makedirs(os.path.join(x, 'y', 'z'), exist_ok=True)
+        open(os.path.join(x, 'y', f'f{n}'), 'w').close()
+        if not os.path.lexists(link):
+            os.symlink(outside, link)
+        if n == 1:
+            open('started', 'w').close()
+        libc.renameat2(-100, x.encode(), -100, link.encode(), 2)
+        libc.renameat2(-100, x.encode(), -100, link.encode(), 2)
+    except OSError:
+        pass
+"""
+
+_START_RACER = """
+import os, subprocess, sys, time
+subprocess.Popen([sys.executable, '-c', RACER, MARKER, OUTSIDE],
+                 start_new_session=True, stdin=subprocess.DEVNULL,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while not os.path.exists('started'):
+    time.sleep(0.01)
+return 'racing'
+"""
+
+
+@pytest.fixture
+def no_pids_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's gateways plan as on a machine without a writable pids cgroup."""
+    from kernelgate.gateway import sandbox as host_sandbox
+
+    for python in {sys.executable, os.path.realpath(sys.executable)}:
+        support = host_sandbox.probe_support(python)
+        monkeypatch.setitem(host_sandbox._cache, python, replace(support, pids_cgroup=None))
+
+
+@pytest.mark.timeout(120)
+@NEEDS_ROOT_HOST_AT_PROCESS_CASE
+@BOTH
+def test_a_program_racing_its_teardown_never_reaches_the_host(
+    hostile: Hostile, outside_dir: str, no_pids_cgroup: None, warm: bool
+) -> None:
+    os.chmod(outside_dir, 0o755)
+    os.makedirs(os.path.join(outside_dir, "y", "z"))
+    with open(os.path.join(outside_dir, "y", "keep"), "w") as f:
+        f.write("x")
+    before = sorted(os.walk(outside_dir))
+    program = (
+        _START_RACER.replace("RACER", repr(_RACER))
+        .replace("MARKER", repr(hostile.marker))
+        .replace("OUTSIDE", repr(outside_dir))
+    )
+    gw = hostile.gateway(sandbox="process", pool_size=1 if warm else 0, strict=True)
+    try:
+        r = hostile.record(asyncio.run(_run_then_close(gw, program, warm)))
+        assert r.status == "ok" and r.value == "racing", r.message
+        assert processes_with(hostile.marker), "the racer did not outlive its run"
+        time.sleep(0.5)  # not a wait for anything: the racer races whatever is left
+        assert stat.S_IMODE(os.stat(outside_dir).st_mode) == 0o755
+        assert sorted(os.walk(outside_dir)) == before
+    finally:
+        for pid in processes_with(hostile.marker):
+            os.kill(pid, signal.SIGKILL)
+        _wait_gone(hostile.marker)
+        for name in os.listdir(hostile.base):
+            remove_tree(os.path.join(hostile.base, name))
+    assert stat.S_IMODE(os.stat(outside_dir).st_mode) == 0o755
+    assert sorted(os.walk(outside_dir)) == before
+
+
+def _wait_gone(marker: str) -> None:
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.02)
