@@ -36,6 +36,9 @@ __all__ = [
 
 #: How long a killed child may take to be gone before the teardown stops waiting for it.
 _GONE_TIMEOUT = 2.0
+#: Seconds the sweep of dead hosts' run directories may take (the first run waits for it):
+#: a dead host's programs may have left trees that take minutes to remove.
+SWEEP_TIMEOUT = 20.0
 
 
 async def wait_readable(fd: int, timeout: float) -> bool:
@@ -204,13 +207,17 @@ def sweep_leftovers(base_dir: str | None, cgroup_root: str | None) -> list[str]:
     called off the event loop.
 
     Nothing found there makes it raise (the first ``run()`` of every later gateway calls
-    it): what cannot be removed is logged and left."""
+    it): what cannot be removed is logged and left. The first run waits for it, so the run
+    directories get :data:`SWEEP_TIMEOUT` seconds; what is left then is the next sweep's."""
     removed: list[str] = []
-    for sweep, place in ((sweep_run_dirs, base_dir), (PidsCgroup.sweep, cgroup_root)):
-        try:
-            removed += sweep(place)
-        except Exception as exc:  # a crafted entry never stops a gateway
-            log.warning("kernelgate: the sweep of %r stopped: %r", place, exc)
+    try:
+        removed += sweep_run_dirs(base_dir, SWEEP_TIMEOUT)
+    except Exception as exc:  # a crafted entry never stops a gateway
+        log.warning("kernelgate: the sweep of %r stopped: %r", base_dir, exc)
+    try:
+        removed += PidsCgroup.sweep(cgroup_root)
+    except Exception as exc:
+        log.warning("kernelgate: the sweep of %r stopped: %r", cgroup_root, exc)
     return removed
 
 

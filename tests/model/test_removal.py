@@ -303,3 +303,19 @@ def test_a_removal_out_of_time_says_so_and_leaves_the_rest(shm: Path) -> None:
     assert left.startswith(repr(str(top))) and "ran out of time" in left, left
     assert top.is_dir()
     assert remove_tree(str(top)) == ""
+
+
+def test_a_sweep_out_of_time_logs_and_leaves_the_rest_to_the_next(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    base = tmp_path / "tmp"
+    base.mkdir()
+    left = base / f"{dead_owner()}20250101T000000-0a1b2c3d-x"
+    left.mkdir()
+    deep_tree(str(left), 20)
+    with caplog.at_level("WARNING", logger="kernelgate.gateway"):
+        assert sweep_run_dirs(str(base), timeout=0) == []
+    assert left.is_dir()
+    assert "ran out of time" in caplog.text and str(left) in caplog.text, caplog.text
+    assert sweep_run_dirs(str(base)) == [left.name]
+    assert os.listdir(base) == []
