@@ -296,7 +296,11 @@ class _Removal:
             except OSError:
                 fd = -1
             if fd >= 0:
-                if _ident(fd) == d.ident:
+                try:
+                    same = _ident(fd) == d.ident
+                except OSError:
+                    same = False
+                if same:
                     d.fd = fd
                     self.low = i
                     return True
@@ -381,6 +385,8 @@ def remove_tree(path: str, timeout: float = REMOVE_TIMEOUT) -> str:
     removal = _Removal(time.monotonic() + timeout)
     try:
         removal.remove(top, name)
+    except OSError as exc:  # each step handles its own; this is the backstop
+        removal.problem(repr(name), exc.strerror or exc)
     finally:
         os.close(top)
     left = removal.report()
