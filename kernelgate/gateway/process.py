@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import resource
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from kernelgate.kernels.python import LOADER, package_root
+from kernelgate.model import removal
 from kernelgate.model.constants import RUN_GID, RUN_UID
 from kernelgate.model.site import SiteState
 
@@ -36,6 +38,9 @@ __all__ = [
     "descendants",
     "measure_usage",
 ]
+
+#: What teardown and the sweep could not remove goes here (they never raise for it).
+log = logging.getLogger("kernelgate.gateway")
 
 _SIGNALS_TO_DEFAULT = {
     signal.SIGPIPE,
@@ -275,7 +280,7 @@ def spawn_child(
 # outlives a dead host (its zygote, a later Gateway) removes exactly the entries whose owner
 # is gone, and never a live host's.
 
-_OWNER = re.compile(r"kernelgate-(\d+)-(\d+)-(\d+)-")
+_OWNER = re.compile(r"kernelgate-(\d+)-(\d+)-(\d+)-", re.ASCII)
 _owner_cache: tuple[int, str] | None = None
 
 
@@ -345,27 +350,38 @@ def owner_alive(name: str, seen: dict[tuple[int, int], bool] | None = None) -> b
     return alive
 
 
-def sweep_run_dirs(base: str | None) -> list[str]:
+def sweep_run_dirs(base: str | None, timeout: float = removal.REMOVE_TIMEOUT) -> list[str]:
     """Remove the run directories under ``base`` (default: the temporary directory) whose
-    owner is gone; return their names. One listdir, and a /proc read per marked entry."""
+    owner is gone; return their names. One listdir, and a /proc read per marked entry.
+
+    Whatever is found there was made by a program, or planted by anyone who may write
+    ``base`` (``/tmp``): nothing found makes it raise, each entry that cannot be removed
+    is logged and left, and the removals share one ``timeout`` (seconds). Only
+    directories are entered, never through a link (see :func:`remove_tree`).
+    """
     base = base or tempfile.gettempdir()
     try:
         names = os.listdir(base)
     except OSError:
         return []
+    deadline = time.monotonic() + timeout
     removed = []
     seen: dict[tuple[int, int], bool] = {}
     for name in names:
-        if not name.startswith("kernelgate-") or owner_alive(name, seen):
-            continue
-        path = os.path.join(base, name)
         try:
+            if not name.startswith("kernelgate-") or owner_alive(name, seen):
+                continue
+            path = os.path.join(base, name)
             if not stat.S_ISDIR(os.lstat(path).st_mode):
                 continue  # we only ever made directories: never follow anything else
-        except OSError:
+            left = removal.remove_tree(path, max(0.0, deadline - time.monotonic()))
+        except Exception as exc:  # a crafted entry never stops a gateway
+            log.warning("kernelgate: the sweep skipped %r in %r: %r", name, base, exc)
             continue
-        remove_tree(path)
-        removed.append(name)
+        if left:
+            log.warning("kernelgate: the sweep left %s", left)
+        else:
+            removed.append(name)
     return removed
 
 
@@ -388,26 +404,17 @@ def make_run_dir(base: str | None, run_id: str) -> str:
 
 
 def remove_tree(path: str) -> None:
-    """Remove a run directory, even one whose modes the program changed.
+    """Remove a run directory and whatever its program made in it, however deep or wide,
+    whatever its modes, never following a link out of it (:mod:`kernelgate.model.removal`).
 
     If ``path`` itself is no longer a directory (a program at ``process`` level may own
     its run directory and replace it), only that entry goes: its parent, the temporary
-    directory, is never touched.
+    directory, is never touched. Never raises for what it finds: what it could not remove
+    is logged (a dead host's is swept later, see :func:`sweep_run_dirs`).
     """
-
-    def onerror(func: object, p: str, exc_info: object) -> None:
-        try:
-            if p != path:
-                os.chmod(os.path.dirname(p), stat.S_IRWXU)  # a directory inside the tree
-            if os.path.isdir(p) and not os.path.islink(p):
-                os.chmod(p, stat.S_IRWXU)
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                os.unlink(p)
-        except OSError:
-            pass  # gone already, or not ours to remove
-
-    shutil.rmtree(path, onerror=onerror)
+    left = removal.remove_tree(path)
+    if left:
+        log.warning("kernelgate: %s", left)
 
 
 # -- what a run's processes used, as the host reads it ---------------------------------

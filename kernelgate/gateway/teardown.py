@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from .cgroups import CgroupRoots, RunCgroup
 from .channel import ChildChannel
-from .process import ChildProcess, backoff, remove_tree, sweep_run_dirs
+from .process import ChildProcess, backoff, log, remove_tree, sweep_run_dirs
 
 __all__ = [
     "Calls",
@@ -36,6 +36,9 @@ __all__ = [
 
 #: How long a killed child may take to be gone before the teardown stops waiting for it.
 _GONE_TIMEOUT = 2.0
+#: Seconds the sweep of dead hosts' run directories may take (the first run waits for it):
+#: a dead host's programs may have left trees that take minutes to remove.
+SWEEP_TIMEOUT = 20.0
 
 
 async def wait_readable(fd: int, timeout: float) -> bool:
@@ -199,9 +202,23 @@ def sweep_leftovers(base_dir: str | None, cgroup_roots: CgroupRoots | None) -> l
     and the run cgroups under ``cgroup_roots`` of hosts that are gone (never a live
     host's: names carry their owner, see :func:`~.process.owner_prefix`); return the
     names removed. Two listdirs and a /proc read per marked entry: well under a
-    millisecond on a clean machine; a dead host's cgroup may take a moment to empty, so
-    it is called off the event loop."""
-    return sweep_run_dirs(base_dir) + RunCgroup.sweep(cgroup_roots)
+    millisecond on a clean machine; a dead host's cgroup may take a moment to empty, and
+    its run directories as long as what its programs made in them took to make, so it is
+    called off the event loop.
+
+    Nothing found there makes it raise (the first ``run()`` of every later gateway calls
+    it): what cannot be removed is logged and left. The first run waits for it, so the run
+    directories get :data:`SWEEP_TIMEOUT` seconds; what is left then is the next sweep's."""
+    removed: list[str] = []
+    try:
+        removed += sweep_run_dirs(base_dir, SWEEP_TIMEOUT)
+    except Exception as exc:  # a crafted entry never stops a gateway
+        log.warning("kernelgate: the sweep of %r stopped: %r", base_dir, exc)
+    try:
+        removed += RunCgroup.sweep(cgroup_roots)
+    except Exception as exc:
+        log.warning("kernelgate: the sweep of %r stopped: %r", cgroup_roots, exc)
+    return removed
 
 
 class Calls(Protocol):

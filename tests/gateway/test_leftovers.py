@@ -135,6 +135,39 @@ def test_a_killed_host_leaves_no_run_directory_or_cgroup(tmp: Path, sig: int) ->
     assert _wait_until(lambda: [p for p in below if pid_alive(p)]) == []
 
 
+#: The busy run of :data:`HOST` made a tree deeper than any recursion limit first, every
+#: level mode 000 (issue 18, finding 1).
+DEEP_HOST = HOST.replace(
+    "gw.run(\"print('started', flush=True)",
+    "gw.run(\"import os\\nfor _ in range(1500):\\n    os.mkdir('d')\\n    os.chdir('d')\\n"
+    "for _ in range(1500):\\n    os.chdir('..')\\n    os.chmod('d', 0)\\n"
+    "print('started', flush=True)",
+)
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_hosts_zygote_removes_a_deep_tree_its_run_left(tmp: Path) -> None:
+    assert DEEP_HOST != HOST
+    host = subprocess.Popen(
+        [sys.executable, "-c", DEEP_HOST, str(tmp)],
+        stdout=subprocess.PIPE,
+        env=_env(tmp),
+        text=True,
+    )
+    try:
+        assert host.stdout is not None
+        line = host.stdout.readline()
+        assert line, "the host did not start"
+        pid = int(json.loads(line)["pid"])
+        os.kill(pid, signal.SIGKILL)
+        assert host.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(timeout=10)
+    assert _wait_until(lambda: _ours(str(tmp), pid), timeout=60) == []
+
+
 def test_a_zygote_whose_live_host_closed_the_pool_just_exits(tmp: Path, no_fd_leak: None) -> None:
     """fd 3 closing is not enough: the host is alive (it closed the pool and cleans up
     itself), so the zygote exits at once and removes nothing of its host's."""

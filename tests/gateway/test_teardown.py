@@ -2,9 +2,9 @@
 
 A guard records any wait made on a running event loop's thread (``time.sleep``, a
 ``select`` with a timeout, a ``waitpid`` without ``WNOHANG``), and any removal of a tree a
-program left (``shutil.rmtree`` of a directory that is not empty: a program may leave any
-number of files): the loop serves every run of the host, so none of them may happen there,
-however a run or its pool ends.
+program left (``remove_tree`` or ``shutil.rmtree`` of a directory that is not empty: a
+program may leave any number of files, any number of levels deep): the loop serves every
+run of the host, so none of them may happen there, however a run or its pool ends.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from kernelgate import Gateway, Limits
+from kernelgate.model import removal
 from tests.procs import processes_with
 
 from .conftest import BINDINGS, FAST, filled, sleeper
@@ -40,7 +41,7 @@ def waits_on_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The blocking waits made on an event loop's thread while the test runs."""
     seen: list[str] = []
     real_sleep, real_select, real_waitpid = time.sleep, select.select, os.waitpid
-    real_rmtree = shutil.rmtree
+    real_rmtree, real_remove_tree = shutil.rmtree, removal.remove_tree
 
     def sleep(seconds: float) -> None:
         if _on_loop():
@@ -62,7 +63,13 @@ def waits_on_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
             seen.append(f"shutil.rmtree({path!r}) of a tree")
         real_rmtree(path, *args, **kwargs)
 
+    def remove_tree(path: str, *args: Any, **kwargs: Any) -> str:
+        if _on_loop() and os.path.isdir(path) and os.listdir(path):
+            seen.append(f"remove_tree({path!r}) of a tree")
+        return real_remove_tree(path, *args, **kwargs)
+
     monkeypatch.setattr(shutil, "rmtree", rmtree)
+    monkeypatch.setattr(removal, "remove_tree", remove_tree)
     monkeypatch.setattr(time, "sleep", sleep)
     monkeypatch.setattr(select, "select", select_)
     monkeypatch.setattr(os, "waitpid", waitpid)

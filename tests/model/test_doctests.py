@@ -11,6 +11,7 @@ MODULES = [
     "kernelgate.model.codec",
     "kernelgate.model.keyorder",
     "kernelgate.model.limits",
+    "kernelgate.model.removal",
     "kernelgate.model.result",
     "kernelgate.model.signatures",
     "kernelgate.model.site",

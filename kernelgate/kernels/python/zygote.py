@@ -45,11 +45,11 @@ import os
 import select
 import signal
 import socket
-import stat
 import sys
 import time
 from typing import Any, NoReturn
 
+from kernelgate.model.removal import remove_tree
 from kernelgate.wire.connection import CHILD, HOST, Connection
 from kernelgate.wire.events import (
     CallReply,
@@ -438,7 +438,7 @@ def _clean_up() -> None:
         delay = min(delay * 2, 0.05)
     for path in run_dirs:
         if os.path.basename(path).startswith("kernelgate-"):
-            _remove_tree(path)
+            remove_tree(path)  # never raises; what it cannot remove, the next sweep sees
 
 
 def _kill_cgroup(path: str) -> bool:
@@ -480,26 +480,6 @@ def _has_children() -> bool:
     except ChildProcessError:
         return False
     return True
-
-
-def _remove_tree(path: str) -> None:
-    """Remove a run directory of the host's, even one whose modes the program changed;
-    a path that is no longer a directory is only unlinked (never followed)."""
-    import shutil
-
-    def onerror(func: object, p: str, exc_info: object) -> None:
-        try:
-            if p != path:
-                os.chmod(os.path.dirname(p), stat.S_IRWXU)
-            if os.path.isdir(p) and not os.path.islink(p):
-                os.chmod(p, stat.S_IRWXU)
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                os.unlink(p)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=onerror)
 
 
 # -- the warm-up: what every child would otherwise make itself -------------------------------
