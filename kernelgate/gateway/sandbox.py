@@ -17,6 +17,7 @@ from kernelgate.model.limits import Limits
 from kernelgate.model.site import SiteState
 
 from .process import backoff, owner_alive, owner_prefix
+from .runids import RunIds
 
 __all__ = [
     "LEVELS",
@@ -130,13 +131,17 @@ class SandboxPlan:
         """
         return max_processes + (0 if self.level == "process" else 2)
 
-    def child_options(self) -> dict[str, Any]:
-        return {
+    def child_options(self, ids: RunIds | None = None) -> dict[str, Any]:
+        """What the child is told (``ids``: the run's own uid and gid, on a root host)."""
+        options: dict[str, Any] = {
             "level": self.level,
             "rlimits": self.rlimits,
             "read_paths": list(self.read_paths),
             "write_paths": list(self.write_paths),
         }
+        if ids is not None:
+            options["ids"] = [ids.uid, ids.gid]
+        return options
 
 
 def plan_sandbox(

@@ -4,7 +4,7 @@ Stdlib only.
 - **rlimits** (:func:`apply_rlimits`): never above what is already in force;
 - **not dumpable** (:func:`not_dumpable`) and **killed with its parent**
   (:func:`die_with_parent`);
-- ``process`` level on a root host: **the run's uid** (:func:`_become_run_user`), keeping
+- ``process`` level on a root host: **the run's own uid** (:func:`_become_run_user`), keeping
   only CAP_DAC_READ_SEARCH;
 - ``namespaces+landlock``: a **landlock ruleset** (:func:`_landlock`), which sets
   ``no_new_privs`` itself;
@@ -46,6 +46,8 @@ from .syscalls import (
 )
 
 __all__ = [
+    "Ids",
+    "run_ids",
     "apply_rlimits",
     "not_dumpable",
     "die_with_parent",
@@ -54,6 +56,26 @@ __all__ = [
 ]
 
 CAP_DAC_READ_SEARCH = 2
+
+#: A run's uid and gid outside its user namespace (on a root host).
+Ids = tuple[int, int]
+_NO_ID = 2**32 - 1  # (uid_t)-1 means "unchanged" to setresuid: never an id
+
+
+def run_ids(value: object) -> Ids:
+    """The run's ``[uid, gid]`` as the host sent them (None: the shared
+    :data:`RUN_UID`/:data:`RUN_GID`). Never 0: a run is never root outside."""
+    if value is None:
+        return RUN_UID, RUN_GID
+    if (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and all(type(n) is int and 0 < n < _NO_ID for n in value)
+    ):
+        return int(value[0]), int(value[1])
+    raise ValueError(
+        f"the run's ids must be [uid, gid], each from 1 to {_NO_ID - 1}; got {value!r}"
+    )
 
 
 # -- rlimits and the process's own flags ------------------------------------------------------
@@ -76,7 +98,8 @@ def not_dumpable() -> None:
     """Make this process (and what it forks) non-dumpable: its /proc/<pid>/fd, mem and
     environ need CAP_SYS_PTRACE then, so a program of the same uid at ``process`` level
     cannot reach an idle pool child or another run's child through them (issue 9,
-    finding 8). Execve resets it: what a program execs is its own business."""
+    finding 8). Execve resets it: what a program execs is kept from other runs by the
+    run's own uid (a root host) or pid namespace, not by this."""
     prctl(PR_SET_DUMPABLE, 0)
 
 
@@ -101,10 +124,14 @@ def _drop_capabilities() -> None:
     capset(0)
 
 
-def _become_run_user() -> None:
-    """``process`` level on a root host: drop to :data:`RUN_UID`/:data:`RUN_GID` (no
+def _become_run_user(ids: Ids) -> None:
+    """``process`` level on a root host: drop to the run's own uid and gid ``ids`` (no
     supplementary groups), keeping only CAP_DAC_READ_SEARCH (effective and permitted; the
     bounding set otherwise empty).
+
+    A uid of its own, not one shared by all runs: ``execve`` makes a process dumpable
+    again, so what a program execs is kept from other runs (their /proc/<pid>/environ
+    and mem, their signals) by its uid alone (issue 18, finding 5).
 
     The trade-off, on purpose: the interpreter often lives where only root may look (a
     pyenv under /root, mode 0700), and this level has no mount namespace to show it
@@ -118,8 +145,9 @@ def _become_run_user() -> None:
             break  # past the last capability this kernel knows
     check(prctl(PR_SET_KEEPCAPS, 1), "keepcaps")
     os.setgroups([])
-    os.setresgid(RUN_GID, RUN_GID, RUN_GID)
-    os.setresuid(RUN_UID, RUN_UID, RUN_UID)
+    uid, gid = ids
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
     check(prctl(PR_SET_KEEPCAPS, 0), "keepcaps")
     capset(1 << CAP_DAC_READ_SEARCH)
 
@@ -229,10 +257,14 @@ def _find_interpreter_paths() -> list[str]:
 
 
 def lock_down(
-    level: str, run_dir: str, read_paths: list[str], write_paths: list[str] | None = None
+    level: str,
+    run_dir: str,
+    read_paths: list[str],
+    write_paths: list[str] | None = None,
+    ids: Ids | None = None,
 ) -> None:
-    """What depends on the level only: the run's uid (``process`` on a root host), landlock,
-    seccomp, dropping capabilities.
+    """What depends on the level only: the run's uid ``ids`` (``process`` on a root host;
+    None: the shared :data:`RUN_UID`), landlock, seccomp, dropping capabilities.
 
     A warm child does this before its program arrives, a cold one after. The seccomp filter
     comes after everything that needs a syscall it denies (landlock's own, capset,
@@ -240,7 +272,7 @@ def lock_down(
     """
     not_dumpable()
     if level == "process" and os.geteuid() == 0:
-        _become_run_user()
+        _become_run_user(ids or (RUN_UID, RUN_GID))
     if level == "namespaces+landlock":
         _landlock(
             [*interpreter_paths(), *read_paths],

@@ -1,0 +1,230 @@
+"""A uid of its own for every run on a root host (issue 18, finding 5, and its class).
+
+``execve`` makes a process dumpable again, so what a run execs (a subprocess) is only kept
+from other runs by its uid: with one uid shared by every run, a concurrent run read its
+environment and memory through /proc, signalled it, and wrote into its run directory.
+Each test runs two concurrent runs through two real gateways (two hosts), warm and cold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import secrets
+from typing import Any
+
+import pytest
+
+from kernelgate import Limits
+from kernelgate.gateway import runids
+from kernelgate.gateway.sandbox import LEVELS
+from tests.procs import processes_with
+
+from .conftest import ROOT_HOST, at_levels
+
+BOTH = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+NEEDS_ROOT = pytest.mark.skipif(not ROOT_HOST, reason="a uid per run needs a root host")
+
+#: Run A: exec a subprocess with a secret in its environment, say where it is, wait.
+_VICTIM = """
+import os, subprocess
+p = subprocess.Popen(['/bin/sleep', '{token}'], env={{'SECRET': '{secret}'}})
+await tools.a_started(p.pid, os.getcwd(), os.getuid())
+await tools.wait_b()
+p.kill()
+p.wait()
+return sorted(os.listdir('.'))
+"""
+
+#: Run B: everything a same-uid process could do to run A's exec'd process and files.
+_ATTACK = """
+import os, signal
+pid, a_dir = await tools.wait_a()
+out = {'uid': os.getuid(), 'pid': pid}
+def attempt(name, act):
+    try:
+        out[name] = act()
+    except OSError as exc:
+        out[name] = exc.errno
+def found(text):
+    i = text.find('kg-secret-')  # only what was found: the whole stack is too big a value
+    return text[i:i + 26] if i >= 0 else f'read {len(text)} chars, no secret'
+def read(path):
+    with open(path, 'rb') as f:
+        return found(f.read().decode('latin-1'))
+def stack():
+    for line in open(f'/proc/{pid}/maps'):
+        if line.rstrip().endswith('[stack]'):
+            lo, hi = (int(x, 16) for x in line.split()[0].split('-'))
+            fd = os.open(f'/proc/{pid}/mem', os.O_RDONLY)
+            try:
+                return found(os.pread(fd, hi - lo, lo).decode('latin-1'))
+            finally:
+                os.close(fd)
+    return ''
+attempt('environ', lambda: read(f'/proc/{pid}/environ'))
+attempt('mem', stack)
+attempt('mem_open', lambda: os.close(os.open(f'/proc/{pid}/mem', os.O_RDONLY)))
+attempt('signal0', lambda: os.kill(pid, 0))
+attempt('sigstop', lambda: os.kill(pid, signal.SIGSTOP))
+attempt('sigkill', lambda: os.kill(pid, signal.SIGKILL))
+attempt('plant', lambda: open(os.path.join(a_dir, 'planted.txt'), 'w').write('x'))
+await tools.b_done(os.getcwd())
+return out
+"""
+
+
+def _host_pid(token: str) -> int:
+    """The host's pid of run A's ``sleep`` (the run may see another in its pid namespace)."""
+    found = [p for p in processes_with(token) if _comm(p) == "sleep"]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _uid_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no Uid line for {pid}")
+
+
+def _two_runs(hostile: Any, level: str, warm: bool) -> dict[str, Any]:
+    """Run the victim and the attack concurrently on two gateways; what each saw."""
+    token = f"29.{secrets.randbelow(10**9):09d}"  # a sleep length that marks A's process
+    secret = f"kg-secret-{secrets.token_hex(8)}"
+    seen: dict[str, Any] = {"token": token, "secret": secret}
+
+    async def main() -> tuple[Any, Any]:
+        a_ready: asyncio.Future[tuple[int, str]] = asyncio.get_running_loop().create_future()
+        b_finished = asyncio.Event()
+
+        async def a_started(pid: int, cwd: str, uid: int) -> None:
+            host_pid = _host_pid(token)
+            seen.update(a_pid=pid, a_host_pid=host_pid, a_dir=cwd, a_uid=uid)
+            seen["a_dir_uid"] = os.stat(cwd).st_uid
+            seen["a_sleep_uid"] = _uid_of(host_pid)  # as the host sees it, outside
+            # At a namespace level, B gets the host's number: its own would mean nothing.
+            a_ready.set_result((host_pid if level != "process" else pid, cwd))
+
+        async def wait_a() -> tuple[int, str]:
+            return await a_ready
+
+        async def b_done(cwd: str) -> None:
+            seen["a_alive_after_b"] = bool(processes_with(token))
+            seen["b_dir_uid"] = os.stat(cwd).st_uid  # B's uid outside (a_dir: A's)
+            b_finished.set()
+
+        async def wait_b() -> None:
+            await b_finished.wait()
+
+        limits = Limits(wall_seconds=20, kill_grace_seconds=0.3)
+        common = {"sandbox": level, "strict": True, "pool_size": 1 if warm else 0}
+        gw_a = hostile.gateway(
+            limits, bindings={"a_started": a_started, "wait_b": wait_b}, **common
+        )
+        gw_b = hostile.gateway(limits, bindings={"wait_a": wait_a, "b_done": b_done}, **common)
+        if warm:
+            for gw in (gw_a, gw_b):
+                first = hostile.record(await gw.run("'warm-up'"))
+                assert first.ok, first.message
+                filler = getattr(getattr(gw, "_pool", None), "_filler", None)
+                if filler is not None:
+                    await asyncio.shield(filler)
+        a, b = await asyncio.gather(
+            gw_a.run(_VICTIM.format(token=token, secret=secret)), gw_b.run(_ATTACK)
+        )
+        for r in (a, b):
+            hostile.record(r)
+            assert r.usage.get("warm") is warm, r.usage
+        return a, b
+
+    a, b = asyncio.run(main())
+    assert a.status == "ok" and b.status == "ok", (a.message, b.message)
+    seen["a"], seen["b"] = a.value, b.value
+    return seen
+
+
+def _assert_refused(seen: dict[str, Any]) -> None:
+    b = seen["b"]
+    secret = seen["secret"]
+    for what in ("environ", "mem"):
+        assert secret not in str(b[what]), f"run B read run A's {what}: {b}"
+    assert b["environ"] in (errno.EACCES, errno.EPERM, errno.ENOENT), b
+    assert b["mem"] in (errno.EACCES, errno.EPERM, errno.ENOENT), b
+    assert b["mem_open"] in (errno.EACCES, errno.EPERM, errno.ENOENT), b
+    for sig in ("signal0", "sigstop", "sigkill"):
+        assert b[sig] in (errno.EPERM, errno.ESRCH), (sig, b)
+    assert b["plant"] in (errno.EACCES, errno.ENOENT, errno.EROFS), b
+    assert seen["a_alive_after_b"], "run B killed run A's process"
+    assert seen["a"] == [], "run B planted a file in run A's run directory"
+
+
+@NEEDS_ROOT
+@at_levels("process")
+@BOTH
+def test_a_concurrent_run_cannot_reach_what_another_run_execs(hostile, level, warm):
+    seen = _two_runs(hostile, level, warm)
+    b = seen["b"]
+    # The attack reached the kernel with A's real pid and directory, as a different uid.
+    assert b["pid"] == seen["a_host_pid"]
+    _assert_refused(seen)
+    assert seen["a_uid"] != b["uid"], "two concurrent runs had one uid"
+    assert runids.in_range(seen["a_uid"]) and runids.in_range(b["uid"])
+    assert seen["a_sleep_uid"] == seen["a_uid"] == seen["a_dir_uid"]
+    assert seen["b_dir_uid"] == b["uid"]
+
+
+@NEEDS_ROOT
+@at_levels("namespaces", "namespaces+landlock")
+@BOTH
+def test_concurrent_runs_have_different_uids_outside_at_namespace_levels(hostile, level, warm):
+    seen = _two_runs(hostile, level, warm)
+    b = seen["b"]
+    assert seen["a_uid"] == 0 and b["uid"] == 0  # root inside, each in its own namespace
+    _assert_refused(seen)
+    outside = seen["a_sleep_uid"]  # what A's exec'd process is on the host
+    assert runids.in_range(outside), outside
+    assert outside == seen["a_dir_uid"]  # inside-root is the run's own uid outside
+    assert runids.in_range(seen["b_dir_uid"]) and seen["b_dir_uid"] != outside
+
+
+@NEEDS_ROOT
+@pytest.mark.parametrize("level", LEVELS)
+def test_run_directories_belong_to_the_runs_own_uid(hostile, level):
+    gw = hostile.gateway(sandbox=level, pool_size=0, bindings={"stat": _stat})
+    src = "import os\nreturn [os.getuid(), await tools.stat(os.getcwd())]"
+    ids = []
+    for _ in range(2):
+        r = hostile.record(gw.run_sync(src))
+        assert r.status == "ok", r.message
+        inside, (owner, group, mode) = r.value
+        assert runids.in_range(owner) and group == owner and mode & 0o777 == 0o700
+        assert inside == (owner if level == "process" else 0)
+        ids.append(owner)
+
+
+def _stat(path: str) -> list[int]:
+    st = os.stat(path)
+    return [st.st_uid, st.st_gid, st.st_mode]
+
+
+def test_ids_are_unique_while_held_and_come_back_when_released():
+    if not ROOT_HOST:
+        pytest.skip("a uid per run needs a root host")
+    held = [runids.allocate_ids() for _ in range(200)]
+    uids = [ids.uid for ids in held if ids is not None]
+    assert len(set(uids)) == 200 and all(runids.in_range(u) for u in uids)
+    for ids in held:
+        assert ids is not None
+        ids.release()
+        ids.release()  # idempotent
