@@ -38,6 +38,8 @@ REQUEST = ForkRequest(3, "process", "/tmp/kernelgate-1-run", "/sys/fs/cgroup/x",
         ForkRequest(0, "namespaces", "/r", None, (), ""),
         # paths the host made from bytes that are not UTF-8 (os.fsdecode's escapes)
         ForkRequest(1, "process", "/tmp/caf\udce9", None, ("/d\udcff",), "o-"),
+        # a root host's run: its own uid and gid
+        ForkRequest(2, "namespaces", "/r", None, (), "o-", (2068250624, 2068250625)),
     ],
 )
 def test_requests_round_trip(event):
@@ -70,7 +72,10 @@ def test_the_json_shapes():
         "cgroup": "/sys/fs/cgroup/x",
         "read_paths": ["/data"],
         "owner": "o-",
+        "ids": None,
     }
+    with_ids = ForkRequest(3, "process", "/r", None, (), "o-", (2068250624, 2068250624))
+    assert json.loads(encode(with_ids))["ids"] == [2068250624, 2068250624]
     assert json.loads(encode(Forked(3, 7))) == {"id": 3, "pid": 7}
     assert json.loads(encode(Exited(7, 0, 1.0, 2.0, 3))) == {
         "exit": 7,
@@ -91,6 +96,10 @@ def test_the_json_shapes():
         (lambda: ForkRequest(0, "process", "/r", None, ["/d"], ""), "read_paths must be a tuple"),
         (lambda: ForkRequest(0, "process", "/r", None, (3,), ""), r"read_paths\[0\] must be"),
         (lambda: ForkRequest(0, "process", "/r", None, (), None), "owner must be a string"),
+        (lambda: ForkRequest(0, "process", "/r", None, (), "", [1, 1]), "ids must be a"),
+        (lambda: ForkRequest(0, "process", "/r", None, (), "", (0, 1)), r"ids\[0\] must be an id"),
+        (lambda: ForkRequest(0, "process", "/r", None, (), "", (1, 2**32 - 1)), r"ids\[1\]"),
+        (lambda: ForkRequest(0, "process", "/r", None, (), "", (1, True)), r"ids\[1\]"),
         (lambda: Forked(0, 0), "pid must be a process id"),
         (lambda: Forked(0, True), "pid must be a process id"),
         (lambda: ForkFailed(-2, "x"), "id must be an integer from 0"),
@@ -129,6 +138,18 @@ def test_fork_failures_are_bounded():
             b'{"op": "fork", "id": 4, "level": "process", "run_dir": 7, "cgroup": null,'
             b' "read_paths": [], "owner": ""}',
             "zygote fork request run_dir must be a non-empty path without NUL, got 7",
+            4,
+        ),
+        (
+            b'{"op": "fork", "id": 4, "level": "process", "run_dir": "/r", "cgroup": null,'
+            b' "read_paths": [], "owner": "", "ids": 5}',
+            r"zygote fork request ids must be \[uid, gid\], got 5",
+            4,
+        ),
+        (
+            b'{"op": "fork", "id": 4, "level": "process", "run_dir": "/r", "cgroup": null,'
+            b' "read_paths": [], "owner": "", "ids": [0, 0]}',
+            r"ids\[0\] must be an id from 1",
             4,
         ),
         (b'{"op": "fork", "id": NaN}', "NaN is not JSON", None),
