@@ -9,6 +9,7 @@ Each test runs two concurrent runs through two real gateways (two hosts), warm a
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import errno
 import os
 import secrets
@@ -23,18 +24,42 @@ from tests.procs import processes_with
 
 from .conftest import ROOT_HOST, at_levels
 
+_libc = ctypes.CDLL(None, use_errno=True)
 BOTH = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 NEEDS_ROOT = pytest.mark.skipif(not ROOT_HOST, reason="a uid per run needs a root host")
 
-#: Run A: exec a subprocess with a secret in its environment, say where it is, wait.
+#: Run A: exec a subprocess with a secret in its environment, leave files in the shared
+#: temporary directories, use up the uid's inotify instances; say where it is, wait.
 _VICTIM = """
-import os, subprocess
+import ctypes, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+shared = [f'/tmp/kg-{token}', f'/dev/shm/kg-{token}']
+for path in shared:
+    with open(path, 'w') as f:
+        f.write('a')
+notes = []
+while len(notes) < 512:  # max_user_instances is per uid (128 by default)
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    notes.append(fd)
 p = subprocess.Popen(['/bin/sleep', '{token}'], env={{'SECRET': '{secret}'}})
+# Popen returns once exec is past its point of no return, a moment before the new
+# program's arguments are in place: until then the host cannot find it by them.
+for _ in range(20000):
+    with open(f'/proc/{{p.pid}}/cmdline', 'rb') as f:
+        if b'{token}' in f.read():
+            break
+    os.sched_yield()
 await tools.a_started(p.pid, os.getcwd(), os.getuid())
 await tools.wait_b()
 p.kill()
 p.wait()
-return sorted(os.listdir('.'))
+kept = []
+for path in shared:
+    kept.append(open(path).read())
+    os.unlink(path)
+return {{'dir': sorted(os.listdir('.')), 'shared': kept, 'inotify': len(notes)}}
 """
 
 #: Run B: everything a same-uid process could do to run A's exec'd process and files.
@@ -70,6 +95,14 @@ attempt('signal0', lambda: os.kill(pid, 0))
 attempt('sigstop', lambda: os.kill(pid, signal.SIGSTOP))
 attempt('sigkill', lambda: os.kill(pid, signal.SIGKILL))
 attempt('plant', lambda: open(os.path.join(a_dir, 'planted.txt'), 'w').write('x'))
+for d in ('tmp', 'dev/shm'):
+    path = f'/{d}/kg-{token}'
+    attempt(f'{d}_write', lambda: open(path, 'r+').write('b'))  # never creates it
+    attempt(f'{d}_unlink', lambda: os.unlink(path))
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+out['inotify'] = 'made' if fd >= 0 else ctypes.get_errno()
 await tools.b_done(os.getcwd())
 return out
 """
@@ -141,7 +174,8 @@ def _two_runs(hostile: Any, level: str, warm: bool) -> dict[str, Any]:
                 if filler is not None:
                     await asyncio.shield(filler)
         a, b = await asyncio.gather(
-            gw_a.run(_VICTIM.format(token=token, secret=secret)), gw_b.run(_ATTACK)
+            gw_a.run(_VICTIM.format(token=token, secret=secret)),
+            gw_b.run(_ATTACK.replace("{token}", token)),
         )
         for r in (a, b):
             hostile.record(r)
@@ -166,7 +200,13 @@ def _assert_refused(seen: dict[str, Any]) -> None:
         assert b[sig] in (errno.EPERM, errno.ESRCH), (sig, b)
     assert b["plant"] in (errno.EACCES, errno.ENOENT, errno.EROFS), b
     assert seen["a_alive_after_b"], "run B killed run A's process"
-    assert seen["a"] == [], "run B planted a file in run A's run directory"
+    assert seen["a"]["dir"] == [], "run B planted a file in run A's run directory"
+    for d in ("tmp", "dev/shm"):  # the host's at process level, private at the others
+        assert b[f"{d}_write"] in (errno.EACCES, errno.ENOENT), b
+        assert b[f"{d}_unlink"] in (errno.EPERM, errno.EACCES, errno.ENOENT), b
+    assert seen["a"]["shared"] == ["a", "a"], "run B changed run A's files in /tmp, /dev/shm"
+    # A used up its uid's inotify instances (a per-uid quota): B's are its own.
+    assert seen["a"]["inotify"] > 0 and b["inotify"] == "made", (seen["a"], b)
 
 
 @NEEDS_ROOT
@@ -228,3 +268,39 @@ def test_ids_are_unique_while_held_and_come_back_when_released():
         assert ids is not None
         ids.release()
         ids.release()  # idempotent
+
+
+_INOTIFY = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+made = []
+while len(made) < 512:  # max_user_instances is per user (128 by default)
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    made.append(fd)
+return [len(made), await tools.host_inotify()]
+"""
+
+
+def _host_inotify() -> str:
+    fd = _libc.inotify_init1(0)
+    if fd < 0:
+        return f"errno {ctypes.get_errno()}"
+    os.close(fd)
+    return "made"
+
+
+@NEEDS_ROOT
+@at_levels(*LEVELS)
+@BOTH
+def test_a_run_cannot_use_up_the_hosts_per_user_counts(hostile, level, warm):
+    # A user namespace's per-user counts are charged to its owner outside: owned by root,
+    # a run used up root's inotify instances on the whole host.
+    r = hostile.run(
+        _INOTIFY, warm=warm, sandbox=level, strict=True, bindings={"host_inotify": _host_inotify}
+    )
+    assert r.status == "ok", r.message
+    made, host = r.value
+    assert made >= 100  # the run reached its own limit
+    assert host == "made", "the run used up the host's inotify instances"

@@ -170,7 +170,7 @@ def _unprivileged_init(
     os.setgroups([])
     status_r, status_w = os.pipe()
     go_r, go_w = os.pipe()
-    init = fork_into_namespaces()
+    init = _fork_owned_by(ids)
     if init == 0:
         os.close(proc)
         os.close(status_r)
@@ -196,6 +196,28 @@ def _unprivileged_init(
         os.close(proc)
     _mirror(init, status_r)  # never returns
     raise AssertionError("unreachable")
+
+
+def _fork_owned_by(ids: tuple[int, int]) -> int:
+    """:func:`fork_into_namespaces` with the new user namespace owned by the run's uid and
+    gid ``ids``, not root: the kernel charges a namespace's per-user counts (inotify
+    instances and watches, user namespaces, ...) to its owner outside, so a run's would
+    otherwise use up root's on the whole host (128 inotify instances: every root daemon's
+    ``inotify_init`` then fails). Only the effective ids change, for the clone; a machine
+    that refuses an unprivileged owner gets the namespace owned by root, as before."""
+    uid, gid = ids
+    euid, egid = os.geteuid(), os.getegid()
+    os.setresgid(-1, gid, -1)
+    os.setresuid(-1, uid, -1)
+    try:
+        pid = fork_into_namespaces()
+    except OSError:
+        pid = -1
+    if pid == 0:
+        return 0  # the init: its ids are set inside once mapped
+    os.setresuid(-1, euid, -1)  # back to root, effective capabilities with it
+    os.setresgid(-1, egid, -1)
+    return pid if pid > 0 else fork_into_namespaces()
 
 
 def enter_namespaces(
