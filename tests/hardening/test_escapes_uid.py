@@ -11,8 +11,14 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import errno
+import json
 import os
 import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from typing import Any
 
 import pytest
@@ -20,7 +26,7 @@ import pytest
 from kernelgate import Limits
 from kernelgate.gateway import runids
 from kernelgate.gateway.sandbox import LEVELS
-from tests.procs import processes_with
+from tests.procs import descendants, pid_alive, processes_with
 
 from .conftest import ROOT_HOST, at_levels
 
@@ -304,3 +310,78 @@ def test_a_run_cannot_use_up_the_hosts_per_user_counts(hostile, level, warm):
     made, host = r.value
     assert made >= 100  # the run reached its own limit
     assert host == "made", "the run used up the host's inotify instances"
+
+
+#: A host with a busy cold run: prints its pid once the program runs, then waits to die.
+_COLD_HOST = """
+import asyncio, dataclasses, json, os, sys
+from kernelgate import Gateway, Limits
+from kernelgate.gateway import sandbox
+
+# No pids cgroup: another host's sweep of a dead host's cgroup must not be what ends it.
+for python in {sys.executable, os.path.realpath(sys.executable)}:
+    support = sandbox.probe_support(python)
+    sandbox._cache[python] = dataclasses.replace(support, pids_cgroup=None)
+
+async def main() -> None:
+    gw = Gateway(pool_size=0, tmp_dir=sys.argv[1], sandbox=sys.argv[2], strict=True,
+                 limits=Limits(wall_seconds=60))
+    started = asyncio.get_running_loop().create_future()
+
+    def on_output(out: dict) -> None:
+        if not started.done():
+            started.set_result(None)
+
+    busy = asyncio.ensure_future(gw.run(
+        # Holding the GIL: the child's own watch on fd 3 cannot run, only the kernel's
+        # parent-death signal ends it.
+        "import ctypes\\nprint('started', flush=True)\\nctypes.PyDLL(None).sleep(40)",
+        on_output=on_output,
+    ))
+    await started
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    await busy
+
+asyncio.run(main())
+"""
+
+
+@NEEDS_ROOT
+@at_levels(*LEVELS)
+@pytest.mark.timeout(60)
+def test_a_cold_run_dies_with_its_host_after_taking_its_uid(tmp_path, level):
+    # Changing the effective uid makes the kernel forget the parent-death signal: a cold
+    # run that took on its uid outlived a host killed with SIGKILL (for ever, at process
+    # level without a pids cgroup sweep).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(runids.__file__)))
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(root)}
+    host = subprocess.Popen(
+        [sys.executable, "-c", _COLD_HOST, str(tmp_path), level],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert host.stdout is not None
+        line = host.stdout.readline()
+        assert line, "the host did not start"
+        pid = int(json.loads(line)["pid"])
+        below = descendants(pid)
+        assert below, "no run below the host"
+        os.kill(pid, signal.SIGKILL)
+        assert host.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(timeout=10)
+    deadline = time.monotonic() + 3  # the program would sleep 40 s
+    alive = below
+    while alive and time.monotonic() < deadline:  # SIGKILLed processes take a moment
+        alive = [p for p in below if pid_alive(p)]
+        time.sleep(0.01)
+    for p in alive:
+        os.kill(p, signal.SIGKILL)
+    for name in os.listdir(tmp_path):  # a dead host's run directory: the next sweep's
+        if name.startswith("kernelgate-"):
+            shutil.rmtree(tmp_path / name, ignore_errors=True)
+    assert alive == [], "the run outlived its host"

@@ -103,12 +103,15 @@ def not_dumpable() -> None:
     prctl(PR_SET_DUMPABLE, 0)
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """Be killed when the process that started us dies (the host, or the zygote).
 
-    Without this a busy program would outlive a host killed with SIGKILL.
+    Without this a busy program would outlive a host killed with SIGKILL. The kernel
+    forgets it whenever the effective uid or gid changes: call again after that, with the
+    ``parent`` the process had before (it may have died in between).
     """
-    parent = os.getppid()
+    if parent is None:
+        parent = os.getppid()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # it died before the request took effect
         os._exit(1)
@@ -146,10 +149,12 @@ def _become_run_user(ids: Ids) -> None:
     check(prctl(PR_SET_KEEPCAPS, 1), "keepcaps")
     os.setgroups([])
     uid, gid = ids
+    parent = os.getppid()
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
     check(prctl(PR_SET_KEEPCAPS, 0), "keepcaps")
     capset(1 << CAP_DAC_READ_SEARCH)
+    die_with_parent(parent)  # the uid change cleared it: a killed host's run would live on
 
 
 # -- landlock --------------------------------------------------------------------------------

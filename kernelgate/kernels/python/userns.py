@@ -207,6 +207,7 @@ def _fork_owned_by(ids: tuple[int, int]) -> int:
     that refuses an unprivileged owner gets the namespace owned by root, as before."""
     uid, gid = ids
     euid, egid = os.geteuid(), os.getegid()
+    parent = os.getppid()
     os.setresgid(-1, gid, -1)
     os.setresuid(-1, uid, -1)
     try:
@@ -217,6 +218,11 @@ def _fork_owned_by(ids: tuple[int, int]) -> int:
         return 0  # the init: its ids are set inside once mapped
     os.setresuid(-1, euid, -1)  # back to root, effective capabilities with it
     os.setresgid(-1, egid, -1)
+    # Changing the effective ids cleared our parent-death signal: without it, the run
+    # would outlive a host killed with SIGKILL.
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)  # it died meanwhile; the init, not let go, exits too
     return pid if pid > 0 else fork_into_namespaces()
 
 
