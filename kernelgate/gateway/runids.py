@@ -38,7 +38,7 @@ import struct
 
 from kernelgate.model.constants import RUN_GID, RUN_UID
 
-__all__ = ["BASE", "COUNT", "LOCK_FILE", "RunIds", "allocate_ids", "in_range"]
+__all__ = ["BASE", "COUNT", "LOCK_FILE", "RunIds", "allocate_ids", "in_range", "own_ids"]
 
 #: The first id of the range (0x7B47: "KG" in the high half).
 BASE = 0x7B470000
@@ -190,6 +190,12 @@ def _named_ids() -> set[int]:
         except OSError:
             pass
     return {uid for uid in found if in_range(uid)}
+
+
+def own_ids() -> bool:
+    """Whether runs here get a uid of their own (a root host whose user namespace maps the
+    range): per-uid limits (RLIMIT_NPROC) then count one run's processes only."""
+    return os.geteuid() == 0 and _RANGE.usable()
 
 
 def allocate_ids() -> RunIds | None:

@@ -17,7 +17,7 @@ from kernelgate.model.limits import Limits
 from kernelgate.model.site import SiteState
 
 from .process import backoff, owner_alive, owner_prefix
-from .runids import RunIds
+from .runids import RunIds, own_ids
 
 __all__ = [
     "LEVELS",
@@ -161,6 +161,9 @@ def plan_sandbox(
         if level != "process":
             # In a fresh user namespace RLIMIT_NPROC counts only this run's processes.
             rlimits["RLIMIT_NPROC"] = [limits.max_processes + 1, limits.max_processes + 1]
+        elif own_ids():
+            # A root host gives the run a uid of its own (.runids): the count is the run's.
+            rlimits["RLIMIT_NPROC"] = [limits.max_processes, limits.max_processes]
         else:
             notes.append(
                 "max_processes is not enforced: no writable pids cgroup and no user namespace "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import dataclasses
 import errno
 import json
 import os
@@ -25,6 +26,7 @@ import pytest
 
 from kernelgate import Limits
 from kernelgate.gateway import runids
+from kernelgate.gateway import sandbox as host_sandbox
 from kernelgate.gateway.sandbox import LEVELS
 from tests.procs import descendants, pid_alive, processes_with
 
@@ -385,3 +387,47 @@ def test_a_cold_run_dies_with_its_host_after_taking_its_uid(tmp_path, level):
         if name.startswith("kernelgate-"):
             shutil.rmtree(tmp_path / name, ignore_errors=True)
     assert alive == [], "the run outlived its host"
+
+
+@pytest.fixture
+def no_pids_cgroup() -> Any:
+    """This process's gateways plan as on a machine without a writable pids cgroup."""
+    pythons = {sys.executable, os.path.realpath(sys.executable)}
+    saved = {python: host_sandbox.probe_support(python) for python in pythons}
+    with host_sandbox._cache_lock:
+        for python, support in saved.items():
+            host_sandbox._cache[python] = dataclasses.replace(support, pids_cgroup=None)
+    yield
+    with host_sandbox._cache_lock:
+        host_sandbox._cache.update(saved)
+
+
+_FORKS = """
+import errno, os, time
+pids, err = [], None
+for _ in range(40):
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        err = exc.errno
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+return [len(pids), err]
+"""
+
+
+@NEEDS_ROOT
+@BOTH
+def test_max_processes_holds_at_process_level_without_a_pids_cgroup(hostile, no_pids_cgroup, warm):
+    # RLIMIT_NPROC counts a uid's processes: with a uid of its own, only the run's.
+    limits = Limits(wall_seconds=10, kill_grace_seconds=0.3, max_processes=6)
+    r = hostile.run(_FORKS, limits, warm=warm, sandbox="process", strict=True)
+    assert r.status == "ok", r.message
+    forked, err = r.value
+    assert err == errno.EAGAIN and 0 < forked < 6, r.value
