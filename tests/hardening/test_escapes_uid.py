@@ -30,6 +30,7 @@ from kernelgate.gateway import sandbox as host_sandbox
 from kernelgate.gateway.sandbox import LEVELS
 from tests.procs import descendants, pid_alive, processes_with
 
+from .asuser import make_as_user, unavailable
 from .conftest import ROOT_HOST, at_levels
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -431,3 +432,88 @@ def test_max_processes_holds_at_process_level_without_a_pids_cgroup(hostile, no_
     assert r.status == "ok", r.message
     forked, err = r.value
     assert err == errno.EAGAIN and 0 < forked < 6, r.value
+
+
+@pytest.fixture(scope="module")
+def as_user() -> Any:
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    user, base = make_as_user()
+    yield user
+    shutil.rmtree(base, ignore_errors=True)
+
+
+#: Two concurrent runs on two gateways of an unprivileged host: both have the host's uid
+#: outside, so only their pid namespaces keep B from what A execs.
+_UNPRIVILEGED_TWO_RUNS = """
+import secrets
+token = ARGS["token"]
+
+def host_pid():
+    for name in os.listdir('/proc'):
+        if name.isdigit():
+            try:
+                with open(f'/proc/{name}/cmdline', 'rb') as f:
+                    if token.encode() in f.read():
+                        return int(name)
+            except OSError:
+                pass
+    return -1
+
+async def main():
+    ready = asyncio.get_running_loop().create_future()
+    done = asyncio.Event()
+
+    async def a_started(pid, cwd, uid):
+        ready.set_result((host_pid(), cwd))
+
+    async def wait_a():
+        return await ready
+
+    async def b_done(cwd):
+        done.set()
+
+    async def wait_b():
+        await done.wait()
+
+    level, warm = ARGS["level"], ARGS["warm"]
+    kw = dict(sandbox=level, pool_size=1 if warm else 0)
+    kw["limits"] = Limits(wall_seconds=20, kill_grace_seconds=0.3)
+    async with gateway(bindings={"a_started": a_started, "wait_b": wait_b}, **kw) as gw_a:
+        async with gateway(bindings={"wait_a": wait_a, "b_done": b_done}, **kw) as gw_b:
+            if warm:
+                await warmed(gw_a)
+                await warmed(gw_b)
+            a, b = await asyncio.gather(gw_a.run(ARGS["victim"]), gw_b.run(ARGS["attack"]))
+            return [encode(a), encode(b)]
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+@at_levels("namespaces", "namespaces+landlock")
+@BOTH
+def test_an_unprivileged_hosts_runs_cannot_reach_what_another_execs(as_user, level, warm):
+    token = f"29.{secrets.randbelow(10**9):09d}"
+    secret = f"kg-secret-{secrets.token_hex(8)}"
+    a, b = as_user.run_script(
+        _UNPRIVILEGED_TWO_RUNS,
+        {
+            "token": token,
+            "level": level,
+            "warm": warm,
+            "victim": _VICTIM.format(token=token, secret=secret),
+            "attack": _ATTACK.replace("{token}", token),
+        },
+    )
+    assert a["status"] == "ok" and b["status"] == "ok", (a["message"], b["message"])
+    assert a["warm"] is warm and b["warm"] is warm
+    v = b["value"]
+    assert v["pid"] > 0  # the host found A's process, and gave B its number
+    for what in ("environ", "mem"):
+        assert secret not in str(v[what]), f"run B read run A's {what}: {v}"
+        assert v[what] in (errno.ENOENT, errno.EACCES, errno.EPERM), v
+    for sig in ("signal0", "sigstop", "sigkill"):
+        assert v[sig] in (errno.ESRCH, errno.EPERM), (sig, v)
+    assert a["value"]["dir"] == [] and a["value"]["shared"] == ["a", "a"]
