@@ -5,7 +5,9 @@ Stdlib only.
 - **not dumpable** (:func:`not_dumpable`) and **killed with its parent**
   (:func:`die_with_parent`);
 - ``process`` level on a root host: **the run's own uid** (:func:`_become_run_user`), keeping
-  only CAP_DAC_READ_SEARCH;
+  only CAP_DAC_READ_SEARCH; and at ``process`` level on any host, a **landlock domain** of
+  its own (:func:`_landlock_domain`) where the kernel has landlock: no reaching processes
+  outside it (ptrace access, and with ABI 6+ signals and abstract unix sockets);
 - ``namespaces+landlock``: a **landlock ruleset** (:func:`_landlock`), which sets
   ``no_new_privs`` itself;
 - the namespace levels: **no capabilities** (:func:`_drop_capabilities`);
@@ -182,7 +184,7 @@ def _landlock(read_paths: list[str], write_paths: list[str]) -> None:
         raise OSError("landlock is not available in this kernel")
     handled = _handled_fs(abi)
     attr = LandlockAttr(handled, 3 if abi >= 4 else 0)  # TCP bind and connect: none allowed
-    size = ctypes.sizeof(LandlockAttr) if abi >= 4 else 8  # ABI 1-3 know only .fs
+    size = 16 if abi >= 4 else 8  # ABI 1-3 know only .fs, 4-5 .fs and .net
     ruleset = landlock_create_ruleset(attr, size)
     try:
         for paths, rights in ((read_paths, _READ), (write_paths, handled)):
@@ -198,6 +200,40 @@ def _landlock(read_paths: list[str], write_paths: list[str]) -> None:
                     landlock_add_path_rule(ruleset, allowed, fd, path)
                 finally:
                     os.close(fd)
+        check(prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
+        landlock_restrict_self(ruleset)
+    finally:
+        os.close(ruleset)
+
+
+_FS_MAKE_BLOCK = 1 << 11
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1, 2
+
+
+def _landlock_domain() -> None:
+    """``process`` level: a landlock domain of the run's own, which takes no file access
+    away (the only one it handles, making block devices, needs a capability the run does
+    not have), and which holds across ``execve``, like every landlock domain:
+
+    - no ptrace access to a process outside it: the /proc/<pid>/environ, mem and fd of the
+      host's and other runs' processes, what they exec included, even of the same uid
+      (a non-root host: every run has the host's uid);
+    - (ABI 6+) no signal to a process outside it, and no connecting to an abstract unix
+      socket made outside it (this level shares the host's network namespace).
+
+    Without landlock, only the run's uid (a root host) keeps runs apart.
+    """
+    abi = landlock_abi()
+    if abi < 1:
+        return
+    if abi >= 6:
+        attr = LandlockAttr(0, 0, _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL)
+        size = ctypes.sizeof(LandlockAttr)
+    else:
+        attr = LandlockAttr(_FS_MAKE_BLOCK, 0, 0)  # a ruleset must handle something
+        size = 8
+    ruleset = landlock_create_ruleset(attr, size)
+    try:
         check(prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
         landlock_restrict_self(ruleset)
     finally:
@@ -278,6 +314,8 @@ def lock_down(
     not_dumpable()
     if level == "process" and os.geteuid() == 0:
         _become_run_user(ids or (RUN_UID, RUN_GID))
+    if level == "process":
+        _landlock_domain()
     if level == "namespaces+landlock":
         _landlock(
             [*interpreter_paths(), *read_paths],
