@@ -47,6 +47,7 @@ from .process import (
     owner_prefix,
     remove_tree,
 )
+from .runids import RunIds, allocate_ids
 from .teardown import (
     discard,
     discard_all_blocking,
@@ -55,6 +56,7 @@ from .teardown import (
     reap,
     remove_cgroup,
     remove_dir,
+    settle_off_loop,
     sweep_leftovers,
 )
 
@@ -178,9 +180,15 @@ class Zygote:
         self._ensure_reader()
 
     async def fork(
-        self, level: str, run_dir: str, cgroups: tuple[str, ...], read_paths: tuple[str, ...] = ()
+        self,
+        level: str,
+        run_dir: str,
+        cgroups: tuple[str, ...],
+        read_paths: tuple[str, ...] = (),
+        ids: RunIds | None = None,
     ) -> PooledChild:
-        """A new child, booted and waiting for its program."""
+        """A new child, booted and waiting for its program; on a root host it takes on
+        ``ids`` (its run's own uid and gid) before it enters its sandbox."""
         if self.dead:
             raise OSError("the zygote exited")
         self._ensure_reader()
@@ -194,7 +202,13 @@ class Zygote:
             try:
                 # owner: what to remove if we die: the zygote outlives us (see zygote.py).
                 request = ForkRequest(
-                    request_id, level, run_dir, cgroups, tuple(read_paths), owner_prefix()
+                    request_id,
+                    level,
+                    run_dir,
+                    cgroups,
+                    tuple(read_paths),
+                    owner_prefix(),
+                    None if ids is None else (ids.uid, ids.gid),
                 )
                 socket.send_fds(self.sock, [encode(request)], [theirs.fileno(), out_w, err_w])
             finally:
@@ -497,22 +511,39 @@ class WarmPool:
                 except OSError:
                     failures += 1
                     continue
-            run_dir = make_run_dir(self.base_dir, name)
+            # The child's own uid, before it exists: it takes it on as it enters its
+            # sandbox, before any program is known (see .runids).
+            ids: RunIds | None = None
+            try:
+                ids = allocate_ids()
+                run_dir = make_run_dir(self.base_dir, name, ids)
+            except OSError:
+                if ids is not None:
+                    ids.release()
+                failures += 1
+                if cgroup is not None:
+                    await remove_cgroup(cgroup)
+                continue
             try:
                 child = await zygote.fork(
-                    self.level, run_dir, cgroup.paths if cgroup else (), self.read_paths
+                    self.level, run_dir, cgroup.paths if cgroup else (), self.read_paths, ids
                 )
             except OSError:
                 failures += 1
                 await remove_dir(run_dir)
                 if cgroup is not None:
                     await remove_cgroup(cgroup)
+                if ids is not None:
+                    ids.release()
                 continue
             except BaseException:  # cancelled, or its task destroyed with its loop
                 remove_tree(run_dir)
                 if cgroup is not None and not cgroup.settle():
-                    off_loop(cgroup.settle_blocking, "cgroup")
+                    settle_off_loop(cgroup, ids)  # the child may be forked: uid after it
+                elif ids is not None:
+                    ids.release()
                 raise
+            child.ids = ids
             child.cgroup = cgroup
             if self.closed:
                 await discard(child)

@@ -24,6 +24,8 @@ from kernelgate.model import removal
 from kernelgate.model.constants import RUN_GID, RUN_UID
 from kernelgate.model.site import SiteState
 
+from .runids import RunIds
+
 __all__ = [
     "ChildProcess",
     "spawn_child",
@@ -90,6 +92,9 @@ class ChildProcess:
     returncode: int | None = None  # os.waitpid style: -N for signal N
     rusage: resource.struct_rusage | None = None  # the child and its waited descendants
     reaped: bool = False
+    #: The run's own uid and gid on a root host (None: the host's); released by the teardown
+    #: once the run's processes are gone and its directory is removed.
+    ids: RunIds | None = None
     _closed: bool = field(default=False, repr=False)
 
     #: Reaped by someone else (a zygote), who reports how it ended (see :meth:`on_status`).
@@ -385,18 +390,20 @@ def sweep_run_dirs(base: str | None, timeout: float = removal.REMOVE_TIMEOUT) ->
     return removed
 
 
-def make_run_dir(base: str | None, run_id: str) -> str:
+def make_run_dir(base: str | None, run_id: str, ids: RunIds | None = None) -> str:
     """A fresh run directory under ``base`` (default: the host's temporary directory),
-    named ``kernelgate-<owner>-<run_id>-XXXXXXXX`` (see :func:`owner_prefix`).
+    named ``kernelgate-<owner>-<run_id>-XXXXXXXX`` (see :func:`owner_prefix`), mode 0700.
 
-    On a root host it belongs to the run's unprivileged uid (RUN_UID: uid 0 inside the
-    run's user namespace, or the uid a ``process`` level child drops to), which must be
-    able to write it; the host still removes it as root.
+    On a root host it belongs to the run's own unprivileged uid and gid (``ids``, see
+    :mod:`.runids`; without them the shared RUN_UID): uid 0 inside the run's user
+    namespace, or the uid a ``process`` level child drops to, which must be able to write
+    it and no other run can; the host still removes it as root.
     """
     path = tempfile.mkdtemp(prefix=f"{owner_prefix()}{run_id}-", dir=base)
     if os.geteuid() == 0:
+        uid, gid = (ids.uid, ids.gid) if ids is not None else (RUN_UID, RUN_GID)
         try:
-            os.chown(path, RUN_UID, RUN_GID)
+            os.chown(path, uid, gid)
         except OSError:
             shutil.rmtree(path, ignore_errors=True)
             raise

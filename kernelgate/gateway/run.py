@@ -62,6 +62,7 @@ from .process import (
     remove_tree,
     spawn_child,
 )
+from .runids import allocate_ids
 from .sandbox import SandboxPlan
 from .teardown import Teardown, discard
 
@@ -214,12 +215,27 @@ class Run:
             self.pooled = True
             self._cgroup = pooled.cgroup
             return pooled.run_dir
-        run_dir = make_run_dir(plan.base_dir, self.run_id)
+        try:
+            ids = allocate_ids()  # a uid of its own on a root host (see .runids)
+        except OSError as exc:
+            self.verdicts.decide(
+                sandbox_unavailable(f"the run could not get a uid of its own: {exc}")
+            )
+            return None
+        try:
+            run_dir = make_run_dir(plan.base_dir, self.run_id, ids)
+        except BaseException:
+            if ids is not None:
+                ids.release()
+            raise
         try:
             child = spawn_child(plan.python, plan.env, run_dir, site=plan.site)
+            child.ids = ids
             self.child = child
         except OSError as exc:
             remove_tree(run_dir)
+            if ids is not None:
+                ids.release()
             self.verdicts.decide(interpreter_failed(plan.python, exc))
             return None
         if plan.cgroup_roots is not None:
@@ -286,7 +302,7 @@ class Run:
                     "max_value_bytes": limits.max_value_bytes,
                     "max_calls": limits.max_calls,
                     "max_frame_bytes": limits.max_frame_bytes,
-                    "sandbox": self.sandbox.child_options(),
+                    "sandbox": self.sandbox.child_options(self.child.ids if self.child else None),
                 },
             )
         )

@@ -14,6 +14,7 @@ from kernelgate.model.limits import Limits
 from kernelgate.model.site import SiteState
 
 from .cgroups import CgroupRoots
+from .runids import RunIds, own_ids
 
 __all__ = [
     "LEVELS",
@@ -128,13 +129,17 @@ class SandboxPlan:
         """
         return max_processes + (0 if self.level == "process" else 2)
 
-    def child_options(self) -> dict[str, Any]:
-        return {
+    def child_options(self, ids: RunIds | None = None) -> dict[str, Any]:
+        """What the child is told (``ids``: the run's own uid and gid, on a root host)."""
+        options: dict[str, Any] = {
             "level": self.level,
             "rlimits": self.rlimits,
             "read_paths": list(self.read_paths),
             "write_paths": list(self.write_paths),
         }
+        if ids is not None:
+            options["ids"] = [ids.uid, ids.gid]
+        return options
 
 
 def plan_sandbox(
@@ -154,6 +159,9 @@ def plan_sandbox(
         if level != "process":
             # In a fresh user namespace RLIMIT_NPROC counts only this run's processes.
             rlimits["RLIMIT_NPROC"] = [limits.max_processes + 1, limits.max_processes + 1]
+        elif own_ids():
+            # A root host gives the run a uid of its own (.runids): the count is the run's.
+            rlimits["RLIMIT_NPROC"] = [limits.max_processes, limits.max_processes]
         else:
             notes.append(
                 "max_processes is not enforced: no writable pids cgroup and no user namespace "

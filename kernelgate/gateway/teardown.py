@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 from .cgroups import CgroupRoots, RunCgroup
 from .channel import ChildChannel
 from .process import ChildProcess, backoff, log, remove_tree, sweep_run_dirs
+from .runids import RunIds
 
 __all__ = [
     "Calls",
@@ -31,6 +32,8 @@ __all__ = [
     "reap",
     "remove_cgroup",
     "remove_dir",
+    "release_ids",
+    "settle_off_loop",
     "wait_readable",
 ]
 
@@ -66,6 +69,7 @@ class IdleChild(Protocol):
     pidfd: int
     run_dir: str
     cgroup: RunCgroup | None
+    ids: RunIds | None
 
     def kill_all(self) -> None: ...
 
@@ -159,6 +163,26 @@ def _waitpid(pid: int, flags: int) -> None:
         pass
 
 
+def release_ids(child: ChildProcess | IdleChild) -> None:
+    """Give the run's uid back (see :mod:`.runids`): last, once its processes are gone and
+    its directory is removed, so no later run shares the uid with anything of this one."""
+    if child.ids is not None:
+        child.ids.release()
+
+
+def settle_off_loop(cgroup: RunCgroup, ids: RunIds | None) -> None:
+    """Empty and remove ``cgroup`` in a thread of its own, then give back the run's uid."""
+
+    def settle() -> None:
+        try:
+            cgroup.settle_blocking()
+        finally:
+            if ids is not None:
+                ids.release()
+
+    off_loop(settle, "cgroup")
+
+
 async def discard(child: IdleChild) -> None:
     """Kill an idle child and remove its run directory and cgroup, awaiting its exit."""
     child.kill_all()
@@ -168,12 +192,15 @@ async def discard(child: IdleChild) -> None:
         child.close()
         remove_tree(child.run_dir)
         if child.cgroup is not None and not child.cgroup.settle():
-            off_loop(child.cgroup.settle_blocking, "cgroup")
+            settle_off_loop(child.cgroup, child.ids)
+        else:
+            release_ids(child)
         raise
     child.close()
     await remove_dir(child.run_dir)
     if child.cgroup is not None:
         await remove_cgroup(child.cgroup)
+    release_ids(child)
 
 
 def discard_all_blocking(
@@ -190,6 +217,7 @@ def discard_all_blocking(
         remove_tree(child.run_dir)
         if child.cgroup is not None:
             child.cgroup.settle_blocking()
+        release_ids(child)
     while free:
         free.pop().settle_blocking()
     for zygote in zygote_box:
@@ -376,9 +404,13 @@ class Teardown:
         """The last step of either ending: timers and our fds at once, then the run
         directory (see :func:`remove_dir`)."""
         self._close()
-        await remove_dir(self._run_dir)
+        try:
+            await remove_dir(self._run_dir)
+        finally:  # cancelled: the worker thread removes it still; never keep the uid
+            release_ids(self._child)
 
     def release_now(self) -> None:
         """:meth:`release` where nothing can be awaited (the loop is gone)."""
         self._close()
         remove_tree(self._run_dir)
+        release_ids(self._child)

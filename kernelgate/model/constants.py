@@ -8,7 +8,8 @@ __all__ = ["FRAME_OVERHEAD", "RUN_GID", "RUN_UID"]
 #: use ``max_frame_bytes - FRAME_OVERHEAD``.
 FRAME_OVERHEAD = 4096
 
-#: On a root host a run's uid 0 is this uid outside its user namespace (``nobody``): the
-#: host chowns the run directory to it, the child's sandbox maps and drops to it.
+#: On a root host each run has a uid and gid of its own (``gateway/runids.py``); this one
+#: (``nobody``) only when the host's user namespace does not map their range, shared then
+#: by every run, and the child's default when the host names none.
 RUN_UID = 65534
 RUN_GID = 65534

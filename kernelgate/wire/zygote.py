@@ -26,7 +26,7 @@ as the fd-3 events are); what is decoded goes through the same constructors, and
 refusal is a :class:`ZygoteProtocolError` naming the field and the value. The JSON shapes:
 
 * ``{"op": "fork", "id": N, "level": L, "run_dir": D, "cgroups": [C, ...],
-  "read_paths": [...], "owner": "kernelgate-<pid>-<start>-<pidns>-"}``
+  "read_paths": [...], "owner": "kernelgate-<pid>-<start>-<pidns>-", "ids": [U, G] | null}``
 * ``{"id": N, "pid": P}``, ``{"id": N | null, "error": "..."}``
 * ``{"exit": P, "status": S, "rusage": [user_s, system_s, maxrss_kib]}``
 """
@@ -53,6 +53,7 @@ __all__ = [
     "decode_reply",
 ]
 
+_NO_ID = 2**32 - 1  # (uid_t)-1: "no change" to setresuid, never an id
 _MAX_MESSAGE = 8 * 1024  # a ForkFailed error text is cut to this
 # ASCII JSON, unlike fd 3: paths are the host's own and may hold surrogate escapes of
 # bytes that are not UTF-8 (os.fsdecode); "\udcxx" carries them through unchanged.
@@ -113,10 +114,11 @@ def _amount(field: str, value: Any) -> float:
 class ForkRequest(_Event):
     """Fork a booted child for a run: its sandbox ``level``, ``run_dir``, the ``cgroups``
     it joins (its run cgroup's directory under each controller, or none), the extra
-    ``read_paths`` it may read, and the host's ``owner`` name prefix
-    (what the zygote removes if the host dies)."""
+    ``read_paths`` it may read, the host's ``owner`` name prefix (what the zygote removes
+    if the host dies), and the run's own uid and gid on a root host (``ids``; None: the
+    host's own, or the shared one)."""
 
-    __slots__ = ("request_id", "level", "run_dir", "cgroups", "read_paths", "owner")
+    __slots__ = ("request_id", "level", "run_dir", "cgroups", "read_paths", "owner", "ids")
     wire_name = "zygote fork request"
     request_id: int
     level: str
@@ -124,6 +126,7 @@ class ForkRequest(_Event):
     cgroups: tuple[str, ...]
     read_paths: tuple[str, ...]
     owner: str
+    ids: tuple[int, int] | None
 
     def __init__(
         self,
@@ -133,6 +136,7 @@ class ForkRequest(_Event):
         cgroups: tuple[str, ...],
         read_paths: tuple[str, ...],
         owner: str,
+        ids: tuple[int, int] | None = None,
     ) -> None:
         where = "zygote fork request"
         _set = object.__setattr__
@@ -154,6 +158,13 @@ class ForkRequest(_Event):
         if type(owner) is not str:
             raise _bad(f"{where} owner", "a string", owner)
         _set(self, "owner", owner)
+        if ids is not None:
+            if type(ids) is not tuple or len(ids) != 2:
+                raise _bad(f"{where} ids", "a (uid, gid) pair", ids)
+            for i, n in enumerate(ids):
+                if type(n) is not int or not 0 < n < _NO_ID:
+                    raise _bad(f"{where} ids[{i}]", f"an id from 1 to {_NO_ID - 1}", n)
+        _set(self, "ids", ids)
 
 
 class Forked(_Event):
@@ -235,6 +246,7 @@ def encode(event: ZygoteEvent) -> bytes:
             "cgroups": list(event.cgroups),
             "read_paths": list(event.read_paths),
             "owner": event.owner,
+            "ids": None if event.ids is None else list(event.ids),
         }
     elif type(event) is Forked:
         message = {"id": event.request_id, "pid": event.pid}
@@ -290,6 +302,9 @@ def decode_request(data: bytes) -> ForkRequest:
             f"{what} op must be 'fork', got {show(message.get('op'))}", request_id
         )
     read_paths = _list_field(message, "read_paths", what, request_id)
+    ids = message.get("ids")
+    if ids is not None and type(ids) is not list:
+        raise ZygoteProtocolError(f"{what} ids must be [uid, gid], got {show(ids)}", request_id)
     try:
         return ForkRequest(
             _field(message, "id", what),
@@ -298,6 +313,7 @@ def decode_request(data: bytes) -> ForkRequest:
             _list_field(message, "cgroups", what, request_id),
             read_paths,
             _field(message, "owner", what, request_id),
+            None if ids is None else tuple(ids),
         )
     except LocalProtocolError as exc:
         raise ZygoteProtocolError(str(exc), request_id) from None

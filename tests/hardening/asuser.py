@@ -23,7 +23,8 @@ from kernelgate.kernels.python import package_root
 
 #: The number of an inheritable pipe every host script holds from its start.
 HOST_FD = 900
-#: An id nothing else uses here (65534 is the run's own uid on a root host).
+#: An id nothing else uses here (65534 is the shared run uid when a root host cannot give
+#: each run its own, gateway/runids.py).
 USER_UID = USER_GID = 65533
 SYSTEM_PYTHON = "/usr/bin/python3"
 #: Third-party modules the host imports, copied where the user can read them (the

@@ -304,7 +304,7 @@ def no_pids_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for python in {sys.executable, os.path.realpath(sys.executable)}:
         support = host_sandbox.probe_support(python)
-        monkeypatch.setitem(host_sandbox._cache, python, replace(support, pids_cgroup=None))
+        monkeypatch.setitem(host_sandbox._cache, python, replace(support, cgroups=None))
 
 
 @pytest.mark.timeout(120)

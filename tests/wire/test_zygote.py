@@ -45,6 +45,8 @@ REQUEST = ForkRequest(
         ForkRequest(0, "namespaces", "/r", (), (), ""),
         # paths the host made from bytes that are not UTF-8 (os.fsdecode's escapes)
         ForkRequest(1, "process", "/tmp/caf\udce9", (), ("/d\udcff",), "o-"),
+        # a root host's run: its own uid and gid
+        ForkRequest(2, "namespaces", "/r", (), (), "o-", (2068250624, 2068250625)),
     ],
 )
 def test_requests_round_trip(event):
@@ -77,7 +79,10 @@ def test_the_json_shapes():
         "cgroups": ["/sys/fs/cgroup/pids/x", "/sys/fs/cgroup/memory/x"],
         "read_paths": ["/data"],
         "owner": "o-",
+        "ids": None,
     }
+    with_ids = ForkRequest(3, "process", "/r", None, (), "o-", (2068250624, 2068250624))
+    assert json.loads(encode(with_ids))["ids"] == [2068250624, 2068250624]
     assert json.loads(encode(Forked(3, 7))) == {"id": 3, "pid": 7}
     assert json.loads(encode(Exited(7, 0, 1.0, 2.0, 3))) == {
         "exit": 7,
@@ -99,6 +104,10 @@ def test_the_json_shapes():
         (lambda: ForkRequest(0, "process", "/r", (), ["/d"], ""), "read_paths must be a tuple"),
         (lambda: ForkRequest(0, "process", "/r", (), (3,), ""), r"read_paths\[0\] must be"),
         (lambda: ForkRequest(0, "process", "/r", (), (), None), "owner must be a string"),
+        (lambda: ForkRequest(0, "process", "/r", (), (), "", [1, 1]), "ids must be a"),
+        (lambda: ForkRequest(0, "process", "/r", (), (), "", (0, 1)), r"ids\[0\] must be an id"),
+        (lambda: ForkRequest(0, "process", "/r", (), (), "", (1, 2**32 - 1)), r"ids\[1\]"),
+        (lambda: ForkRequest(0, "process", "/r", (), (), "", (1, True)), r"ids\[1\]"),
         (lambda: Forked(0, 0), "pid must be a process id"),
         (lambda: Forked(0, True), "pid must be a process id"),
         (lambda: ForkFailed(-2, "x"), "id must be an integer from 0"),
@@ -143,6 +152,18 @@ def test_fork_failures_are_bounded():
             b'{"op": "fork", "id": 4, "level": "process", "run_dir": "/r", "cgroups": "/c",'
             b' "read_paths": [], "owner": ""}',
             "cgroups must be a list, got '/c'",
+            4,
+        ),
+        (
+            b'{"op": "fork", "id": 4, "level": "process", "run_dir": "/r", "cgroups": [],'
+            b' "read_paths": [], "owner": "", "ids": 5}',
+            r"zygote fork request ids must be \[uid, gid\], got 5",
+            4,
+        ),
+        (
+            b'{"op": "fork", "id": 4, "level": "process", "run_dir": "/r", "cgroups": [],'
+            b' "read_paths": [], "owner": "", "ids": [0, 0]}',
+            r"ids\[0\] must be an id from 1",
             4,
         ),
         (b'{"op": "fork", "id": NaN}', "NaN is not JSON", None),

@@ -28,7 +28,7 @@ from .client import CONTROL_FD
 from .program import FILENAME, safe_str
 from .rehome import PACKAGE_DIR, rehome_code
 from .runner import Child
-from .sandbox import Born, die_with_parent, lock_down, not_dumpable
+from .sandbox import Born, Ids, die_with_parent, lock_down, not_dumpable
 from .sandbox import prepare as prepare_sandbox
 from .sitehook import adopt as adopt_site
 
@@ -48,12 +48,14 @@ def main(
     read_paths: list[str] | None = None,
     born_in: Born | None = None,
     rehearse: Rehearsal | None = None,
+    ids: Ids | None = None,
 ) -> None:
     """Entry point of the child process.
 
-    A warm child (forked by the zygote) gets ``level`` and ``run_dir`` and enters its
-    sandbox before its program arrives (``born_in``: already forked into its namespaces),
-    then rehearses a run (``rehearse``); a cold child does it all after.
+    A warm child (forked by the zygote) gets ``level``, ``run_dir`` and (a root host) its
+    run's own uid and gid ``ids``, and enters its sandbox before its program arrives
+    (``born_in``: already forked into its namespaces), then rehearses a run
+    (``rehearse``); a cold child does it all after.
     """
     adopt_site(sys.argv)  # a cold child started without site: the path site would make
     sys.argv = [FILENAME]
@@ -71,8 +73,8 @@ def main(
                 pass  # no usable stderr: crash tracebacks cannot be shown, the run goes on
         if level is not None and run_dir is not None:
             try:
-                prepare_sandbox(level, run_dir, read_paths, born_in)
-                lock_down(level, run_dir, list(read_paths or []))
+                prepare_sandbox(level, run_dir, read_paths, born_in, ids)
+                lock_down(level, run_dir, list(read_paths or []), ids=ids)
                 # The event loop does not depend on the program either: make it while
                 # the child waits, booted, for its program.
                 child.loop = asyncio.new_event_loop()

@@ -4,8 +4,10 @@ Stdlib only.
 - **rlimits** (:func:`apply_rlimits`): never above what is already in force;
 - **not dumpable** (:func:`not_dumpable`) and **killed with its parent**
   (:func:`die_with_parent`);
-- ``process`` level on a root host: **the run's uid** (:func:`_become_run_user`), keeping
-  only CAP_DAC_READ_SEARCH;
+- ``process`` level on a root host: **the run's own uid** (:func:`_become_run_user`), keeping
+  only CAP_DAC_READ_SEARCH; and at ``process`` level on any host, a **landlock domain** of
+  its own (:func:`_landlock_domain`) where the kernel has landlock: no reaching processes
+  outside it (ptrace access, and with ABI 6+ signals and abstract unix sockets);
 - ``namespaces+landlock``: a **landlock ruleset** (:func:`_landlock`), which sets
   ``no_new_privs`` itself;
 - the namespace levels: **no capabilities** (:func:`_drop_capabilities`);
@@ -46,6 +48,8 @@ from .syscalls import (
 )
 
 __all__ = [
+    "Ids",
+    "run_ids",
     "apply_rlimits",
     "not_dumpable",
     "die_with_parent",
@@ -54,6 +58,26 @@ __all__ = [
 ]
 
 CAP_DAC_READ_SEARCH = 2
+
+#: A run's uid and gid outside its user namespace (on a root host).
+Ids = tuple[int, int]
+_NO_ID = 2**32 - 1  # (uid_t)-1 means "unchanged" to setresuid: never an id
+
+
+def run_ids(value: object) -> Ids:
+    """The run's ``[uid, gid]`` as the host sent them (None: the shared
+    :data:`RUN_UID`/:data:`RUN_GID`). Never 0: a run is never root outside."""
+    if value is None:
+        return RUN_UID, RUN_GID
+    if (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and all(type(n) is int and 0 < n < _NO_ID for n in value)
+    ):
+        return int(value[0]), int(value[1])
+    raise ValueError(
+        f"the run's ids must be [uid, gid], each from 1 to {_NO_ID - 1}; got {value!r}"
+    )
 
 
 # -- rlimits and the process's own flags ------------------------------------------------------
@@ -76,16 +100,20 @@ def not_dumpable() -> None:
     """Make this process (and what it forks) non-dumpable: its /proc/<pid>/fd, mem and
     environ need CAP_SYS_PTRACE then, so a program of the same uid at ``process`` level
     cannot reach an idle pool child or another run's child through them (issue 9,
-    finding 8). Execve resets it: what a program execs is its own business."""
+    finding 8). Execve resets it: what a program execs is kept from other runs by the
+    run's own uid (a root host) or pid namespace, not by this."""
     prctl(PR_SET_DUMPABLE, 0)
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """Be killed when the process that started us dies (the host, or the zygote).
 
-    Without this a busy program would outlive a host killed with SIGKILL.
+    Without this a busy program would outlive a host killed with SIGKILL. The kernel
+    forgets it whenever the effective uid or gid changes: call again after that, with the
+    ``parent`` the process had before (it may have died in between).
     """
-    parent = os.getppid()
+    if parent is None:
+        parent = os.getppid()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # it died before the request took effect
         os._exit(1)
@@ -101,10 +129,14 @@ def _drop_capabilities() -> None:
     capset(0)
 
 
-def _become_run_user() -> None:
-    """``process`` level on a root host: drop to :data:`RUN_UID`/:data:`RUN_GID` (no
+def _become_run_user(ids: Ids) -> None:
+    """``process`` level on a root host: drop to the run's own uid and gid ``ids`` (no
     supplementary groups), keeping only CAP_DAC_READ_SEARCH (effective and permitted; the
     bounding set otherwise empty).
+
+    A uid of its own, not one shared by all runs: ``execve`` makes a process dumpable
+    again, so what a program execs is kept from other runs (their /proc/<pid>/environ
+    and mem, their signals) by its uid alone (issue 18, finding 5).
 
     The trade-off, on purpose: the interpreter often lives where only root may look (a
     pyenv under /root, mode 0700), and this level has no mount namespace to show it
@@ -118,10 +150,13 @@ def _become_run_user() -> None:
             break  # past the last capability this kernel knows
     check(prctl(PR_SET_KEEPCAPS, 1), "keepcaps")
     os.setgroups([])
-    os.setresgid(RUN_GID, RUN_GID, RUN_GID)
-    os.setresuid(RUN_UID, RUN_UID, RUN_UID)
+    uid, gid = ids
+    parent = os.getppid()
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
     check(prctl(PR_SET_KEEPCAPS, 0), "keepcaps")
     capset(1 << CAP_DAC_READ_SEARCH)
+    die_with_parent(parent)  # the uid change cleared it: a killed host's run would live on
 
 
 # -- landlock --------------------------------------------------------------------------------
@@ -149,7 +184,7 @@ def _landlock(read_paths: list[str], write_paths: list[str]) -> None:
         raise OSError("landlock is not available in this kernel")
     handled = _handled_fs(abi)
     attr = LandlockAttr(handled, 3 if abi >= 4 else 0)  # TCP bind and connect: none allowed
-    size = ctypes.sizeof(LandlockAttr) if abi >= 4 else 8  # ABI 1-3 know only .fs
+    size = 16 if abi >= 4 else 8  # ABI 1-3 know only .fs, 4-5 .fs and .net
     ruleset = landlock_create_ruleset(attr, size)
     try:
         for paths, rights in ((read_paths, _READ), (write_paths, handled)):
@@ -165,6 +200,40 @@ def _landlock(read_paths: list[str], write_paths: list[str]) -> None:
                     landlock_add_path_rule(ruleset, allowed, fd, path)
                 finally:
                     os.close(fd)
+        check(prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
+        landlock_restrict_self(ruleset)
+    finally:
+        os.close(ruleset)
+
+
+_FS_MAKE_BLOCK = 1 << 11
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1, 2
+
+
+def _landlock_domain() -> None:
+    """``process`` level: a landlock domain of the run's own, which takes no file access
+    away (the only one it handles, making block devices, needs a capability the run does
+    not have), and which holds across ``execve``, like every landlock domain:
+
+    - no ptrace access to a process outside it: the /proc/<pid>/environ, mem and fd of the
+      host's and other runs' processes, what they exec included, even of the same uid
+      (a non-root host: every run has the host's uid);
+    - (ABI 6+) no signal to a process outside it, and no connecting to an abstract unix
+      socket made outside it (this level shares the host's network namespace).
+
+    Without landlock, only the run's uid (a root host) keeps runs apart.
+    """
+    abi = landlock_abi()
+    if abi < 1:
+        return
+    if abi >= 6:
+        attr = LandlockAttr(0, 0, _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL)
+        size = ctypes.sizeof(LandlockAttr)
+    else:
+        attr = LandlockAttr(_FS_MAKE_BLOCK, 0, 0)  # a ruleset must handle something
+        size = 8
+    ruleset = landlock_create_ruleset(attr, size)
+    try:
         check(prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
         landlock_restrict_self(ruleset)
     finally:
@@ -229,10 +298,14 @@ def _find_interpreter_paths() -> list[str]:
 
 
 def lock_down(
-    level: str, run_dir: str, read_paths: list[str], write_paths: list[str] | None = None
+    level: str,
+    run_dir: str,
+    read_paths: list[str],
+    write_paths: list[str] | None = None,
+    ids: Ids | None = None,
 ) -> None:
-    """What depends on the level only: the run's uid (``process`` on a root host), landlock,
-    seccomp, dropping capabilities.
+    """What depends on the level only: the run's uid ``ids`` (``process`` on a root host;
+    None: the shared :data:`RUN_UID`), landlock, seccomp, dropping capabilities.
 
     A warm child does this before its program arrives, a cold one after. The seccomp filter
     comes after everything that needs a syscall it denies (landlock's own, capset,
@@ -240,7 +313,9 @@ def lock_down(
     """
     not_dumpable()
     if level == "process" and os.geteuid() == 0:
-        _become_run_user()
+        _become_run_user(ids or (RUN_UID, RUN_GID))
+    if level == "process":
+        _landlock_domain()
     if level == "namespaces+landlock":
         _landlock(
             [*interpreter_paths(), *read_paths],

@@ -17,7 +17,7 @@ What a program sees at the namespace levels (issue 9, findings 4, 5 and 9):
   of its mount trees taken before anything was hidden; the run directory comes back last,
   writable. The parent's and the ancestors' tmpfs are made read-only once filled;
 - (root host) the configured read paths come back **idmapped** (file uid/gid 0 shown as the
-  run's uid): a run whose uid 0 is :data:`RUN_UID` outside reads them as root did before.
+  run's uid): a run whose uid 0 is its own uid outside reads them as root did before.
 
 ``/proc`` is mounted by the namespace's init, read-only (``/proc/sys`` above all).
 """
@@ -118,8 +118,11 @@ def untraversable_ancestors(paths: list[str], uid: int = RUN_UID) -> list[str]:
     return found
 
 
-def private_dirs(run_dir: str, kept: list[str], root_host: bool) -> list[tuple[str, bool]]:
-    """The directories hidden behind an empty tmpfs, outermost only: (path, writable)."""
+def private_dirs(
+    run_dir: str, kept: list[str], root_host: bool, uid: int = RUN_UID
+) -> list[tuple[str, bool]]:
+    """The directories hidden behind an empty tmpfs, outermost only: (path, writable).
+    ``uid``: the run's uid outside (a root host)."""
     dirs: dict[str, bool] = {"/tmp": True, "/dev/shm": True}
     if os.path.isdir("/dev/mqueue"):
         dirs["/dev/mqueue"] = False
@@ -127,7 +130,7 @@ def private_dirs(run_dir: str, kept: list[str], root_host: bool) -> list[tuple[s
     if parent not in ("", "/"):
         dirs.setdefault(parent, False)
     if root_host:
-        for ancestor in untraversable_ancestors([*kept, run_dir]):
+        for ancestor in untraversable_ancestors([*kept, run_dir], uid):
             dirs.setdefault(ancestor, False)
     outer = _outermost([d for d in dirs if os.path.isdir(d)])
     return [(d, dirs[d]) for d in outer]
@@ -187,17 +190,24 @@ def write_maps(pid: int, uid: int, gid: int, proc: int | None = None) -> None:
             os.close(fd)
 
 
-def private_view(run_dir: str, kept: list[str], read_paths: list[str], root_host: bool) -> None:
+def private_view(
+    run_dir: str,
+    kept: list[str],
+    read_paths: list[str],
+    root_host: bool,
+    ids: tuple[int, int] = (RUN_UID, RUN_GID),
+) -> None:
     """Arrange the run's view (see the module's doc) in this process's mount namespace.
 
     ``kept``: the paths the interpreter reads (they come back read-only when hidden);
-    ``read_paths``: the configured ones (the same, idmapped on a root host).
+    ``read_paths``: the configured ones (the same, idmapped on a root host to ``ids``, the
+    run's uid and gid outside).
     """
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     run_dir = os.path.normpath(run_dir)
     kept = [os.path.normpath(p) for p in kept if p and os.path.exists(p)]
     read_paths = [os.path.normpath(p) for p in read_paths if p and os.path.exists(p)]
-    private = private_dirs(run_dir, [*kept, *read_paths], root_host)
+    private = private_dirs(run_dir, [*kept, *read_paths], root_host, ids[0])
 
     def hidden(path: str) -> bool:
         return any(_inside(path, d) for d, _ in private)
@@ -214,7 +224,7 @@ def private_view(run_dir: str, kept: list[str], read_paths: list[str], root_host
         if root_host:
             wanted = [p for p in read_paths if p != "/"]
             if wanted:
-                idmap = idmap_userns()
+                idmap = idmap_userns(*ids)
         else:
             wanted = [p for p in read_paths if hidden(p)]
         for path in _outermost(wanted):

@@ -14,8 +14,9 @@ The levels:
 ``process``
     rlimits, no core files, not dumpable, the seccomp filter (:mod:`.seccomp`), no
     capabilities (the host already gave it a process group, an empty environment, a
-    temporary cwd and only fds 0-3). On a root host the child drops to :data:`RUN_UID`,
-    keeping only CAP_DAC_READ_SEARCH.
+    temporary cwd and only fds 0-3). On a root host the child drops to the run's own uid
+    and gid (the host's choice, unique among concurrent runs), keeping only
+    CAP_DAC_READ_SEARCH.
 ``namespaces``
     plus new user, network, pid, mount and IPC namespaces (:mod:`.userns`): no network
     interfaces but a down loopback, no SysV/POSIX IPC object of anyone else, the view of
@@ -41,7 +42,15 @@ from typing import Any
 from kernelgate.model.constants import RUN_GID, RUN_UID
 
 from . import seccomp
-from .confine import apply_rlimits, die_with_parent, interpreter_paths, lock_down, not_dumpable
+from .confine import (
+    Ids,
+    apply_rlimits,
+    die_with_parent,
+    interpreter_paths,
+    lock_down,
+    not_dumpable,
+    run_ids,
+)
 from .syscalls import landlock_abi
 from .userns import Born, enter_namespaces, fork_into_namespaces, probe, read_all, read_status
 
@@ -64,6 +73,8 @@ __all__ = [
     "read_status",
     "RUN_UID",
     "RUN_GID",
+    "Ids",
+    "run_ids",
 ]
 
 LEVELS = ("process", "namespaces", "namespaces+landlock")
@@ -81,17 +92,22 @@ def _kept_paths() -> list[str]:
 
 
 def prepare(
-    level: str, run_dir: str, read_paths: list[str] | None = None, born_in: Born | None = None
+    level: str,
+    run_dir: str,
+    read_paths: list[str] | None = None,
+    born_in: Born | None = None,
+    ids: Ids | None = None,
 ) -> None:
     """What does not depend on the program: namespaces (when the level has them) and cwd.
 
     With namespaces this returns in a new process, the program's (pid 2). A warm child
-    does this before its program arrives.
+    does this before its program arrives. ``ids``: the run's own uid and gid outside (a
+    root host; None: the shared :data:`RUN_UID`).
     """
     if level not in LEVELS:
         raise ValueError(f"unknown sandbox level {level!r}")
     if level in ("namespaces", "namespaces+landlock"):
-        enter_namespaces(run_dir, _kept_paths(), list(read_paths or []), born_in)
+        enter_namespaces(run_dir, _kept_paths(), list(read_paths or []), born_in, ids)
         os.environ["TMPDIR"] = "/tmp"  # private to this run
     else:
         os.chdir(run_dir)
@@ -110,6 +126,7 @@ def restrict(options: dict[str, Any], locked: bool = False) -> None:
             options.get("cwd") or os.getcwd(),
             list(sandbox.get("read_paths") or []),
             list(sandbox.get("write_paths") or []),
+            run_ids(sandbox.get("ids")),
         )
 
 
@@ -121,5 +138,6 @@ def enter(options: dict[str, Any], prepared: bool = False) -> None:
             sandbox.get("level", "process"),
             options.get("cwd") or os.getcwd(),
             list(sandbox.get("read_paths") or []),
+            ids=run_ids(sandbox.get("ids")),
         )
     restrict(options, locked=prepared)

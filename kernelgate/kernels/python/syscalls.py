@@ -239,9 +239,10 @@ def move_mount(tree: int, target: str) -> None:
 
 
 class LandlockAttr(ctypes.Structure):
-    """``struct landlock_ruleset_attr``: handled file-system and network rights."""
+    """``struct landlock_ruleset_attr``: handled file-system and network rights, and (ABI 6+)
+    the scopes: what a process may not reach outside its domain."""
 
-    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64)]
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
 
 
 class _PathBeneath(ctypes.Structure):

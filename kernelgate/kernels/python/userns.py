@@ -9,8 +9,9 @@ namespaces:
   namespaces by the zygote (:func:`fork_into_namespaces`) and is their init;
 - a root host (:func:`_unprivileged_init`): uid 0 inside must not be root outside, so the
   child (cold, or forked by the zygote) arranges the view as real root in a mount namespace
-  of its own, clones the init into the other namespaces, maps its uid 0 to :data:`RUN_UID`
-  from outside (which needs CAP_SETUID in the parent namespace) and mirrors it.
+  of its own, clones the init into the other namespaces, maps its uid 0 to the run's own
+  uid (the host's choice, :data:`RUN_UID` if none) from outside (which needs CAP_SETUID
+  in the parent namespace) and mirrors it.
 
 The view itself is :mod:`.mounts`; the system calls are :mod:`.syscalls`.
 
@@ -150,10 +151,14 @@ def _map_ids(uid: int, gid: int) -> None:
 # -- entering --------------------------------------------------------------------------------
 
 
-def _unprivileged_init(run_dir: str, kept: list[str], read_paths: list[str]) -> Born:
+def _unprivileged_init(
+    run_dir: str, kept: list[str], read_paths: list[str], ids: tuple[int, int]
+) -> Born:
     """On a root host: arrange the view as real root in a mount namespace of our own, then
     clone the namespace's init into new user, mount, network, pid and IPC namespaces, map
-    its uid 0 to :data:`RUN_UID` from out here, and mirror it. Returns in the init only.
+    its uid 0 to the run's own uid and gid ``ids`` from out here (no other run's: one run's
+    processes must not be another's to signal or read, exec'd ones included), and mirror
+    it. Returns in the init only.
 
     The clone copies our mount namespace into one owned by the new user namespace: every
     mount in it is locked there (the program cannot unmount what hides the host, nor make
@@ -161,11 +166,11 @@ def _unprivileged_init(run_dir: str, kept: list[str], read_paths: list[str]) -> 
     """
     unshare(CLONE_NEWNS, "unshare mount namespace")
     proc = mounts.writable_proc()
-    mounts.private_view(run_dir, kept, read_paths, root_host=True)
+    mounts.private_view(run_dir, kept, read_paths, root_host=True, ids=ids)
     os.setgroups([])
     status_r, status_w = os.pipe()
     go_r, go_w = os.pipe()
-    init = fork_into_namespaces()
+    init = _fork_owned_by(ids)
     if init == 0:
         os.close(proc)
         os.close(status_r)
@@ -175,14 +180,14 @@ def _unprivileged_init(run_dir: str, kept: list[str], read_paths: list[str]) -> 
         if not ok:
             os._exit(72)  # not mapped (the parent failed, or is gone): never run
         # Our credentials are still the host's root until we set them inside: uid 0 here
-        # is RUN_UID outside now.
+        # is the run's uid outside now.
         os.setresgid(0, 0, 0)
         os.setresuid(0, 0, 0)
-        return Born(RUN_UID, RUN_GID, status_w, mapped=True)
+        return Born(ids[0], ids[1], status_w, mapped=True)
     os.close(status_w)
     os.close(go_r)
     try:
-        mounts.write_maps(init, RUN_UID, RUN_GID, proc)
+        mounts.write_maps(init, ids[0], ids[1], proc)
         os.write(go_w, b"x")
     except OSError:
         os.kill(init, signal.SIGKILL)
@@ -193,19 +198,52 @@ def _unprivileged_init(run_dir: str, kept: list[str], read_paths: list[str]) -> 
     raise AssertionError("unreachable")
 
 
+def _fork_owned_by(ids: tuple[int, int]) -> int:
+    """:func:`fork_into_namespaces` with the new user namespace owned by the run's uid and
+    gid ``ids``, not root: the kernel charges a namespace's per-user counts (inotify
+    instances and watches, user namespaces, ...) to its owner outside, so a run's would
+    otherwise use up root's on the whole host (128 inotify instances: every root daemon's
+    ``inotify_init`` then fails). Only the effective ids change, for the clone; a machine
+    that refuses an unprivileged owner gets the namespace owned by root, as before."""
+    uid, gid = ids
+    euid, egid = os.geteuid(), os.getegid()
+    parent = os.getppid()
+    os.setresgid(-1, gid, -1)
+    os.setresuid(-1, uid, -1)
+    try:
+        pid = fork_into_namespaces()
+    except OSError:
+        pid = -1
+    if pid == 0:
+        return 0  # the init: its ids are set inside once mapped
+    os.setresuid(-1, euid, -1)  # back to root, effective capabilities with it
+    os.setresgid(-1, egid, -1)
+    # Changing the effective ids cleared our parent-death signal: without it, the run
+    # would outlive a host killed with SIGKILL.
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)  # it died meanwhile; the init, not let go, exits too
+    return pid if pid > 0 else fork_into_namespaces()
+
+
 def enter_namespaces(
-    run_dir: str, kept: list[str], read_paths: list[str], born_in: Born | None = None
+    run_dir: str,
+    kept: list[str],
+    read_paths: list[str],
+    born_in: Born | None = None,
+    ids: tuple[int, int] | None = None,
 ) -> None:
     """Called in the process the host started; returns in the program's process (pid 2).
 
     ``kept``: the paths the interpreter reads (they come back read-only where the view
     hides them). ``born_in``: this process was forked into its namespaces already (by the
     zygote, :func:`fork_into_namespaces`, or by :func:`_unprivileged_init`) and is their
-    pid 1: no unshare, and no mirror process here.
+    pid 1: no unshare, and no mirror process here. ``ids``: on a root host, the run's
+    uid and gid outside (None: the shared :data:`RUN_UID`).
     """
     mirror = born_in is None
     if born_in is None and os.geteuid() == 0:
-        born_in = _unprivileged_init(run_dir, kept, read_paths)
+        born_in = _unprivileged_init(run_dir, kept, read_paths, ids or (RUN_UID, RUN_GID))
         mirror = False
     if born_in is None or not born_in.mapped:
         if born_in is None:

@@ -4,7 +4,8 @@ It imports the bootstrap, asyncio and the sandbox once, never runs user code, an
 the host over a SOCK_SEQPACKET socket on fd 3:
 
 - host -> zygote: ``{"op": "fork", "id": N, "level": L, "run_dir": D, "cgroups": [C, ...],
-  "read_paths": [...], "owner": "kernelgate-<pid>-<start>-<pidns>-"}``
+  "read_paths": [...], "owner": "kernelgate-<pid>-<start>-<pidns>-", "ids": [U, G]|null}``
+  (``ids``: on a root host, the run's own uid and gid, taken on before the sandbox)
   with three fds attached (SCM_RIGHTS): the child's fd 3, fd 1 and fd 2.
 - zygote -> host: ``{"id": N, "pid": P}`` once forked, and ``{"exit": P, "status": S,
   "rusage": [user_s, system_s, maxrss_kib]}`` when it has reaped a child (wait status).
@@ -145,6 +146,7 @@ def _child(
         read_paths=list(request.read_paths),
         born_in=born_in,
         rehearse=rehearse,
+        ids=request.ids,
     )
     os._exit(0)
 
