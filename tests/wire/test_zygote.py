@@ -81,7 +81,7 @@ def test_the_json_shapes():
         "owner": "o-",
         "ids": None,
     }
-    with_ids = ForkRequest(3, "process", "/r", None, (), "o-", (2068250624, 2068250624))
+    with_ids = ForkRequest(3, "process", "/r", (), (), "o-", (2068250624, 2068250624))
     assert json.loads(encode(with_ids))["ids"] == [2068250624, 2068250624]
     assert json.loads(encode(Forked(3, 7))) == {"id": 3, "pid": 7}
     assert json.loads(encode(Exited(7, 0, 1.0, 2.0, 3))) == {
