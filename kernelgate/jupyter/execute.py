@@ -81,6 +81,8 @@ class Executor:
         #: The cell running now, if any: comm messages of its calls take it as parent.
         self.cell: Cell | None = None
         self.closing = False
+        #: ``(ename, evalue)`` every cell is refused with (the kernel cannot run cells).
+        self.refusal: tuple[str, str] | None = None
         self._queue: collections.deque[tuple[Message, list[bytes]]] = collections.deque()
         self._task: asyncio.Task[None] | None = None
 
@@ -211,6 +213,8 @@ class Executor:
             publish("status", {"execution_state": "idle"}, parent)
 
     def _plan(self, code: str, cell: Cell, msg: Message) -> Plan:
+        if self.refusal is not None:
+            return Plan(refusal=self.refusal)
         namespaces = cell.gateway.registry.namespaces
         meta = msg.get("metadata")
         helped = self.bench.help_plan(code, namespaces)

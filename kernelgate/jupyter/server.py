@@ -79,6 +79,9 @@ class KernelServer:
 
     ``namespaces`` are the kernel's own bindings (``{"tools": {...}}``); a client may add
     its own over a ``kernelgate.bindings`` comm (see :mod:`.comms`) for the cells it runs.
+    ``bindings_error``: the kernelspec's bindings could not be loaded; the kernel serves
+    anyway (a kernel that exits at start is restarted in a loop) and every cell's reply is
+    a ``BindingsError`` with this message.
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class KernelServer:
         *,
         limits: Limits | None = None,
         python: str | None = None,
+        bindings_error: str | None = None,
     ) -> None:
         self.channels = Channels(dict(connection_info))
         self.connection_info = self.channels.connection_info
@@ -96,6 +100,9 @@ class KernelServer:
         self.python = python
         self.gateway = Gateway(namespaces=self.namespaces, limits=self.limits, python=python)
         self.executor = Executor(self.channels, self.limits, self._gateway_for)
+        if bindings_error is not None:
+            # The kernelspec's bindings did not load: every cell is refused, saying why.
+            self.executor.refusal = ("BindingsError", bindings_error)
         self._clients: dict[str, _Client] = {}
         self._stop: asyncio.Event | None = None
 
@@ -313,8 +320,10 @@ def run_kernel(
     namespaces: Mapping[str, Mapping[str, Callable[..., Any]]] | None = None,
     *,
     limits: Limits | None = None,
+    bindings_error: str | None = None,
 ) -> int:
-    """Serve the kernel described by ``connection_file`` until it is shut down."""
+    """Serve the kernel described by ``connection_file`` until it is shut down
+    (``bindings_error``: see :class:`KernelServer`)."""
     import json
 
     with open(connection_file, encoding="utf-8") as f:
@@ -324,6 +333,6 @@ def run_kernel(
             level=os.environ.get("KERNELGATE_KERNEL_LOG", "WARNING").upper(),
             format="[kernelgate kernel] %(levelname)s %(message)s",
         )
-    server = KernelServer(info, namespaces, limits=limits)
+    server = KernelServer(info, namespaces, limits=limits, bindings_error=bindings_error)
     asyncio.run(server.serve())
     return 0
