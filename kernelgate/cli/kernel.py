@@ -91,7 +91,10 @@ def run_from_args(args: argparse.Namespace) -> int:
 #: kernelspec's argv runs): no PYTHONPATH, no user site-packages, no working directory.
 _KERNEL_LOAD_CHECK = """\
 import sys
-from kernelgate.cli.common import UsageError, load_bindings
+try:
+    from kernelgate.cli.common import UsageError, load_bindings
+except ImportError:
+    sys.exit(3)
 try:
     load_bindings(sys.argv[1])
 except UsageError as exc:
@@ -118,7 +121,8 @@ def _kernel_cannot_load(bindings: str) -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"cannot run {sys.executable} -I to check: {exc}"
-    if done.returncode == 0:
+    if done.returncode in (0, 3):
+        # 3: kernelgate itself does not import there; installing says so (and refuses).
         return None
     lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
     return lines[-1]
