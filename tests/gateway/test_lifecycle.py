@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -46,6 +48,25 @@ def test_background_processes_do_not_outlive_a_successful_run(run, request):
     r = run(f"import subprocess, sys\np = {sleeper(marker)}\nreturn 'ok'")
     assert r.ok
     assert processes_with(marker) == []
+
+
+def test_the_same_test_running_elsewhere_is_not_a_leftover(run, request):
+    """Another test run on the machine (another engineer's, CI's) runs this very test at
+    the same time: its programs' processes carry the test's name too, and are not ours.
+    The marker names this test process as well, so only our own leftovers count."""
+    elsewhere = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", f"kg-marker-{request.node.name}"],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        marker = marker_for(request.node.name)
+        r = run(f"import subprocess, sys\np = {sleeper(marker)}\nreturn 'ok'")
+        assert r.ok, r.message
+        assert processes_with(marker) == []  # ours are gone; the other run's is not ours
+        assert elsewhere.poll() is None  # and it was there all along, untouched
+    finally:
+        elsewhere.kill()
+        elsewhere.wait(timeout=10)
 
 
 def test_setsid_grandchild_holding_stdout_does_not_block_settling(gateway, request):
