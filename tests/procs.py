@@ -2,6 +2,9 @@
 
 Programs may run in their own pid namespace, so the pids they see are not ours: tests find
 their processes by a marker in the command line, or by parentage, from the host's /proc.
+A marker names the test *and this test process* (:func:`marker_for`): other kernelgate
+processes on the machine (another engineer's test run of the same test, a kernel, a
+``kernelgate run`` loop) never count as a test's leftovers.
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ def _stat(pid: int | str) -> tuple[bytes, int] | None:
 
 def _pids() -> Iterator[int]:
     return (int(name) for name in os.listdir("/proc") if name.isdigit())
+
+
+def marker_for(test_name: str) -> str:
+    """A command-line marker for processes a test's programs start: the test's name and
+    this process's pid, so that only this test run's own processes carry it."""
+    return f"kg-marker-{test_name}-{os.getpid()}"
 
 
 def pid_alive(pid: int) -> bool:

@@ -6,12 +6,14 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from kernelgate.model.limits import Limits
 
 from .common import (
     UsageError,
+    _installed_path,
     add_bindings_path_argument,
     bindings_search,
     load_bindings,
@@ -43,21 +45,146 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _kernel_bindings(
+    args: argparse.Namespace,
+) -> tuple[dict[str, dict[str, Callable[..., Any]]], str | None]:
+    """The kernel's namespaces, and why its bindings could not be loaded (None if they
+    were). A kernel that exits at start is started again by its frontend, and again, with
+    nothing shown but "restarting": so it starts with no bindings and every cell says why."""
+    if not args.bindings:
+        return {"tools": {}}, None
+    try:
+        # Jupyter starts the kernel in the notebook's directory: only the kernelspec's
+        # --bindings-path is searched, never the working directory.
+        return load_bindings(args.bindings, bindings_search(args)), None
+    except Exception as exc:  # the module's own import may raise anything
+        why = str(exc) if isinstance(exc, UsageError) else (
+            f"--bindings {args.bindings!r}: importing it raised {type(exc).__name__}: {exc}"
+        )
+    return {"tools": {}}, (
+        f"the kernel's bindings could not be loaded, so no cell runs: {why}. Fix the module "
+        "(the kernel imports it as 'python -I', without PYTHONPATH or the notebook's "
+        "directory), or install the kernelspec again with bindings it can load "
+        "('kernelgate kernel install --bindings MODULE:ATTR'; 'kernelgate kernel list' "
+        "shows what is installed), then restart the kernel"
+    )
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     from kernelgate.jupyter.server import run_kernel
 
-    # Jupyter starts the kernel in the notebook's directory: only the kernelspec's
-    # --bindings-path is searched, never the working directory.
-    namespaces = (
-        load_bindings(args.bindings, bindings_search(args)) if args.bindings else {"tools": {}}
-    )
+    namespaces, bindings_error = _kernel_bindings(args)
+    if bindings_error is not None:
+        print(f"kernelgate kernel: {bindings_error}", file=sys.stderr, flush=True)
     limits = Limits(wall_seconds=args.timeout) if args.timeout else None
     try:
-        return run_kernel(args.connection_file, namespaces, limits=limits)
+        return run_kernel(
+            args.connection_file, namespaces, limits=limits, bindings_error=bindings_error
+        )
     except OSError as exc:
         raise UsageError(f"cannot read connection file {args.connection_file!r}: {exc}") from None
     except ValueError as exc:
         raise UsageError(f"cannot start the kernel: {exc}") from None
+
+
+#: Loads ``--bindings sys.argv[1]`` as ``kernel run`` does, in ``python -I`` (what the
+#: kernelspec's argv runs): no PYTHONPATH, no user site-packages, no working directory.
+_KERNEL_LOAD_CHECK = """\
+import sys
+try:
+    from kernelgate.cli.common import UsageError, load_bindings
+except ImportError:
+    sys.exit(3)
+try:
+    load_bindings(sys.argv[1])
+except UsageError as exc:
+    sys.stderr.write(str(exc))
+    sys.exit(2)
+except Exception as exc:
+    sys.stderr.write(f"importing it raised {type(exc).__name__}: {exc}")
+    sys.exit(2)
+"""
+
+
+def _kernel_cannot_load(bindings: str) -> str | None:
+    """Why the kernel (``python -I``, started in a notebook's directory) could not load
+    ``--bindings bindings``; None if it can."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", _KERNEL_LOAD_CHECK, bindings],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/",
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot run {sys.executable} -I to check: {exc}"
+    if done.returncode in (0, 3):
+        # 3: kernelgate itself does not import there; installing says so (and refuses).
+        return None
+    lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+    return lines[-1]
+
+
+def _loadable_by_the_kernel(bindings: str, source: str, attr: str) -> str:
+    """``bindings`` as the kernelspec should record it so that the kernel can load them, or
+    a UsageError saying why it cannot and what to do.
+
+    The kernel runs ``python -I``: a module this command found through PYTHONPATH (or the
+    user's site-packages) is not there for it. A top-level module or package found so is
+    recorded by its file's absolute path (said on stderr); anything else is refused."""
+    why = _kernel_cannot_load(bindings)
+    if why is None:
+        return bindings
+    if not os.path.isabs(source):
+        path = _module_file_here(source)
+        if path is not None:
+            recorded = f"{path}:{attr}" if attr else path
+            if _kernel_cannot_load(recorded) is None:
+                print(
+                    f"kernelgate: note: {source!r} is found through PYTHONPATH or the user's "
+                    "site-packages, which the kernel does not see (it runs 'python -I'): "
+                    f"recorded by its path, --bindings {recorded}",
+                    file=sys.stderr,
+                )
+                return recorded
+    if os.path.isabs(source):
+        fix = (
+            f"make what {source} imports importable without PYTHONPATH (pip install it), or "
+            "give the module that imports it by its path too"
+        )
+    else:
+        fix = (
+            f"pip install the package that holds {source!r} into {sys.prefix} (pip install "
+            "-e DIR for your own), or give a module that stands alone by its path: "
+            f"--bindings /path/to/module.py:{attr or 'BINDINGS'}"
+        )
+    # The loader's own hint (a path, or install it) is said below, for this case.
+    why = why.removeprefix(f"--bindings {bindings!r}: ").split(". Give a path")[0]
+    raise UsageError(
+        f"--bindings {bindings!r}: the kernel could not load it: {why}. The kernel runs "
+        "'python -I' (no PYTHONPATH, no user site-packages, not the notebook's directory): "
+        f"{fix}. Nothing was installed"
+    )
+
+
+def _module_file_here(module: str) -> str | None:
+    """The file of top-level ``module`` (a ``.py`` file or a package's ``__init__.py``) as
+    this process finds it; None for a submodule, an extension, or nothing found."""
+    import importlib.machinery
+
+    if "." in module:
+        return None  # pkg.sub needs pkg importable: no file of its own does
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(module, _installed_path())
+    except (ImportError, ValueError):
+        return None
+    origin = spec.origin if spec is not None else None
+    if origin is None or not origin.endswith(".py") or not os.path.isfile(origin):
+        return None
+    return os.path.abspath(origin)
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
@@ -76,6 +203,7 @@ def _cmd_install(args: argparse.Namespace) -> int:
         load_bindings(bindings, search, cwd)  # fail now, not when a notebook starts the kernel
         if os.path.isabs(source):
             bindings = f"{source}:{attr}" if attr else source
+        bindings = _loadable_by_the_kernel(bindings, source, attr)
     prefix = sys.prefix if args.sys_prefix else args.prefix
     try:
         path = install_kernel_spec(

@@ -91,6 +91,8 @@ class Executor:
         #: The cell running now, if any: comm messages of its calls take it as parent.
         self.cell: Cell | None = None
         self.closing = False
+        #: ``(ename, evalue)`` every cell is refused with (the kernel cannot run cells).
+        self.refusal: tuple[str, str] | None = None
         self._queue: collections.deque[tuple[Message, list[bytes]]] = collections.deque()
         self._task: asyncio.Task[None] | None = None
 
@@ -249,6 +251,8 @@ class Executor:
             publish("status", {"execution_state": "idle"}, parent)
 
     def _plan(self, code: str, cell: Cell, msg: Message) -> Plan:
+        if self.refusal is not None:
+            return Plan(refusal=self.refusal)
         if cell.owner is not None:
             # A private run is the program as sent, whatever its first line: never kept as
             # a setup cell, never given the notebook's setup cells, never read for `obj?`.

@@ -91,6 +91,9 @@ class KernelServer:
 
     ``namespaces`` are the kernel's own bindings (``{"tools": {...}}``); a client may add
     its own over a ``kernelgate.bindings`` comm (see :mod:`.comms`) for the cells it runs.
+    ``bindings_error``: the kernelspec's bindings could not be loaded; the kernel serves
+    anyway (a kernel that exits at start is restarted in a loop) and every cell's reply is
+    a ``BindingsError`` with this message.
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class KernelServer:
         *,
         limits: Limits | None = None,
         python: str | None = None,
+        bindings_error: str | None = None,
     ) -> None:
         self.channels = Channels(dict(connection_info))
         self.connection_info = self.channels.connection_info
@@ -108,6 +112,9 @@ class KernelServer:
         self.python = python
         self.gateway = Gateway(namespaces=self.namespaces, limits=self.limits, python=python)
         self.executor = Executor(self.channels, self.limits, self._gateway_for)
+        if bindings_error is not None:
+            # The kernelspec's bindings did not load: every cell is refused, saying why.
+            self.executor.refusal = ("BindingsError", bindings_error)
         self._clients: dict[str, _Client] = {}
         #: Ids of private requests (with an owner secret): no other request may reuse one.
         self._private_ids = RecentIds()
@@ -395,8 +402,10 @@ def run_kernel(
     namespaces: Mapping[str, Mapping[str, Callable[..., Any]]] | None = None,
     *,
     limits: Limits | None = None,
+    bindings_error: str | None = None,
 ) -> int:
-    """Serve the kernel described by ``connection_file`` until it is shut down."""
+    """Serve the kernel described by ``connection_file`` until it is shut down
+    (``bindings_error``: see :class:`KernelServer`)."""
     import json
 
     with open(connection_file, encoding="utf-8") as f:
@@ -406,6 +415,6 @@ def run_kernel(
             level=os.environ.get("KERNELGATE_KERNEL_LOG", "WARNING").upper(),
             format="[kernelgate kernel] %(levelname)s %(message)s",
         )
-    server = KernelServer(info, namespaces, limits=limits)
+    server = KernelServer(info, namespaces, limits=limits, bindings_error=bindings_error)
     asyncio.run(server.serve())
     return 0

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from kernelgate import Gateway, Limits, RunResult
+from kernelgate.gateway.process import owner_prefix
 
 
 async def search(query: str, limit: int = 5) -> list[dict[str, Any]]:
@@ -39,12 +40,26 @@ BINDINGS: dict[str, Callable[..., Any]] = {
 FAST = Limits(wall_seconds=20, kill_grace_seconds=0.5)
 
 
+def _whose(base: str, name: str) -> str:
+    """A left-behind entry, with whose it is (its name carries its owner, see
+    ``owner_prefix``) and what is in it: enough to tell one race from another."""
+    owner = "this test process" if name.startswith(owner_prefix()) else "another process"
+    try:
+        inside = sorted(os.listdir(os.path.join(base, name)))[:5]
+    except OSError as exc:
+        inside = [f"({exc.strerror})"]
+    return f"{name} ({owner}; holds {inside})"
+
+
 @pytest.fixture
 def run_dir_base(tmp_path) -> Iterator[str]:
+    """A directory of the test's own for its gateways' run directories: empty at the end.
+    (Only this test's gateways write here: other kernelgate hosts on the machine use
+    their own TMPDIR.)"""
     base = tmp_path / "runs"
     base.mkdir()
     yield str(base)
-    left = os.listdir(base)
+    left = [_whose(str(base), name) for name in sorted(os.listdir(base))]
     assert not left, f"run directories left behind: {left}"
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from kernelgate import Gateway, Limits
-from tests.procs import processes_with
+from tests.procs import marker_for, processes_with
 
 from .conftest import BINDINGS, FAST, sleeper, warmed_up
 
@@ -23,7 +25,7 @@ def gateway(request, run_dir_base, no_fd_leak):
 
 
 def test_timeout_kills_program_ignoring_sigterm_and_its_grandchildren(gateway, request):
-    marker = f"kg-marker-{request.node.name}"
+    marker = marker_for(request.node.name)
     program = f"""
 import signal, subprocess, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -42,14 +44,33 @@ while True:
 
 
 def test_background_processes_do_not_outlive_a_successful_run(run, request):
-    marker = f"kg-marker-{request.node.name}"
+    marker = marker_for(request.node.name)
     r = run(f"import subprocess, sys\np = {sleeper(marker)}\nreturn 'ok'")
     assert r.ok
     assert processes_with(marker) == []
 
 
+def test_the_same_test_running_elsewhere_is_not_a_leftover(run, request):
+    """Another test run on the machine (another engineer's, CI's) runs this very test at
+    the same time: its programs' processes carry the test's name too, and are not ours.
+    The marker names this test process as well, so only our own leftovers count."""
+    elsewhere = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", f"kg-marker-{request.node.name}"],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        marker = marker_for(request.node.name)
+        r = run(f"import subprocess, sys\np = {sleeper(marker)}\nreturn 'ok'")
+        assert r.ok, r.message
+        assert processes_with(marker) == []  # ours are gone; the other run's is not ours
+        assert elsewhere.poll() is None  # and it was there all along, untouched
+    finally:
+        elsewhere.kill()
+        elsewhere.wait(timeout=10)
+
+
 def test_setsid_grandchild_holding_stdout_does_not_block_settling(gateway, request):
-    marker = f"kg-marker-{request.node.name}"
+    marker = marker_for(request.node.name)
     program = f"""
 import subprocess, sys
 p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}],
@@ -265,7 +286,7 @@ def test_forged_reply_then_hang_is_killed(run):
 def test_a_run_returns_on_its_reply_and_the_gateway_finishes_it(make_gateway, request):
     """run() returns with the reply; the child (here hanging on after it, with a
     grandchild) is ended by the gateway, and wait_finished/aclose see it gone."""
-    marker = f"kg-marker-{request.node.name}"
+    marker = marker_for(request.node.name)
     gw = make_gateway(bindings=BINDINGS, limits=FAST)
 
     async def main():
@@ -282,7 +303,7 @@ def test_a_run_returns_on_its_reply_and_the_gateway_finishes_it(make_gateway, re
 def test_the_loop_ending_first_still_ends_the_run(make_gateway, request):
     """asyncio.run() ending right after run() returns: the teardown, cancelled with the
     loop, ends the child without it."""
-    marker = f"kg-marker-{request.node.name}"
+    marker = marker_for(request.node.name)
     gw = make_gateway(bindings=BINDINGS, limits=FAST)
     r = asyncio.run(gw.run(replies_then_hangs(marker)))
     assert r.ok
@@ -312,7 +333,7 @@ def test_twenty_runs_in_parallel(gateway):
 
 
 def test_cancelling_run_kills_child_and_raises(gateway, request):
-    marker = f"kg-marker-{request.node.name}"
+    marker = marker_for(request.node.name)
 
     async def main():
         started = asyncio.get_running_loop().create_future()

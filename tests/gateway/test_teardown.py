@@ -22,7 +22,7 @@ import pytest
 
 from kernelgate import Gateway, Limits
 from kernelgate.model import removal
-from tests.procs import processes_with
+from tests.procs import marker_for, processes_with
 
 from .conftest import BINDINGS, FAST, filled, sleeper
 from .test_lifecycle import replies_then_hangs
@@ -93,7 +93,7 @@ async def killed(pid: int) -> None:
 def test_no_ending_of_a_run_or_its_pool_waits_on_the_loop(
     make_gateway: Any, waits_on_loop: list[str], request: pytest.FixtureRequest
 ) -> None:
-    marker = f"kg-marker-{request.node.name}"
+    marker = marker_for(request.node.name)
     gw: Gateway = make_gateway(bindings=BINDINGS, limits=FAST, pool_size=2)
 
     async def main() -> list[str]:
@@ -142,7 +142,7 @@ def test_the_loop_ending_first_does_not_wait_on_it_either(
 ) -> None:
     """asyncio.run() ending right after run() returns: the teardown, cancelled with the
     loop, kills the child and awaits its end while the loop finishes its tasks."""
-    marker = f"kg-marker-{request.node.name}"
+    marker = marker_for(request.node.name)
     gw: Gateway = make_gateway(bindings=BINDINGS, limits=FAST)
     program = f"import subprocess, sys\n{sleeper(marker)}\n" + replies_then_hangs()
     r = asyncio.run(gw.run(program))

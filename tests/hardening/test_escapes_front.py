@@ -384,15 +384,29 @@ def markers(d: Path) -> list[str]:
 
 def test_the_planted_modules_run_when_the_directory_comes_first(planted):
     """The attack: the kernelspec's old argv (``python -m ...``, from the notebook's
-    directory) imports the planted asyncio (and argparse, signal, ...) before any cell."""
+    directory) imports a planted module (typing, asyncio, argparse, ...) before any cell;
+    the kernelspec's argv (``python -I -m ...``) from the same directory imports none.
+
+    Which planted module runs first depends on what the interpreter imported before the
+    directory went on ``sys.path``: in a fresh venv nothing, so ``kernelgate``'s own
+    ``import typing`` finds the planted one (and fails on it); where a ``.pth`` file of the
+    environment imports ``typing`` at start-up (certifi's on some machines), ``asyncio``
+    and ``argparse`` are the first. The attack is that any of them runs.
+    """
+    command = ["-m", "kernelgate.cli", "kernel", "run", "--help"]
     p = subprocess.run(
-        [sys.executable, "-m", "kernelgate.cli", "kernel", "run", "--help"],
-        cwd=planted,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [sys.executable, *command], cwd=planted, capture_output=True, text=True, timeout=60
     )
-    assert {"MARKER-asyncio", "MARKER-argparse"} <= set(markers(planted)), (p.stdout, p.stderr)
+    ran = markers(planted)
+    assert ran, (p.returncode, p.stdout, p.stderr)
+    assert set(ran) <= {f"MARKER-{name}" for name in PLANTED}
+    for marker in ran:
+        (planted / marker).unlink()
+    p = subprocess.run(
+        [sys.executable, "-I", *command], cwd=planted, capture_output=True, text=True, timeout=60
+    )
+    assert (p.returncode, markers(planted)) == (0, []), p.stderr
+    assert "connection file" in p.stdout
 
 
 def test_kernelgate_run_imports_only_the_named_bindings_module(planted):

@@ -27,6 +27,7 @@ import pytest
 from kernelgate import Limits
 from kernelgate.gateway.cgroups import CgroupRoots
 from kernelgate.gateway.output import truncation_marker
+from kernelgate.gateway.process import owner_prefix
 from kernelgate.gateway.sandbox import SandboxSupport
 from tests.procs import processes_with
 
@@ -226,13 +227,17 @@ def test_warm_child_is_capped_even_if_its_cgroup_name_is_taken(hostile):
 def test_closing_a_gateway_leaves_no_pool_cgroups(hostile):
     if PIDS_ROOT is None:
         pytest.skip("no writable pids cgroup here")
-    mine = f"pool{os.getpid()}-"
-    before = set(kernelgate_cgroups({mine}))
+    # This process's pool cgroups only (kernelgate-<pid>-<start>-<ns>-pool-<token>-<n>):
+    # other kernelgate hosts on the machine have pools of their own.
+    mine = owner_prefix()
+    before = {name for name in kernelgate_cgroups({mine}) if "-pool-" in name}
     for _ in range(3):
         gw = hostile.gateway(pool_size=4)
         hostile.run("1", gateway=gw)  # then the pool holds four idle children
+        held = {name for name in kernelgate_cgroups({mine}) if "-pool-" in name} - before
+        assert held, "the pool holds no cgroup: the check below would see nothing"
         gw.close()
-    assert set(kernelgate_cgroups({mine})) - before == set()
+    assert {name for name in kernelgate_cgroups({mine}) if "-pool-" in name} - before == set()
 
 
 @NEEDS_PIDS_CGROUP_AT_PROCESS

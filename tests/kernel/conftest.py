@@ -4,11 +4,17 @@ The kernelspec is installed into a temporary prefix (``kernelgate kernel install
 whose ``share/jupyter`` is put first on ``JUPYTER_PATH`` while these tests run, under the
 name ``kernelgate``: nothing installed by hand is used, and a kernelspec of that name the
 machine may have is shadowed. The environment is restored after this package's tests.
+
+The browser tests (``test_browser.py``, ``test_workbench_browser.py``) drive a real
+JupyterLab through Playwright with the system's Chromium (Debian's ``chromium`` and
+``fonts-liberation``; Playwright's own browser download is never used): both carry
+:data:`NEEDS_CHROMIUM`, so where it is not installed they are skipped, saying what to install.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -20,6 +26,15 @@ from kernelgate.cli import main as kernelgate_main
 from .helpers import KERNEL_NAME, MESSAGE_KERNEL_NAME, forget_kept
 
 _ENV = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")
+
+#: The system's Chromium, which the browser tests drive (None: not installed).
+CHROMIUM = shutil.which("chromium")
+#: The mark of every browser test: skipped where Chromium is not installed.
+NEEDS_CHROMIUM = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="Chromium is not installed: the browser tests drive the system's chromium through "
+    "Playwright (apt-get install chromium fonts-liberation; .ci/run does it as root)",
+)
 
 
 @pytest.fixture(scope="package", autouse=True)

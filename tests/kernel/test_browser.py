@@ -21,7 +21,6 @@ import concurrent.futures
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -34,16 +33,10 @@ from typing import Any
 
 import pytest
 
+from .conftest import CHROMIUM, NEEDS_CHROMIUM
 from .helpers import KERNEL_NAME
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = [
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM),
-        reason="Chromium is not installed (apt-get install chromium; .ci/run does it as root)",
-    ),
-]
+pytestmark = [pytest.mark.timeout(300), NEEDS_CHROMIUM]
 playwright_sync = pytest.importorskip("playwright.sync_api")
 pytest.importorskip("jupyterlab")
 

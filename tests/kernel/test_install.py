@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +17,10 @@ import pytest
 from jupyter_client.manager import start_new_kernel
 
 from kernelgate.cli import main
+from tests.procs import kernelgate_command
 
 from .conftest import drain
+from .helpers import execute
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -117,3 +120,121 @@ def test_uninstall_removes_only_kernelgate_kernels(
     # A place that does not hold it says where it looked.
     assert main(["kernel", "uninstall", "--prefix", str(place), "--name", "kg-gone"]) == 2
     assert str(kernels) in capsys.readouterr().err
+
+
+# -- what the kernel will be able to load (it runs python -I: no PYTHONPATH) ----------------
+
+
+def _install(place: Path, name: str, bindings: str, *, cwd: Path, pythonpath: Path | None = None):
+    """``kernelgate kernel install`` as a user runs it (its own process, this environment)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    return subprocess.run(
+        [*kernelgate_command(), "kernel", "install", "--prefix", str(place), "--name", name,
+         "--bindings", bindings],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def _recorded(place: Path, name: str) -> str:
+    spec = json.loads((place / f"share/jupyter/kernels/{name}/kernel.json").read_text())
+    return spec["argv"][spec["argv"].index("--bindings") + 1]
+
+
+@pytest.mark.parametrize("layout", ["module", "package"])
+def test_a_module_found_only_through_pythonpath_is_recorded_by_its_path(
+    place: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """``PYTHONPATH=lib kernelgate kernel install --bindings pptools:BINDINGS``: the kernel
+    (``python -I``) does not see PYTHONPATH, so the module is recorded by its file, and the
+    kernel started through jupyter_client runs a cell with it."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    if layout == "module":
+        (lib / "pptools.py").write_text(BINDINGS)
+        expected = lib / "pptools.py"
+    else:
+        (lib / "pptools").mkdir()
+        (lib / "pptools" / "impl.py").write_text(BINDINGS)
+        (lib / "pptools" / "__init__.py").write_text("from .impl import BINDINGS\n")
+        expected = lib / "pptools" / "__init__.py"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    p = _install(place, "kg-pp", "pptools:BINDINGS", cwd=elsewhere, pythonpath=lib)
+    assert p.returncode == 0, p.stderr
+    assert _recorded(place, "kg-pp") == f"{expected}:BINDINGS"
+    assert "PYTHONPATH" in p.stderr and str(expected) in p.stderr  # says what it did, and why
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("PYTHONPATH", str(lib))  # as in the user's shell: the kernel ignores it
+    km, kc = start_new_kernel(kernel_name="kg-pp", startup_timeout=60, cwd=str(elsewhere))
+    try:
+        drain(kc)
+        cell = execute(kc, "return await tools.triple(14)", timeout=60)
+        assert cell.status == "ok", cell.events
+        assert cell.outputs("execute_result")[0]["content"]["data"]["text/plain"] == "42"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel()
+
+
+def test_what_the_kernel_cannot_load_is_refused_at_install(place: Path, tmp_path: Path) -> None:
+    """A module of a package found only through PYTHONPATH has no file of its own to record
+    (its package would not import): install refuses, saying why and what to do, and installs
+    nothing. So does a bindings file whose own imports need PYTHONPATH."""
+    lib = tmp_path / "lib"
+    (lib / "ppkg").mkdir(parents=True)
+    (lib / "ppkg" / "__init__.py").write_text("")
+    (lib / "ppkg" / "tools.py").write_text(BINDINGS)
+    (lib / "pphelper.py").write_text("FACTOR = 3\n")
+    (tmp_path / "uses_helper.py").write_text("import pphelper\n" + BINDINGS)
+    p = _install(place, "kg-no", "ppkg.tools:BINDINGS", cwd=tmp_path, pythonpath=lib)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "PYTHONPATH" in p.stderr and "python -I" in p.stderr, p.stderr
+    assert "pip install" in p.stderr and "--bindings-path" not in p.stderr
+    assert "Traceback" not in p.stderr
+    p = _install(place, "kg-no", "./uses_helper.py:BINDINGS", cwd=tmp_path, pythonpath=lib)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "pphelper" in p.stderr and "python -I" in p.stderr, p.stderr
+    assert not (place / "share/jupyter/kernels/kg-no").exists()
+
+
+@pytest.mark.parametrize("breakage", ["deleted", "raises"])
+def test_a_kernel_whose_bindings_fail_to_load_starts_and_says_why_in_every_cell(
+    place: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, breakage: str
+) -> None:
+    """Its bindings module deleted (or broken) after install: the kernel still starts (a
+    kernel that exits at start is restarted by JupyterLab in a loop), answers kernel_info,
+    and every cell's reply is an error naming the module and what to do."""
+    project = tmp_path / "project"
+    project.mkdir()
+    module = project / "gonetools.py"
+    module.write_text(BINDINGS)
+    p = _install(place, "kg-broken", "./gonetools.py:BINDINGS", cwd=project)
+    assert p.returncode == 0, p.stderr
+    if breakage == "deleted":
+        module.unlink()
+        why = "gonetools.py"
+    else:
+        module.write_text("raise RuntimeError('the database is down')\n")
+        why = "RuntimeError: the database is down"
+    monkeypatch.chdir(tmp_path)
+    km, kc = start_new_kernel(kernel_name="kg-broken", startup_timeout=60, cwd=str(tmp_path))
+    try:
+        pid = km.provisioner.process.pid
+        info = kc.kernel_info(reply=True, timeout=30)
+        assert info["content"]["implementation"] == "kernelgate"
+        drain(kc)
+        for code in ("return await tools.triple(14)", "1 + 1"):
+            cell = execute(kc, code, stop_on_error=False, timeout=60)
+            assert cell.status == "error", cell.events
+            reply = cell.reply["content"]
+            assert reply["ename"] == "BindingsError", reply
+            assert str(module) in reply["evalue"] and why in reply["evalue"], reply["evalue"]
+            assert "kernelgate kernel install" in reply["evalue"], reply["evalue"]
+            errors = cell.outputs("error")
+            assert errors and errors[0]["content"]["evalue"] == reply["evalue"]
+        assert km.is_alive() and km.provisioner.process.pid == pid  # never restarted
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel()

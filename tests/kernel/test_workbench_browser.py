@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from . import test_browser
+from .conftest import NEEDS_CHROMIUM
 from .helpers import KERNEL_NAME
 from .test_browser import _APP_READY, STEP_MS, Lab
 
@@ -29,7 +30,7 @@ from .test_browser import _APP_READY, STEP_MS, Lab
 lab = test_browser.lab
 browser = test_browser.browser
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), NEEDS_CHROMIUM]
 
 # WCAG contrast of an element's text against the first opaque background behind it.
 _CONTRAST = """(el) => {
