@@ -299,19 +299,7 @@ async def replay_async(
     async with gw:
         result = await gw.run(code)
     pairs, unrecorded, unused = match_calls(recorded.calls, result.calls, key)
-    differences = compare_runs(recorded, result)
-    note = ""
-    if limits is None and recorded.status in _STOPPED:
-        note = (
-            f"the recorded run was stopped ({recorded.status}) after "
-            f"{recorded.duration_s:.3g} s, so the replay was given "
-            f"wall_seconds={run_limits.wall_seconds:.3g} (set limits to change it)"
-        )
-        if result.status == "timeout":
-            # Stopped again by the budget that follows the recording: the same ending, told
-            # in other words (an interrupt, or a budget of another size).
-            differences = [d for d in differences if d.field not in ("status", "error")]
-            note += "; it was stopped again, as recorded"
+    differences, note = _outcome(recorded, result, run_limits, followed=limits is None)
     return ReplayReport(
         source=where,
         run_number=number,
@@ -327,6 +315,27 @@ async def replay_async(
         differences=differences,
         note=note,
     )
+
+
+def _outcome(
+    recorded: RunResult, result: RunResult, run_limits: Limits, followed: bool
+) -> tuple[list[Difference], str]:
+    """How the replay's outcome differs from the recording's, and a note on its budget
+    when it ``followed`` the recording (:func:`replay_budget`) for a stopped run."""
+    differences = compare_runs(recorded, result)
+    if not followed or recorded.status not in _STOPPED:
+        return differences, ""
+    note = (
+        f"the recorded run was stopped ({recorded.status}) after "
+        f"{recorded.duration_s:.3g} s, so the replay was given "
+        f"wall_seconds={run_limits.wall_seconds:.3g} (set limits to change it)"
+    )
+    if result.status == "timeout":
+        # Stopped again by the budget that follows the recording: the same ending, told
+        # in other words (an interrupt, or a budget of another size).
+        differences = [d for d in differences if d.field not in ("status", "error")]
+        note += "; it was stopped again, as recorded"
+    return differences, note
 
 
 def replay(
