@@ -22,8 +22,15 @@ def bars(svg_text: str) -> list[ET.Element]:
     return [e for e in root.iter(f"{SVG}rect") if e.get("class", "").split()[:1] == ["call"]]
 
 
+def length(value: str | None) -> float:
+    """An SVG length as a number: x and widths along the time axis are percentages of the
+    drawing's width (it follows the space it is shown in), y are px."""
+    assert value is not None
+    return float(value.removesuffix("%"))
+
+
 def span(bar: ET.Element) -> tuple[float, float, float]:
-    x, w, y = float(bar.get("x")), float(bar.get("width")), float(bar.get("y"))
+    x, w, y = length(bar.get("x")), length(bar.get("width")), length(bar.get("y"))
     return x, x + w, y
 
 
@@ -74,7 +81,8 @@ def test_svg_is_well_formed_with_one_bar_per_call(demo_run: RunResult) -> None:
 def test_bars_sit_on_the_run_axis_with_labels_and_titles(demo_run: RunResult) -> None:
     text = timeline_svg(demo_run)
     root = ET.fromstring(text)
-    width = float(root.get("width"))
+    assert root.get("width") == "100%" and root.get("viewBox") is None  # text never scales
+    width = 100.0
     for bar in bars(text):
         x0, x1, _ = span(bar)
         assert 0 <= x0 < x1 <= width
