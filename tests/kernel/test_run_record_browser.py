@@ -81,10 +81,9 @@ _LAB_IMG_CSS = "img { max-width: 100%; height: auto; }"
 
 
 def _overlap(a: dict[str, Any], b: dict[str, Any], slack: float = 0.5) -> bool:
-    return (
-        min(a["r"], b["r"]) - max(a["l"], b["l"]) > slack
-        and min(a["b"], b["b"]) - max(a["t"], b["t"]) > slack
-    )
+    across = min(a["r"], b["r"]) - max(a["l"], b["l"])
+    down = min(a["b"], b["b"]) - max(a["t"], b["t"])
+    return bool(across > slack and down > slack)
 
 
 def _assert_readable(m: dict[str, Any], where: str) -> None:
