@@ -17,6 +17,7 @@ docs/kernel.md shows) when ``KERNELGATE_SCREENSHOTS`` names that directory.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +194,15 @@ PROGRAM = (
     "len(docs)\n"
 )
 
+# Whether some box holding the element lets its overflow be scrolled to.
+_SCROLLS_SIDEWAYS = """(el) => {
+  for (let n = el.parentElement; n; n = n.parentElement) {
+    const o = getComputedStyle(n).overflowX;
+    if (n.scrollWidth > n.clientWidth + 1) return o === 'auto' || o === 'scroll';
+  }
+  return false;
+}"""
+
 _ROWS = ("run id", "status", "isolation", "CPU", "wall time", "limits")
 
 
@@ -259,16 +269,20 @@ def _assert_record_shows(page: Any, record: Any, where: str) -> None:
 
 
 def shoot_live_cell(
-    lab: Lab, browser: Any, tmp_path: Path, source: str, name: str, *, open_record: bool
+    lab: Lab,
+    browser: Any,
+    tmp_path: Path,
+    source: str,
+    name: str,
+    *,
+    open_record: bool,
+    expect: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
-    """Run ``source`` in a new kernelgate notebook ``name``.ipynb, optionally open its run
-    record, check it, take ``name``-light.png and ``name``-dark.png, save the notebook and
-    return what was saved.
-
-    Hook for the screenshots of IPython-style tracebacks (not implemented here): their test
-    calls this with a program that raises, ``name="kernel-traceback"`` and
-    ``open_record=False``, then asserts on the traceback output before the pictures are
-    taken (add an ``expect`` callable here if it needs to check in between)."""
+    """Run ``source`` in a new kernelgate notebook ``name``.ipynb; once its run record
+    shows (the last output of a run), call ``expect(page)`` to check the outputs, open the
+    record if asked (and check it), take ``name``-light.png and ``name``-dark.png (to
+    docs/images/ with ``KERNELGATE_SCREENSHOTS``), save the notebook and return what was
+    saved. See :func:`traceback_screenshots_hook`."""
     path = lab.root / f"{name}.ipynb"
     path.write_text(json.dumps(_notebook(source)), encoding="utf-8")
     page = browser.new_page()
@@ -276,12 +290,19 @@ def shoot_live_cell(
     try:
         _open(page, lab, path.name, f"{name}-live")
         _run_first_cell(page)
+        page.locator(".jp-OutputArea-output details.kernelgate-run").first.wait_for(
+            state="visible", timeout=STEP_MS
+        )
+        if expect is not None:
+            expect(page)
         if open_record:
             record = _open_record(page)
             _assert_record_shows(page, record, "live")
             record.scroll_into_view_if_needed()
         for dark in (False, True):
             _theme(page, dark)
+            if open_record:
+                _assert_record_shows(page, record, f"live (dark={dark})")
             _screenshot(page, tmp_path, f"{name}-{'dark' if dark else 'light'}.png")
         _theme(page, False)
         page.keyboard.press("Control+s")
@@ -322,7 +343,31 @@ def test_the_run_record_opens_live_and_reopened_untrusted(
             _theme(page, dark)
             _assert_record_shows(page, record, f"reopened untrusted (dark={dark})")
         _theme(page, False)
+        # An output narrower than the width the labels are laid out for: the picture keeps
+        # that width (readable, nothing cut) and the output scrolls sideways to show it.
+        page.set_viewport_size({"width": 800, "height": 900})
+        page.wait_for_function(
+            "(w) => document.querySelector('details.kernelgate-run').clientWidth < w",
+            arg=MIN_WIDTH,
+        )
+        _assert_record_shows(page, record, "reopened untrusted, narrow")
+        assert record.evaluate(_SCROLLS_SIDEWAYS), "the narrow output cannot be scrolled to"
         assert page.evaluate("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
     finally:
         page.close()
     assert (lab.root / name).read_bytes() == before
+
+
+def traceback_screenshots_hook(lab: Lab, browser: Any, tmp_path: Path) -> None:
+    """HOOK for the screenshots of IPython-style tracebacks (not implemented yet; not a
+    test, so nothing runs it). The engineer adding them renames this to
+    ``test_traceback_screenshots``, sets the program and the check, and shows
+    ``docs/images/kernel-traceback-{light,dark}.png`` in docs/kernel.md."""
+    program = "def f():\n    return 1 / 0\nf()\n"
+
+    def expect(page: Any) -> None:  # what the traceback output must show, before pictures
+        raise NotImplementedError("assert on the traceback output here")
+
+    shoot_live_cell(
+        lab, browser, tmp_path, program, "kernel-traceback", open_record=False, expect=expect
+    )
