@@ -261,10 +261,10 @@ def _assert_record_shows(page: Any, record: Any, where: str) -> None:
         ".every((i) => i.complete && i.getBoundingClientRect().height > 50)"
     )
     m = img.evaluate(_MEASURE)
+    _assert_readable(m, where)
     # The sanitiser kept width="100%" and min-width: the picture is as wide as the record.
     assert abs(m["width"] - max(m["parent"], MIN_WIDTH)) < 1, (where, m["width"], m["parent"])
     assert m["minWidth"] == f"{MIN_WIDTH}px", where
-    _assert_readable(m, where)
     assert page.locator(".jp-OutputArea-output script").count() == 0, where
 
 
