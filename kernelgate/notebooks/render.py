@@ -38,7 +38,7 @@ from .calls import (
     call_output,
     duration_text,
 )
-from .timeline import timeline_summary, timeline_svg
+from .timeline import MIN_WIDTH, timeline_summary, timeline_svg
 
 if TYPE_CHECKING:
     from nbformat import NotebookNode
@@ -162,7 +162,13 @@ def timeline_img(result: RunResult) -> str:
     :func:`timeline_output` for why an image."""
     svg = base64.b64encode(timeline_svg(result).encode("utf-8")).decode("ascii")
     alt = html.escape(timeline_summary(result), quote=True)
-    return f'<img class="kernelgate-timeline" alt="{alt}" src="data:image/svg+xml;base64,{svg}"/>'
+    # As wide as the space it gets (the SVG follows it, its text stays 11 px), never
+    # narrower than the width its labels were laid out for. Both survive the sanitiser
+    # of an untrusted notebook: the width attribute, and min-width among its styles.
+    return (
+        f'<img class="kernelgate-timeline" alt="{alt}" width="100%" '
+        f'style="min-width:{MIN_WIDTH}px" src="data:image/svg+xml;base64,{svg}"/>'
+    )
 
 
 def timeline_svg_of(output: Mapping[str, Any]) -> str | None:

@@ -8,6 +8,15 @@ program spends most of its time starting the interpreter), the idle stretch befo
 first call or after the last is drawn shortened, shaded and labelled with its length, so
 the calls get the room. The slowest call is drawn in orange, failed calls in red, and
 hovering a bar shows the full call.
+
+The drawing follows the width it is shown at and its text stays 11 px: the root ``<svg>``
+has ``width="100%"`` and no ``viewBox`` (a viewBox would scale the text down with the
+drawing: a 960 px picture in an 830 px notebook column had 9.5 px text), and everything
+placed along the time axis is a percentage of the width, with text offset from it in px
+(``dx``). The layout (lanes, which side of its bar a label goes, how far a label is
+shortened) is computed at :data:`MIN_WIDTH`, the narrowest width supported: a wider
+drawing only moves things placed at different percentages further apart, so labels that
+neither collide nor run off the edge at that width never do at any wider one.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from ._values import fmt_duration
 from .calls import call_label, call_line
 
 __all__ = [
+    "MIN_WIDTH",
     "timeline_svg",
     "timeline_summary",
     "max_in_flight",
@@ -32,13 +42,14 @@ __all__ = [
     "layout",
 ]
 
-WIDTH = 960
-_PAD_L = 16
-_PAD_R = 16
-_TOP = 50
+#: The narrowest width (px) the drawing is laid out for; shown narrower, it overflows
+#: (the ``<img>`` of :func:`kernelgate.notebooks.render.timeline_img` has this min-width).
+MIN_WIDTH = 600
+_PAD = 2.0  # percent of the width, each side
+_TOP = 64  # the heading's two lines, then a band for the idle stretches' lengths
 _LANE_H = 22
 _BAR_H = 15
-_AXIS_H = 30
+_AXIS_H = 38  # tick labels, then the legend and the run's total
 _CHAR_W = 6.7  # 11px monospace, a little generous
 _MIN_BAR = 2.0
 _SHORT_W = 84.0  # width of an idle stretch drawn shortened
@@ -70,9 +81,19 @@ class TimelineBar:
     x1: float
     lane: int
     label: str
-    label_x: float
+    label_x: float  # where the label is anchored at the layout's width (px)
     label_anchor: str  # "start" or "end"
     label_inside: bool
+
+    @property
+    def label_edge(self) -> float:
+        """The bar edge the label is offset from (px at the layout's width)."""
+        return self.x1 if self.label_x > self.x1 else self.x0
+
+    @property
+    def label_dx(self) -> int:
+        """The label's offset (px) from :attr:`label_edge`; it stays in px at any width."""
+        return -4 if self.label_anchor == "end" else 4
 
 
 def max_in_flight(calls: Sequence[CallRecord]) -> int:
@@ -101,14 +122,27 @@ def _slowest(calls: Sequence[CallRecord]) -> CallRecord | None:
     return max(calls, key=lambda c: (c.duration_s, -c.id)) if len(calls) > 1 else None
 
 
-def _bar_label(call: CallRecord, one_namespace: bool) -> str:
-    label = call_label(call.namespace, call.name, call.args, call.kwargs, 44, arg_width=16)
+def _bar_label(call: CallRecord, one_namespace: bool, chars: int = 10_000) -> str:
+    """The call as its bar's label, with its duration (and error), in at most ``chars``
+    characters: the call is shortened first, the duration kept."""
+    suffix = fmt_duration(call.duration_s)
+    if not call.ok and call.error is not None:
+        suffix += f" ✗ {call.error.ename}"
+    width = max(min(44, chars - len(suffix) - 1), 1)
+    label = call_label(call.namespace, call.name, call.args, call.kwargs, width, arg_width=16)
     if one_namespace:
         label = label[len(call.namespace) + 1 :] if label.startswith(call.namespace) else label
-    text = f"{label} {fmt_duration(call.duration_s)}"
-    if not call.ok and call.error is not None:
-        text += f" ✗ {call.error.ename}"
-    return text
+    return _clip(f"{label} {suffix}", chars)
+
+
+def _clip(text: str, chars: int) -> str:
+    """``text`` in at most ``chars`` characters (an ellipsis marks a cut)."""
+    return text if len(text) <= chars else text[: max(chars - 1, 0)] + "…"
+
+
+def _pct(x: float, width: float) -> str:
+    """An x (px at the layout's width) as a percentage of the drawing's width."""
+    return f"{x / width * 100:.3f}%"
 
 
 @dataclass
@@ -177,18 +211,26 @@ class TimeScale:
         return self.segments[-1].x1
 
 
+def _plot(width: float) -> tuple[float, float]:
+    """The time axis's left and right ends (px) at ``width``."""
+    pad = width * _PAD / 100
+    return pad, width - pad
+
+
 def layout(
     calls: Sequence[CallRecord],
     total_s: float,
-    width: int = WIDTH,
+    width: int = MIN_WIDTH,
     scale: TimeScale | None = None,
 ) -> tuple[list[TimelineBar], int]:
-    """Place every call: bars in time, labels beside them, lanes filled first-fit in
-    order of start (a lane is free once the previous bar and its label have ended).
+    """Place every call at ``width`` px: bars in time, labels beside them (inside a bar
+    when they fit, else on the side with room, shortened if neither side has enough),
+    lanes filled first-fit in order of start (a lane is free once the previous bar and its
+    label have ended).
 
     Returns the bars (in call order) and the number of lanes.
     """
-    left, right = _PAD_L, width - _PAD_R
+    left, right = _plot(width)
     scale = scale or TimeScale(calls, total_s, left, right)
     one_namespace = len({c.namespace for c in calls}) <= 1
     bars: list[TimelineBar] = []
@@ -199,9 +241,14 @@ def layout(
         x0, x1 = min(x0, right - _MIN_BAR), min(x1, right)
         label = _bar_label(call, one_namespace)
         w = len(label) * _CHAR_W
+        room_right, room_left = right - (x1 + 4), (x0 - 4) - left
+        if w > room_right and w > room_left and x1 - x0 < w + 8:
+            # Fits nowhere whole: shortened to the roomier side, never cut by the edge.
+            label = _bar_label(call, one_namespace, int(max(room_right, room_left) // _CHAR_W))
+            w = len(label) * _CHAR_W
         if x1 - x0 >= w + 8:
             lx, anchor, inside, span = x0 + 4, "start", True, (x0, x1)
-        elif x1 + 4 + w <= right or x0 - 4 - w < left:
+        elif w <= room_right:
             lx, anchor, inside, span = x1 + 4, "start", False, (x0, x1 + 4 + w)
         else:
             lx, anchor, inside, span = x0 - 4, "end", False, (x0 - 4 - w, x1)
@@ -267,13 +314,15 @@ def timeline_svg(
     run: RunResult | Sequence[CallRecord],
     *,
     duration_s: float | None = None,
-    width: int = WIDTH,
+    width: int = MIN_WIDTH,
     title: str | None = None,
 ) -> str:
     """The run's calls as an SVG timeline (a standalone ``<svg>`` document).
 
     Each call is one ``<rect class="call ...">`` with a ``<title>`` (the full call, for
-    hovering) and a label. ``duration_s`` defaults to the run's duration.
+    hovering) and a label. ``duration_s`` defaults to the run's duration. The drawing is
+    as wide as where it is shown (``width="100%"``, x in percentages, text at 11 px);
+    ``width`` is the narrowest width (px) its labels are laid out to fit.
 
     >>> from kernelgate import Gateway
     >>> r = Gateway(bindings={"add": lambda a, b: a + b}).run_sync(
@@ -294,23 +343,24 @@ def timeline_svg(
         total = duration_s if duration_s is not None else 0.0
     ends = [c.start_s + c.duration_s for c in calls]
     total = max([total, *ends, 1e-6])
-    left, right = _PAD_L, width - _PAD_R
+    left, right = _plot(width)
     scale = TimeScale(calls, total, left, right)
     bars, lanes = layout(calls, total, width, scale)
     slowest = _slowest(calls)
     height = _TOP + max(lanes, 1) * _LANE_H + _AXIS_H
     plot_bottom = _TOP + max(lanes, 1) * _LANE_H
+    # No viewBox: user units stay px, so text keeps its size at any width (see above).
     out: list[str] = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family={_attr(_FONT)} font-size="11" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="100%" height="{height}" '
+        f'data-min-width="{width}" font-family={_attr(_FONT)} font-size="11" '
         f'role="img" aria-label={_attr(_aria(calls, total))}>',
-        f'<rect class="background" x="0" y="0" width="{width}" height="{height}" rx="4" '
+        f'<rect class="background" x="0" y="0" width="100%" height="{height}" rx="4" '
         f'fill="{_BACKGROUND}"/>',
     ]
-    out += _heading(calls, slowest, title, left, right)
-    out += _shortened(scale, plot_bottom)
-    out += _axis(scale, total, left, right, plot_bottom)
-    out += _bars(bars, slowest)
+    out += _heading(calls, slowest, title, width)
+    out += _shortened(scale, plot_bottom, width)
+    out += _axis(scale, total, width, plot_bottom)
+    out += _bars(bars, slowest, width)
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -319,12 +369,17 @@ def _heading(
     calls: Sequence[CallRecord],
     slowest: CallRecord | None,
     title: str | None,
-    left: int,
-    right: int,
+    width: int,
 ) -> list[str]:
-    """The title line, the summary line and the legend."""
+    """The title line and the summary line, each shortened to fit at ``width``."""
+    left, right = _plot(width)
+    chars = int((right - left) // _CHAR_W)
+    x = _pct(left, width)
     heading = "kernelgate call timeline" + (f" · {title}" if title else "")
-    out = [f'<text x="{left}" y="16" font-weight="bold" fill="#e8eaed">{_xml(heading)}</text>']
+    out = [
+        f'<text x="{x}" y="16" font-weight="bold" fill="#e8eaed">'
+        f"{_xml(_clip(heading, chars))}</text>"
+    ]
     n = len(calls)
     if n == 0:
         detail = "no binding calls"
@@ -335,18 +390,27 @@ def _heading(
             f"{n} calls · at most {max_in_flight(calls)} at once · "
             f"slowest {_bar_label(slowest, False)}"
         )
-    out.append(f'<text x="{left}" y="32" fill="#c8ccd1">{_xml(detail)}</text>')
-    legend_x = right - 230
-    for i, (color, word) in enumerate(((_OK, "ok"), (_FAILED, "failed"), (_SLOWEST, "slowest"))):
-        lx = legend_x + i * 80
-        out.append(
-            f'<rect class="legend" x="{lx}" y="24" width="10" height="10" fill="{color}"/>'
-            f'<text x="{lx + 14}" y="33" fill="#c8ccd1">{word}</text>'
-        )
+    out.append(f'<text x="{x}" y="32" fill="#c8ccd1">{_xml(_clip(detail, chars))}</text>')
     return out
 
 
-def _shortened(scale: TimeScale, plot_bottom: int) -> list[str]:
+def _legend(width: int, y: int) -> list[str]:
+    """What the colours mean, at the left under the axis (the run's total is at the right).
+
+    A nested ``<svg>`` at the axis's left end (a percentage) holds it, so its swatches and
+    words keep their px spacing."""
+    out = [f'<svg x="{_pct(_plot(width)[0], width)}" y="0" overflow="visible">']
+    for i, (color, word) in enumerate(((_OK, "ok"), (_FAILED, "failed"), (_SLOWEST, "slowest"))):
+        lx = i * 80
+        out.append(
+            f'<rect class="legend" x="{lx}" y="{y - 9}" width="10" height="10" fill="{color}"/>'
+            f'<text x="{lx + 14}" y="{y}" fill="#c8ccd1">{word}</text>'
+        )
+    out.append("</svg>")
+    return out
+
+
+def _shortened(scale: TimeScale, plot_bottom: int, width: int) -> list[str]:
     """Idle stretches before the first call and after the last, drawn shortened."""
     out: list[str] = []
     for seg in scale.segments:
@@ -360,22 +424,29 @@ def _shortened(scale: TimeScale, plot_bottom: int) -> list[str]:
         mid = (seg.x0 + seg.x1) / 2
         out.append(
             f'<g class="shortened"><title>{_xml(tip)}</title>'
-            f'<rect x="{seg.x0:.1f}" y="{_TOP - 6}" width="{seg.x1 - seg.x0:.1f}" '
-            f'height="{plot_bottom - _TOP + 6}" fill="#2b3137"/>'
-            f'<text x="{mid:.1f}" y="{_TOP + 8}" text-anchor="middle" fill="#a9b0b8">'
+            f'<rect x="{_pct(seg.x0, width)}" y="{_TOP - 20}" '
+            f'width="{_pct(seg.x1 - seg.x0, width)}" '
+            f'height="{plot_bottom - _TOP + 20}" fill="#2b3137"/>'
+            # Above the lanes, where no call's label can run into it.
+            f'<text x="{_pct(mid, width)}" y="{_TOP - 8}" text-anchor="middle" fill="#a9b0b8">'
             f"{_xml('⋯ ' + fmt_duration(seg.t1 - seg.t0) + ' ⋯')}</text></g>"
         )
         edge = seg.x1 if seg.t0 == 0 else seg.x0
+        # The break marks: px strokes around a percentage position (a nested <svg>).
+        out.append(f'<svg x="{_pct(edge, width)}" y="0" overflow="visible">')
         for dx in (-2.5, 2.5):
             out.append(
-                f'<line x1="{edge + dx - 3:.1f}" y1="{plot_bottom + 5}" x2="{edge + dx + 3:.1f}" '
+                f'<line x1="{dx - 3:.1f}" y1="{plot_bottom + 5}" x2="{dx + 3:.1f}" '
                 f'y2="{plot_bottom - 5}" stroke="#8b949e"/>'
             )
+        out.append("</svg>")
     return out
 
 
-def _axis(scale: TimeScale, total: float, left: int, right: int, plot_bottom: int) -> list[str]:
-    """Grid lines, tick labels (none overlapping), the axis and the run's total."""
+def _axis(scale: TimeScale, total: float, width: int, plot_bottom: int) -> list[str]:
+    """Grid lines, tick labels (none overlapping at ``width``, so at none wider), the
+    axis, the legend and the run's total."""
+    left, right = _plot(width)
     out: list[str] = []
     main = scale.main
     step = _nice_step(max(main.t1 - main.t0, 1e-9))
@@ -390,8 +461,9 @@ def _axis(scale: TimeScale, total: float, left: int, right: int, plot_bottom: in
     last_label_end = -1e9
     for t in ticks:
         x = scale.x(t)
+        px = _pct(x, width)
         out.append(
-            f'<line x1="{x:.1f}" y1="{_TOP - 6}" x2="{x:.1f}" y2="{plot_bottom}" stroke="#343a40"/>'
+            f'<line x1="{px}" y1="{_TOP - 6}" x2="{px}" y2="{plot_bottom}" stroke="#343a40"/>'
         )
         text = _tick_label(t, step, in_seconds)
         w = len(text) * _CHAR_W
@@ -401,22 +473,24 @@ def _axis(scale: TimeScale, total: float, left: int, right: int, plot_bottom: in
             continue  # would overlap the previous label
         last_label_end = start_x + w
         out.append(
-            f'<text x="{x:.1f}" y="{plot_bottom + 16}" text-anchor="{anchor}" fill="#b8bec6">'
+            f'<text x="{px}" y="{plot_bottom + 16}" text-anchor="{anchor}" fill="#b8bec6">'
             f"{_xml(text)}</text>"
         )
     out.append(
-        f'<line class="axis" x1="{left}" y1="{plot_bottom}" x2="{right}" y2="{plot_bottom}" '
-        'stroke="#8b949e"/>'
+        f'<line class="axis" x1="{_pct(left, width)}" y1="{plot_bottom}" '
+        f'x2="{_pct(right, width)}" y2="{plot_bottom}" stroke="#8b949e"/>'
     )
+    out += _legend(width, plot_bottom + 30)
     out.append(
-        f'<text x="{right}" y="{plot_bottom + 28}" text-anchor="end" fill="#b8bec6">'
-        f"{_xml('run total ' + fmt_duration(total))}</text>"
+        f'<text x="{_pct(right, width)}" y="{plot_bottom + 30}" text-anchor="end" '
+        f'fill="#b8bec6">{_xml("run total " + fmt_duration(total))}</text>'
     )
     return out
 
 
-def _bars(bars: Sequence[TimelineBar], slowest: CallRecord | None) -> list[str]:
-    """One bar per call, with its full call as a hover title."""
+def _bars(bars: Sequence[TimelineBar], slowest: CallRecord | None, width: int) -> list[str]:
+    """One bar per call, with its full call as a hover title; its label is offset in px
+    (``dx``) from the bar's edge (a percentage)."""
     out: list[str] = []
     for bar in bars:
         call = bar.call
@@ -435,10 +509,11 @@ def _bars(bars: Sequence[TimelineBar], slowest: CallRecord | None) -> list[str]:
         weight = ' font-weight="bold"' if is_slowest else ""
         out.append(
             f"<g><title>{_xml(tip)}</title>"
-            f'<rect class="{cls}" data-call-id="{call.id}" x="{bar.x0:.1f}" y="{y:.1f}" '
-            f'width="{bar.x1 - bar.x0:.1f}" height="{_BAR_H}" rx="2" fill="{fill}"{stroke}/>'
-            f'<text x="{bar.label_x:.1f}" y="{y + _BAR_H - 4:.1f}" '
-            f'text-anchor="{bar.label_anchor}" fill="{text_fill}"{weight}>'
-            f"{_xml(bar.label)}</text></g>"
+            f'<rect class="{cls}" data-call-id="{call.id}" x="{_pct(bar.x0, width)}" '
+            f'y="{y:.1f}" width="{_pct(bar.x1 - bar.x0, width)}" height="{_BAR_H}" rx="2" '
+            f'fill="{fill}"{stroke}/>'
+            f'<text x="{_pct(bar.label_edge, width)}" dx="{bar.label_dx}" '
+            f'y="{y + _BAR_H - 4:.1f}" text-anchor="{bar.label_anchor}" fill="{text_fill}"'
+            f"{weight}>{_xml(bar.label)}</text></g>"
         )
     return out

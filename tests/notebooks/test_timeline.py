@@ -9,7 +9,7 @@ from typing import Any
 from kernelgate import CallRecord, Gateway, RunResult
 from kernelgate.notebooks import timeline_summary, timeline_svg
 from kernelgate.notebooks.render import timeline_svg_of
-from kernelgate.notebooks.timeline import layout, max_in_flight
+from kernelgate.notebooks.timeline import _CHAR_W, MIN_WIDTH, _plot, layout, max_in_flight
 
 from .conftest import FAST
 
@@ -22,8 +22,15 @@ def bars(svg_text: str) -> list[ET.Element]:
     return [e for e in root.iter(f"{SVG}rect") if e.get("class", "").split()[:1] == ["call"]]
 
 
+def length(value: str | None) -> float:
+    """An SVG length as a number: x and widths along the time axis are percentages of the
+    drawing's width (it follows the space it is shown in), y are px."""
+    assert value is not None
+    return float(value.removesuffix("%"))
+
+
 def span(bar: ET.Element) -> tuple[float, float, float]:
-    x, w, y = float(bar.get("x")), float(bar.get("width")), float(bar.get("y"))
+    x, w, y = length(bar.get("x")), length(bar.get("width")), length(bar.get("y"))
     return x, x + w, y
 
 
@@ -74,7 +81,8 @@ def test_svg_is_well_formed_with_one_bar_per_call(demo_run: RunResult) -> None:
 def test_bars_sit_on_the_run_axis_with_labels_and_titles(demo_run: RunResult) -> None:
     text = timeline_svg(demo_run)
     root = ET.fromstring(text)
-    width = float(root.get("width"))
+    assert root.get("width") == "100%" and root.get("viewBox") is None  # text never scales
+    width = 100.0
     for bar in bars(text):
         x0, x1, _ = span(bar)
         assert 0 <= x0 < x1 <= width
@@ -154,3 +162,25 @@ def test_timeline_is_embedded_in_the_saved_notebook(demo_run: RunResult) -> None
     assert "image/svg+xml" not in data and data["text/html"].startswith("<img ")
     assert len(bars(timeline_svg_of(pictures[0]) or "")) == 5
     assert data["text/plain"].startswith("call timeline: 5 calls over ")
+
+
+def test_text_keeps_its_size_and_labels_fit_at_the_narrowest_width() -> None:
+    """No viewBox (it would scale the text with the drawing), x in percentages, and every
+    label inside the drawing at MIN_WIDTH (estimated at 11 px monospace; the browser test
+    tests/kernel/test_run_record_browser.py measures the drawn text)."""
+    calls = [
+        CallRecord(0, "tools", "long", ["x" * 80], {"k": "y" * 40}, ok=True, duration_s=0.4),
+        CallRecord(1, "web", "search", ["q " * 40], {}, ok=True, start_s=0.2, duration_s=0.002),
+        CallRecord(2, "tools", "f", ["z" * 60], {}, ok=False, start_s=0.45, duration_s=0.01),
+    ]
+    root = ET.fromstring(timeline_svg(calls, duration_s=0.46))
+    assert root.get("viewBox") is None and root.get("width") == "100%"
+    assert root.get("font-size") == "11"
+    left, right = _plot(MIN_WIDTH)
+    placed, _ = layout(calls, 0.46)
+    for bar in placed:
+        w = len(bar.label) * _CHAR_W
+        start = bar.label_x - (w if bar.label_anchor == "end" else 0)
+        assert left - 0.01 <= start and start + w <= right + 0.01, (bar.label, start, w)
+    shortened = next(b for b in placed if b.call.id == 1)
+    assert shortened.label.endswith("2.0 ms") and "…" in shortened.label  # the call is cut
