@@ -52,8 +52,23 @@ def _cursor(code: str, cursor_pos: Any) -> int:
     return len(code)
 
 
+#: Longest first line of a binding's doc a completion item carries.
+_DOC_LINE = 120
+
+
 def _binding_type(binding: Binding) -> dict[str, Any]:
-    return {"type": "function", "signature": binding.signature_text}
+    """A binding's completion item: ``signature`` as ipykernel sends it (the parameters and
+    return annotation), and ``type`` starting with ``function``, then the signature and the
+    doc's first line. JupyterLab 4 shows no ``signature`` and no doc field in the list: its
+    kernel completer keeps only ``type`` (shown at the right of each item, lowercased, and in
+    full as the item's tooltip; its first letter is the item's icon, still ``f``), so that is
+    where the signature and doc can be seen while choosing."""
+    signature = binding.signature_text
+    first = plain_doc(binding.doc).strip().split("\n", 1)[0].strip()
+    if len(first) > _DOC_LINE:
+        first = first[: _DOC_LINE - 3] + "..."
+    shown = f"function {binding.name}{signature}" + (f" \u2014 {first}" if first else "")
+    return {"type": shown, "signature": signature}
 
 
 def complete(code: str, cursor_pos: Any, namespaces: Namespaces) -> dict[str, Any]:
