@@ -108,9 +108,10 @@ def ipython_traceback(
     # A SyntaxError of the program's source has no frames, only its location.
     located = bool(head) and _FRAME.match(head[0]) is not None
     if _HEAD not in head and not located:
-        if program is not None:
-            traceback = program.map_traceback(traceback)
-        lines = [inert(line) for line in traceback] or [inert(f"{ename}: {evalue}")]
+        # An exception group's box, a worker's exit, a refusal: kept as they are, the
+        # program's locations named as the cells they are in.
+        lines = [_located(inert(line), program, count) for line in traceback]
+        lines = lines or [inert(f"{ename}: {evalue}")]
         return [*lines[:-1], _exception_line(lines[-1])]
     blocks = _parse(head, in_frames=located)
     out: list[str] = []
@@ -210,6 +211,21 @@ def _frame_text(frame: _Frame, program: Program | None, count: int) -> str:
         elif text.strip():
             shown.append(f"{_BOLD_GREEN}{shown_number:>7}{_RESET} {inert(text)}")
     return "\n".join([where, *shown]) + "\n"
+
+
+_LOCATION = re.compile(r'File "<program>", line (\d+)')
+
+
+def _located(line: str, program: Program | None, count: int) -> str:
+    """``line`` with each ``File "<program>", line N`` as ``Cell In[N], line L``."""
+    if program is None:
+        return line
+
+    def where(m: re.Match[str]) -> str:
+        part, local = program.where(int(m.group(1)))
+        return f"{_part_label(part, count)}, line {local}{_RESET}"
+
+    return _LOCATION.sub(where, line)
 
 
 def _part_label(part: str, count: int) -> str:
