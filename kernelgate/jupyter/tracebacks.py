@@ -114,6 +114,7 @@ def ipython_traceback(
         lines = lines or [inert(f"{ename}: {evalue}")]
         return [*lines[:-1], _exception_line(lines[-1])]
     blocks = _parse(head, in_frames=located)
+    source = program.text.split("\n") if program is not None else []
     out: list[str] = []
     for n, block in enumerate(blocks):
         last = n == len(blocks) - 1
@@ -123,7 +124,7 @@ def ipython_traceback(
             pad = " " * max(1, _WIDTH - len(name) - len(_TITLE))
             out.append(f"{_RED}{inert(name)}{_RESET}{pad}{_TITLE}")
         for frame in block.frames:
-            out.append(_frame_text(frame, program, count))
+            out.append(_frame_text(frame, program, source, count))
         text = [inert(line) for line in block.text]
         if text and block.frames:
             text[0] = _exception_line(text[0])
@@ -184,12 +185,12 @@ def _exception_line(line: str) -> str:
     return f"{_RED}{m.group('name')}{_RESET}{m.group('rest') or ''}"
 
 
-def _frame_text(frame: _Frame, program: Program | None, count: int) -> str:
-    """One frame: where, then context lines with the failing one marked (IPython's form)."""
+def _frame_text(frame: _Frame, program: Program | None, source: list[str], count: int) -> str:
+    """One frame: where, then context lines with the failing one marked (IPython's form).
+    ``source`` is the program's text as lines."""
     func = ""
     if frame.func and frame.func != "<module>":
         func = f", in {_CYAN}{inert(frame.func)}{_RESET}"
-    source = program.text.split("\n") if program is not None else []
     if frame.file != _PROGRAM or program is None or not 1 <= frame.line <= len(source):
         where = f"File {_GREEN}{inert(frame.file)}:{frame.line}{_RESET}{func}"
         return "\n".join([where, *(inert(line) for line in frame.body)]) + "\n"
