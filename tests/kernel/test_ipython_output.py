@@ -21,7 +21,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from kernelgate import RemoteGateway
 from kernelgate.model.text import strip_ansi
-from kernelgate.notebooks import load_run
+from kernelgate.notebooks import load_run, replay
 
 from .helpers import KERNEL_NAME, TIMEOUT, execute
 
@@ -160,9 +160,15 @@ def test_a_saved_notebook_reads_its_error_back_plainly(tmp_path: pathlib.Path) -
         assert "\x1b" not in line, line
     assert strip_ansi(read["traceback"][-1]) == read["traceback"][-1]
     assert read["traceback"][-1] == "ZeroDivisionError: division by zero"
+    # Replayed, the failing run compares equal to its recording (the record is plain).
+    report = replay(path, cell=2)
+    assert not report.diverged, report.differences
+    assert report.result.error is not None
+    assert not any("\x1b" in line for line in report.result.error.traceback)
 
 
 def test_completion_items_carry_the_signature_and_the_doc(kc: BlockingKernelClient) -> None:
+    signature = "(query: str, limit: int = 3) -> list[dict[str, Any]]"
     for code in ("tools.se", "tools['se"):
         msg_id = kc.complete(code, len(code))
         reply = kc.get_shell_msg(timeout=TIMEOUT)
@@ -170,10 +176,17 @@ def test_completion_items_carry_the_signature_and_the_doc(kc: BlockingKernelClie
         content = reply["content"]
         assert content["matches"] == ["search"]  # what is inserted stays the name
         [item] = content["metadata"]["_jupyter_types_experimental"]
-        signature = "(query: str, limit: int = 3) -> list[dict[str, Any]]"
         assert item["signature"] == signature
-        doc = "Find documents whose title or text mentions every word of query."
-        # JupyterLab 4 shows `type` (its first letter as the icon): the kind, then what to
-        # know while choosing.
-        assert item["type"] == f"function search{signature} \u2014 {doc}"
+        # JupyterLab 4 shows `type` (its first letter as the icon): the kind, then the
+        # parameters, with no-break spaces (its column would wrap the text onto itself).
+        params = "(query: str, limit: int = 3)"
+        assert item["type"] == "function\u00a0search" + params.replace(" ", "\u00a0")
         assert item["text"] == "search" and item["end"] == len(code)
+    # The doc: what JupyterLab's completer shows in its documentation panel, the
+    # inspect_reply for the completed name (the binding's stub and whole doc).
+    msg_id = kc.inspect("await tools.search", len("await tools.search"))
+    reply = kc.get_shell_msg(timeout=TIMEOUT)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    text = reply["content"]["data"]["text/plain"]
+    assert "async def search(query: str, limit: int = 3)" in text
+    assert "Find documents whose title or text mentions every word of query." in text
