@@ -47,10 +47,7 @@ def test_setup_sources_come_first_in_order_and_a_rerun_moves_to_the_end() -> Non
     s.add(1, "#| setup\ndef helper():\n    return 1\n")
     s.add(3, "# Parameters\nlimit = 2")
     p = s.program("x = helper()\nraise ValueError(limit)")
-    assert (
-        p.text
-        == "#| setup\ndef helper():\n    return 1\n# Parameters\nlimit = 2\nx = helper()\nraise ValueError(limit)"
-    )
+    assert p.text == "#| setup\ndef helper():\n    return 1\n# Parameters\nlimit = 2\nx = helper()\nraise ValueError(limit)"
     assert p.offset == 5
     assert p.where(3) == ("<setup cell 1>", 3)
     assert p.where(5) == ("<setup cell 3>", 2)
@@ -115,21 +112,7 @@ def test_assigned_names_are_the_cells_top_level_bindings() -> None:
         "with open(f) as fh: pass\nclass C:\n    inner = 1\nasync def g(): local = 2\n"
         "n: int = 3\nm += 1\n[w for w in q]\nif (v := 1): pass\ndel gone\n"
     )
-    assert assigned_names(code) == {
-        "p",
-        "json",
-        "b",
-        "c",
-        "i",
-        "j",
-        "k",
-        "fh",
-        "C",
-        "g",
-        "n",
-        "m",
-        "v",
-    }
+    assert assigned_names(code) == {"p", "json", "b", "c", "i", "j", "k", "fh", "C", "g", "n", "m", "v"}
     assert assigned_names("x = (") == set()
 
 
@@ -151,9 +134,9 @@ def test_history_tail_range_search_and_output_pairs() -> None:
     assert history_reply(h, {"hist_access_type": "range", "session": 0, "start": 2, "stop": 4})[
         "history"
     ] == [[1, 2, "print(a)"], [1, 3, "a = 2"]]
-    assert history_reply(h, {"hist_access_type": "search", "pattern": "print*", "unique": True})[
-        "history"
-    ] == [[1, 4, "print(a)"]]
+    assert history_reply(
+        h, {"hist_access_type": "search", "pattern": "print*", "unique": True}
+    )["history"] == [[1, 4, "print(a)"]]
     assert history_reply(h, {"hist_access_type": "tail", "n": 1, "output": True})["history"] == [
         [1, 4, ["print(a)", None]]
     ]

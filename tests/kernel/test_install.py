@@ -55,23 +55,12 @@ def test_installed_from_one_directory_it_starts_from_another(
     (project / "mytools.py").write_text(BINDINGS)
     monkeypatch.chdir(project)
     code = main(
-        [
-            "kernel",
-            "install",
-            "--prefix",
-            str(place),
-            "--name",
-            "kg-mine",
-            "--bindings",
-            "mytools:BINDINGS",
-        ]
+        ["kernel", "install", "--prefix", str(place), "--name", "kg-mine", "--bindings", "mytools:BINDINGS"]
     )
     assert code == 0
     spec = json.loads((place / "share/jupyter/kernels/kg-mine/kernel.json").read_text())
     # Recorded by its absolute path: the kernel will not search its working directory.
-    assert (
-        spec["argv"][spec["argv"].index("--bindings") + 1] == f"{project / 'mytools.py'}:BINDINGS"
-    )
+    assert spec["argv"][spec["argv"].index("--bindings") + 1] == f"{project / 'mytools.py'}:BINDINGS"
     # The launcher's icon, in the names JupyterLab looks for.
     spec_dir = place / "share/jupyter/kernels/kg-mine"
     for size in (32, 64):
@@ -111,13 +100,8 @@ def test_uninstall_removes_only_kernelgate_kernels(
     other = kernels / "not-ours"
     other.mkdir()
     (other / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "other",
-                "language": "python",
-            }
-        )
+        json.dumps({"argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                    "display_name": "other", "language": "python"})
     )
     capsys.readouterr()
     assert main(["kernel", "uninstall", "--prefix", str(place), "--name", "not-ours"]) == 2

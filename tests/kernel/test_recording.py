@@ -242,7 +242,9 @@ def test_a_run_record_escapes_what_the_program_wrote() -> None:
     from kernelgate.notebooks.cellrun import run_record_output
 
     evil = "<img src=x onerror=alert(1)>"
-    result = RunResult("exception", error=ErrorInfo("ValueError", evil, [evil]), duration_s=0.01)
+    result = RunResult(
+        "exception", error=ErrorInfo("ValueError", evil, [evil]), duration_s=0.01
+    )
     text = run_record_output(result, "raise ValueError()", "raise ValueError()")["data"][
         "text/html"
     ]
