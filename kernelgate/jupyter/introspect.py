@@ -20,6 +20,7 @@ from typing import Any
 
 from kernelgate.gateway.bindings import Binding
 from kernelgate.model.describe import render_binding, render_stub
+from kernelgate.model.signatures import signature_text as _signature_text
 
 __all__ = ["complete", "describe_name", "inspect_code", "is_complete", "plain_doc"]
 
@@ -52,8 +53,33 @@ def _cursor(code: str, cursor_pos: Any) -> int:
     return len(code)
 
 
+#: Longest text a completion item's ``type`` shows after ``function`` (JupyterLab sizes
+#: its list to it, and clips it beside the documentation panel).
+_TYPE_CHARS = 56
+_NBSP = "\u00a0"
+
+
 def _binding_type(binding: Binding) -> dict[str, Any]:
-    return {"type": "function", "signature": binding.signature_text}
+    """A binding's completion item: ``signature`` as ipykernel sends it (parameters and
+    return annotation), and ``type`` of ``function search(query: str, limit: int = 3)``.
+
+    JupyterLab 4 shows no ``signature`` field: its kernel completer keeps only ``type``,
+    shown lowercased beside each item (in full as its tooltip; its first letter, ``f``, is
+    the icon). That column is sized to its longest unbreakable run, so the spaces are
+    no-break spaces (else the text wraps onto the next item), and it is kept short: the
+    parameters without the return annotation, cut to :data:`_TYPE_CHARS`. The doc is not
+    put there (a sentence per item would make the list as wide as the notebook): the
+    completer's documentation panel shows it, from ``inspect`` (the binding's stub, return
+    annotation and whole doc)."""
+    sig = binding.signature
+    params = _signature_text(sig.replace(return_annotation=inspect.Signature.empty) if sig else sig)
+    shown = f"{binding.name}{params}"
+    if len(shown) > _TYPE_CHARS:
+        shown = shown[: _TYPE_CHARS - 1] + "\u2026"
+    return {
+        "type": f"function{_NBSP}{shown.replace(' ', _NBSP)}",
+        "signature": binding.signature_text,
+    }
 
 
 def complete(code: str, cursor_pos: Any, namespaces: Namespaces) -> dict[str, Any]:

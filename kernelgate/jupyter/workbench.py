@@ -37,6 +37,7 @@ from .cells import (
 )
 from .history import History
 from .introspect import Namespaces, describe_name
+from .tracebacks import ipython_traceback
 
 __all__ = ["Plan", "Workbench", "pager_text"]
 
@@ -120,18 +121,16 @@ class Workbench:
             self.assigned[name] = count
 
     def shown_error(self, program: Program | None, error: ErrorInfo, count: int) -> ErrorInfo:
-        """The error as the front end shows it: frames and line numbers of the cell the user
-        ran (setup lines as ``<setup cell N>``), and for a ``NameError`` of a name an earlier
-        cell assigned, one more line saying why. The run record keeps the run's own error
-        (so a replay of the recorded program compares equal)."""
-        traceback = list(error.traceback)
-        evalue = error.evalue
-        if program is not None:
-            traceback = program.map_traceback(traceback)
-            evalue = program.map_message(evalue)
+        """The error as the front end shows it: IPython's coloured traceback
+        (:func:`~.tracebacks.ipython_traceback`: ``Cell In[N], line L``, setup cells named,
+        context lines), the message's line numbers the cell's, and for a ``NameError`` of a
+        name an earlier cell assigned, one more line saying why. The run record keeps the
+        run's own plain error (so a replay of the recorded program compares equal)."""
+        evalue = program.map_message(error.evalue) if program is not None else error.evalue
+        traceback = ipython_traceback(error.ename, error.evalue, error.traceback, program, count)
         if error.ename == "NameError":
             earlier = {n: c for n, c in self.assigned.items() if c != count}
             hint = name_error_hint(error.evalue, earlier)
             if hint is not None:
-                traceback = [*(traceback or [f"{error.ename}: {evalue}"]), hint]
+                traceback = [*traceback, hint]
         return ErrorInfo(error.ename, evalue, traceback)

@@ -10,12 +10,27 @@ the host for what a binding's exception says. Stdlib only; nothing here raises.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-__all__ = ["MAX_NAME", "cap_text", "escape_text", "safe_str", "type_name"]
+__all__ = ["MAX_NAME", "cap_text", "escape_text", "safe_str", "strip_ansi", "type_name"]
 
 #: Longest class name a diagnostic shows (the host keeps no more either).
 MAX_NAME = 200
+
+#: ANSI escape sequences: CSI (colours, cursor), OSC (titles, links, clipboard) ended by BEL
+#: or ST, other two-character ESC sequences, then any ESC left alone.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x1b")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences (what a kernel's coloured traceback adds), so
+    readers that want plain text (agents, recordings read back) get it.
+
+    >>> strip_ansi("\\x1b[0;31mValueError\\x1b[0m: bad")
+    'ValueError: bad'
+    """
+    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
 def escape_text(text: str) -> str:

@@ -25,6 +25,7 @@ from kernelgate.model.codec import (
     streams_and_value,
 )
 from kernelgate.model.result import CallRecord, RunResult
+from kernelgate.model.text import strip_ansi
 from kernelgate.wire.messages import CALL_MIME
 from kernelgate.wire.values import MAX_DEPTH
 
@@ -313,7 +314,14 @@ def _outputs_and_calls(
     calls.sort(key=lambda c: c.id)
     # What the program displayed is untrusted whoever saved the file: shown, replayed or
     # re-rendered, it is only ever what sanitize_outputs leaves.
-    return sanitize_outputs(outputs), calls
+    clean = sanitize_outputs(outputs)
+    if record_of_cell(cell) is not None:
+        # A cell the kernel ran shows its error coloured, as IPython does; read back, it is
+        # plain text, as every run's error is.
+        for output in clean:
+            if output["output_type"] == "error":
+                output["traceback"] = [strip_ansi(line) for line in output["traceback"]]
+    return clean, calls
 
 
 def cell_to_run(cell: dict[str, Any], *, source: str = "", run_number: int = 1) -> RecordedRun:

@@ -19,6 +19,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 
 from kernelgate.model.codec import decode_metadata, encode_metadata
 from kernelgate.model.result import RunResult
+from kernelgate.model.text import strip_ansi
 from kernelgate.wire.messages import CALL_MIME
 
 from .helpers import (
@@ -266,7 +267,7 @@ def test_every_cell_is_a_fresh_program(kc: BlockingKernelClient) -> None:
     cell = execute(kc, "x")
     assert cell.status == "error"
     assert cell.reply is not None and cell.reply["content"]["ename"] == "NameError"
-    traceback = cell.reply["content"]["traceback"]
+    traceback = [strip_ansi(line) for line in cell.reply["content"]["traceback"]]
     assert traceback[-2].startswith("NameError")
     # One line more: the name was assigned by an earlier cell, which ran on its own.
     assert traceback[-1].startswith("cells do not share state: 'x' was assigned in cell [")

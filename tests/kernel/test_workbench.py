@@ -10,6 +10,8 @@ from typing import Any
 
 from jupyter_client.blocking.client import BlockingKernelClient
 
+from kernelgate.model.text import strip_ansi
+
 from .helpers import execute
 
 
@@ -48,8 +50,9 @@ def test_errors_keep_the_cells_own_line_numbers(kc: BlockingKernelClient) -> Non
     execute(kc, "#| setup\nlimit_c = 1\nlimit_c2 = 2\n")
     cell = execute(kc, "x = 1\nraise ValueError('line two')")
     assert cell.status == "error"
-    traceback = "\n".join(cell.reply["content"]["traceback"] if cell.reply else [])
-    assert 'File "<cell>", line 2' in traceback, traceback
+    traceback = strip_ansi("\n".join(cell.reply["content"]["traceback"] if cell.reply else []))
+    count = cell.reply["content"]["execution_count"]  # type: ignore[index]
+    assert f"Cell In[{count}], line 2" in traceback, traceback
     [error] = cell.outputs("error")
     assert error["content"]["traceback"] == cell.reply["content"]["traceback"]  # type: ignore[index]
     # The run record keeps the run's own error (a replay of its program compares equal).
