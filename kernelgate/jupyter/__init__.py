@@ -8,6 +8,8 @@ Every cell is one single-shot program in a fresh child, run through the same cor
 - :mod:`.execute` -- running cells: the queue, outputs, the reply and its run metadata;
 - :mod:`.remote` -- :class:`~kernelgate.jupyter.remote.RemoteGateway`, a client
   whose own functions answer a kernel's binding calls over a ``kernelgate.bindings`` comm;
+- :mod:`.remoterun` -- one of its runs: the messages of an ``execute_request`` gathered
+  into a :class:`~kernelgate.RunResult`;
 - :mod:`.comms` -- that comm's messages, and the kernel's placeholders for client bindings;
 - :mod:`.clients` -- telling a kernel's clients apart: the owner secret of private runs and
   client bindings, and request ids no client may reuse;

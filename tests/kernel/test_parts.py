@@ -361,9 +361,9 @@ def test_cli_misuse(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) 
 
 
 def _remote_run(reply_metadata: Any, status: str = "ok") -> Any:
-    from kernelgate.jupyter.remote import _RemoteRun
+    from kernelgate.jupyter.remoterun import RemoteRun
 
-    run = _RemoteRun("print('hi')\n6 * 7", None, None)
+    run = RemoteRun("print('hi')\n6 * 7", None, None)
     run.on_iopub({"msg_type": "stream", "content": {"name": "stdout", "text": "hi\n"}})
     data = {"text/plain": "42", "application/json": 42}
     content = {"execution_count": 1, "data": data, "metadata": {}}
