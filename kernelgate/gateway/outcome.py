@@ -329,6 +329,9 @@ class Ending:
     limits: Limits = field(default_factory=Limits)
     returncode: int | None = None
     rusage: tuple[float, float, int] | None = None
+    #: The host's peak RSS when it spawned the child (bytes; 0 for a warm child): the
+    #: kernel puts it in a cold child's ru_maxrss, so a peak no larger is not the child's.
+    inherited_peak_bytes: int = 0
     host_usage: dict[str, Any] | None = None
     #: What the run's memory cgroup counted (None: no memory cgroup here).
     memory: MemoryUse | None = None
@@ -370,18 +373,33 @@ def usage_of(end: Ending) -> dict[str, Any]:
     if end.reply is not None and end.reply.usage:
         for key, v in end.reply.usage.items():
             reported[key] = round(v, 6) if key.startswith("cpu") else int(v)
+
+    def own(peak: int) -> int:
+        # A cold child's ru_maxrss (reaped, or in its report) is at least the host's own
+        # peak, inherited at exec: no larger, it says nothing of the child (nor is it the
+        # run's to report). 0 then: /proc and the memory cgroup give the child's.
+        return peak if peak > end.inherited_peak_bytes else 0
+
+    counted = dict(reported)  # what is counted of the child's word (kept as it said it)
+    if "peak_memory_bytes" in counted:
+        counted["peak_memory_bytes"] = own(counted["peak_memory_bytes"])
     if end.rusage is not None:
         user, system, maxrss_kib = end.rusage
         usage["cpu_user_s"] = round(user, 6)
         usage["cpu_system_s"] = round(system, 6)
-        usage["peak_memory_bytes"] = maxrss_kib * 1024  # Linux reports KiB
+        usage["peak_memory_bytes"] = own(maxrss_kib * 1024)  # Linux reports KiB
+        if end.host_usage is not None:
+            # What /proc showed at the reply: the peak when the kernel's was only the host's.
+            usage["peak_memory_bytes"] = max(
+                usage["peak_memory_bytes"], int(end.host_usage.get("peak_memory_bytes", 0))
+            )
         usage["measured_by"] = "host"
     elif end.host_usage is not None:
         for key, v in end.host_usage.items():
-            usage[key] = max(v, reported.get(key, 0))
+            usage[key] = max(v, counted.get(key, 0))
         usage["measured_by"] = "host"
     elif reported:
-        usage.update(reported)
+        usage.update(counted)
         usage["measured_by"] = "child"
     else:
         usage["measured_by"] = "none"

@@ -95,6 +95,11 @@ class ChildProcess:
     #: The run's own uid and gid on a root host (None: the host's); released by the teardown
     #: once the run's processes are gone and its directory is removed.
     ids: RunIds | None = None
+    #: The host's own peak RSS (KiB) when it started the child. At exec() the kernel keeps
+    #: the peak of the image the process left (the host's, which posix_spawn runs in) in
+    #: its ru_maxrss: a cold child's ru_maxrss (reaped, or as it reports it) is at least
+    #: this, whatever the child itself held (0: forked from a zygote, nothing inherited).
+    inherited_maxrss_kib: int = 0
     _closed: bool = field(default=False, repr=False)
 
     #: Reaped by someone else (a zygote), who reports how it ended (see :meth:`on_status`).
@@ -273,7 +278,28 @@ def spawn_child(
     ours.setblocking(False)
     os.set_blocking(out_r, False)
     os.set_blocking(err_r, False)
-    return ChildProcess(pid, pidfd, ours, out_r, err_r)
+    # Read after the spawn (posix_spawn returns once the child has exec'd): the host's peak
+    # only grows, so this is at least what the kernel put in the child's ru_maxrss.
+    inherited = _own_peak_rss_kib()
+    return ChildProcess(pid, pidfd, ours, out_r, err_r, inherited_maxrss_kib=inherited)
+
+
+def _own_peak_rss_kib() -> int:
+    """This process's peak RSS in KiB: VmHWM, what the kernel hands on to a child exec'd
+    from our image (getrusage's figure may add the peak we inherited at our own exec)."""
+    try:
+        fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            status = os.read(fd, 1 << 16)
+        finally:
+            os.close(fd)
+        for line in status.splitlines():
+            if line.startswith(b"VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    # Unreadable: our ru_maxrss, which is never below it.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 # -- what a host owns, named so that what outlives it can be found ---------------------------

@@ -429,6 +429,7 @@ class Run:
                 limits=self.limits,
                 returncode=child.returncode if child is not None else None,
                 rusage=rusage,
+                inherited_peak_bytes=child.inherited_maxrss_kib * 1024 if child else 0,
                 host_usage=self._host_usage,
                 memory=self._memory,
                 busiest_cpu_s=self._busiest_cpu_s,

@@ -452,6 +452,36 @@ def test_the_memory_cgroups_peak_is_the_runs_and_outranks_a_process_rss() -> Non
     assert r.usage["peak_memory_bytes"] == 30_000 * 1024
 
 
+def test_a_peak_no_larger_than_the_hosts_at_spawn_is_not_the_cold_childs() -> None:
+    # The kernel puts the host's peak RSS (here 400 MiB) in a cold child's ru_maxrss at
+    # exec: a figure no larger is not the child's, whoever reports it; /proc's is used.
+    host_peak = 400 << 20
+    reply = ExecuteReply("ok", "ok", usage={"peak_memory_bytes": host_peak})
+    host = {"cpu_user_s": 0.1, "cpu_system_s": 0.2, "peak_memory_bytes": 20 << 20}
+    reaped = ending(
+        reply=reply,
+        rusage=(0.1, 0.1, host_peak >> 10),
+        host_usage=host,
+        inherited_peak_bytes=host_peak,
+    )
+    assert build_result(reaped).usage["peak_memory_bytes"] == 20 << 20
+    unreaped = ending(reply=reply, host_usage=host, inherited_peak_bytes=host_peak)
+    assert build_result(unreaped).usage["peak_memory_bytes"] == 20 << 20
+    # Killed before any reply: the memory cgroup's peak is the run's.
+    killed = ending(
+        returncode=-9,
+        rusage=(0.1, 0.1, host_peak >> 10),
+        inherited_peak_bytes=host_peak,
+        memory=MemoryUse(90 << 20, 0),
+    )
+    assert build_result(killed).usage["peak_memory_bytes"] == 90 << 20
+    # Past the host's peak, the figure can only be the child's own: kept.
+    larger = ending(
+        reply=OK_REPLY, rusage=(0.1, 0.1, (host_peak >> 10) + 1), inherited_peak_bytes=host_peak
+    )
+    assert build_result(larger).usage["peak_memory_bytes"] == host_peak + 1024
+
+
 @pytest.mark.parametrize("replied", [False, True], ids=["killed", "replied"])
 def test_an_oom_kill_in_the_runs_cgroup_ends_it_naming_memory_bytes(replied: bool) -> None:
     # Killed (no reply), or the program replied after a child of its was killed: either way
