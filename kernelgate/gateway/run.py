@@ -54,17 +54,11 @@ from .outcome import (
 )
 from .output import OutputCollector, OutputListener, RunOutput
 from .plan import CallHandler, CallListener, Policy, RunPlan
-from .process import (
-    ChildProcess,
-    descendants,
-    make_run_dir,
-    measure_usage,
-    remove_tree,
-    spawn_child,
-)
+from .process import ChildProcess, make_run_dir, remove_tree, spawn_child
 from .runids import allocate_ids
 from .sandbox import SandboxPlan
 from .teardown import Teardown, discard
+from .usage import descendants, measure_usage
 
 __all__ = [
     "CallHandler",

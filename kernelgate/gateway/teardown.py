@@ -117,7 +117,17 @@ async def remove_dir(path: str) -> None:
     """Remove a run directory without blocking the loop: an empty one at once (the usual
     case), anything a program left in it (any number of files) in a worker thread."""
     if not _rmdir(path):
-        await asyncio.to_thread(remove_tree, path)
+        # Submitted to the thread now, not from a task that a cancellation could stop
+        # before it starts (asyncio.run cancels every task it finds, a fresh one too):
+        # then the directory was never removed.
+        removal = asyncio.get_running_loop().run_in_executor(None, remove_tree, path)
+        try:
+            await asyncio.shield(removal)
+        except asyncio.CancelledError:
+            # The thread goes on whatever we do; wait for it (the removal has a deadline
+            # of its own), so that whoever cancelled finds the directory gone, not going.
+            await asyncio.wait([removal])
+            raise
 
 
 def off_loop(fn: Callable[[], Any], name: str) -> None:
@@ -197,10 +207,12 @@ async def discard(child: IdleChild) -> None:
             release_ids(child)
         raise
     child.close()
-    await remove_dir(child.run_dir)
-    if child.cgroup is not None:
-        await remove_cgroup(child.cgroup)
-    release_ids(child)
+    try:
+        await remove_dir(child.run_dir)
+        if child.cgroup is not None:
+            await remove_cgroup(child.cgroup)  # cancelled: finished off the loop
+    finally:
+        release_ids(child)  # the child is gone: its uid is free, cancelled or not
 
 
 def discard_all_blocking(
