@@ -44,6 +44,9 @@ from .events import (
     CallReply,
     CallRequest,
     ClearOutput,
+    DebugEvent,
+    DebugReply,
+    DebugRequest,
     DisplayData,
     ErrorOutput,
     Event,
@@ -106,6 +109,11 @@ class Connection:
         self._next_call_id = 0
         self._outstanding: set[int] = set()
         self._finished = False
+        # A debugged run (its execute_request has options["debug"]): only then may the
+        # host send debug requests and the child answer them or send debug events; each
+        # reply answers one request in flight, once.
+        self._debugged = False
+        self._debug_waiting: set[int] = set()
 
     # -- what the connection knows -----------------------------------------------------------
 
@@ -138,6 +146,16 @@ class Connection:
     def outstanding_calls(self) -> int:
         """Calls sent (child) or received (host) and not yet answered."""
         return len(self._outstanding)
+
+    @property
+    def debugged(self) -> bool:
+        """The run's execute_request asked for a debugger (``options["debug"]``)."""
+        return self._debugged
+
+    @property
+    def debug_requests_waiting(self) -> frozenset[int]:
+        """The seqs of debug requests sent (host) or received (child) and not answered."""
+        return frozenset(self._debug_waiting)
 
     @property
     def peer_closed(self) -> bool:
@@ -182,6 +200,8 @@ class Connection:
                 raise LocalProtocolError(
                     f"call id must be {self._next_call_id}, got {event.call_id}"
                 )
+            elif etype in _DEBUG:
+                self._check_debug(event, self._debug_waiting, LocalProtocolError, sending=True)
         except LocalProtocolError as exc:
             raise self._fail(exc) from None
         msg = _BUILDERS[etype](self, event)
@@ -203,6 +223,8 @@ class Connection:
             self._outstanding.discard(event.call_id)
         elif etype in _RECORDED:
             self._record(event, msg["header"])
+        elif etype in _DEBUG:
+            self._record_debug(event)
         if etype in self._our_moves_peer:
             self._state.commit(role, etype, new_state)
         else:
@@ -215,8 +237,32 @@ class Connection:
             self._comm_id = event.comm_id
         elif type(event) is ExecuteRequest:
             self._request_header = header
+            self._debugged = "debug" in event.options
         elif type(event) is ExecuteReply:
             self._finished = True
+
+    def _check_debug(
+        self, event: Event, waiting: set[int], error: type[ProtocolError], sending: bool
+    ) -> None:
+        """A debug event is allowed only in a debugged run, a reply only to a request in
+        flight (raises ``error``)."""
+        name = type(event).wire_name
+        if not self._debugged:
+            who = "cannot send" if sending else f"the {self.their_role} sent"
+            raise error(
+                f"{who} {name} in a run that is not debugged (its execute_request had no "
+                "debug option)"
+            )
+        if type(event) is DebugRequest and event.seq in waiting:
+            raise error(f"debug request {event.seq} is already waiting for its reply")
+        if type(event) is DebugReply and event.request_seq not in waiting:
+            raise error(f"reply to debug request {event.request_seq}, which is not waiting")
+
+    def _record_debug(self, event: Event) -> None:
+        if type(event) is DebugRequest:
+            self._debug_waiting.add(event.seq)
+        elif type(event) is DebugReply:
+            self._debug_waiting.discard(event.request_seq)
 
     def _open_bindings(self, e: OpenBindings) -> dict[str, Any]:
         content = {
@@ -275,6 +321,26 @@ class Connection:
     def _error_output(self, e: ErrorOutput) -> dict[str, Any]:
         content = error_content(e.ename, e.evalue, e.traceback)
         return self._factory.message("error", content, self._request_header)
+
+    def _debug_request(self, e: DebugRequest) -> dict[str, Any]:
+        content = {"type": "request", "seq": e.seq, "command": e.command, "arguments": e.arguments}
+        return self._factory.message("debug_request", content, self._request_header)
+
+    def _debug_reply(self, e: DebugReply) -> dict[str, Any]:
+        content: dict[str, Any] = {
+            "type": "response",
+            "request_seq": e.request_seq,
+            "command": e.command,
+            "success": e.success,
+            "body": e.body,
+        }
+        if e.message:
+            content["message"] = e.message
+        return self._factory.message("debug_reply", content, self._request_header)
+
+    def _debug_event(self, e: DebugEvent) -> dict[str, Any]:
+        content = {"type": "event", "event": e.event, "body": e.body}
+        return self._factory.message("debug_event", content, self._request_header)
 
     def _execute_reply(self, e: ExecuteReply) -> dict[str, Any]:
         content = execute_reply_content(e.status, e.execution_count, e.ename, e.evalue, e.traceback)
@@ -348,6 +414,9 @@ class Connection:
             self._outstanding.discard(event.call_id)
         elif etype in _RECORDED:
             self._record(event, raw["header"])
+        elif etype in _DEBUG:
+            self._check_debug(event, self._debug_waiting, RemoteProtocolError, sending=False)
+            self._record_debug(event)
         if etype in self._their_moves_peer:
             self._state.commit(role, etype, new_state)
         else:
@@ -370,6 +439,8 @@ class Connection:
 #: Events besides calls that change more than the states (the comm, the request's header,
 #: the end).
 _RECORDED = frozenset({OpenBindings, ExecuteRequest, ExecuteReply})
+#: The debugger's events: allowed only in a debugged run, replies only to requests waiting.
+_DEBUG = frozenset({DebugRequest, DebugReply, DebugEvent})
 _BUILDERS: dict[type, Callable[[Connection, Any], dict[str, Any]]] = {
     OpenBindings: Connection._open_bindings,
     ExecuteRequest: Connection._execute_request,
@@ -382,4 +453,7 @@ _BUILDERS: dict[type, Callable[[Connection, Any], dict[str, Any]]] = {
     ExecuteResult: Connection._execute_result,
     ErrorOutput: Connection._error_output,
     ExecuteReply: Connection._execute_reply,
+    DebugRequest: Connection._debug_request,
+    DebugReply: Connection._debug_reply,
+    DebugEvent: Connection._debug_event,
 }

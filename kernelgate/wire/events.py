@@ -1,8 +1,10 @@
 """What travels on fd 3, as events: frozen, slotted value classes, valid by construction.
 
-Host -> child: :class:`OpenBindings`, :class:`ExecuteRequest`, :class:`CallReply`.
+Host -> child: :class:`OpenBindings`, :class:`ExecuteRequest`, :class:`CallReply`,
+:class:`DebugRequest`.
 Child -> host: :class:`CallRequest`, :class:`Stream`, :class:`DisplayData`,
-:class:`ExecuteResult`, :class:`ErrorOutput`, :class:`ExecuteReply`.
+:class:`ExecuteResult`, :class:`ErrorOutput`, :class:`ExecuteReply`, and in a debugged run
+:class:`DebugReply` and :class:`DebugEvent`.
 
 Every constructor checks its fields (types, ``Stream.name``, call ids, statuses, usage)
 and raises :class:`~kernelgate.wire.errors.LocalProtocolError` saying which field was
@@ -52,6 +54,10 @@ __all__ = [
     "ExecuteResult",
     "ErrorOutput",
     "ExecuteReply",
+    "DebugRequest",
+    "DebugReply",
+    "DebugEvent",
+    "DEBUG_EVENTS",
     "Event",
     "HostEvent",
     "ChildEvent",
@@ -70,6 +76,11 @@ CHILD_RUN_STATUSES = frozenset(
 )
 #: The usage figures an ``execute_reply`` may carry: CPU seconds and peak memory in bytes.
 USAGE_KEYS = frozenset({"cpu_user_s", "cpu_system_s", "peak_memory_bytes"})
+#: The Debug Adapter Protocol events a child may send: only ``stopped``. ``continued`` and
+#: ``terminated`` are the host's to say (it knows when it resumed or ended the run), so a
+#: child cannot make a frontend believe a run goes on or ended.
+DEBUG_EVENTS = frozenset({"stopped"})
+_MAX_COMMAND = 64
 #: The streams a program writes to.
 STREAM_NAMES = ("stdout", "stderr")
 
@@ -521,6 +532,91 @@ class ExecuteReply(_Event):
         _set(self, "usage", {} if usage is None else _usage(usage))
 
 
+class DebugRequest(_Event):
+    """debug_request: one Debug Adapter Protocol request for a debugged run's child
+    (``seq`` is the host's, unique within the run; the host keeps every one in flight
+    until its reply).
+
+    >>> DebugRequest(1, "stackTrace", {"threadId": 1}).command
+    'stackTrace'
+    """
+
+    __slots__ = ("seq", "command", "arguments")
+    wire_name = "debug_request"
+    seq: int
+    command: str
+    arguments: dict[str, Any]
+
+    def __init__(self, seq: int, command: str, arguments: dict[str, Any] | None = None) -> None:
+        _set(self, "seq", _count("debug_request seq", seq))
+        _set(self, "command", _command("debug_request command", command))
+        args = {} if arguments is None else _obj("debug_request arguments", arguments)
+        _set(self, "arguments", args)
+
+
+class DebugReply(_Event):
+    """debug_reply: the child's answer to the debug request ``request_seq``.
+
+    >>> DebugReply(1, "threads", True, {"threads": [{"id": 1, "name": "MainThread"}]}).success
+    True
+    >>> DebugReply(2, "next", False, message="not stopped").message
+    'not stopped'
+    """
+
+    __slots__ = ("request_seq", "command", "success", "body", "message")
+    wire_name = "debug_reply"
+    request_seq: int
+    command: str
+    success: bool
+    body: dict[str, Any]
+    message: str
+
+    def __init__(
+        self,
+        request_seq: int,
+        command: str,
+        success: bool,
+        body: dict[str, Any] | None = None,
+        message: str = "",
+    ) -> None:
+        if type(success) is not bool:
+            raise _bad("debug_reply success", "true or false", success)
+        _set(self, "request_seq", _count("debug_reply request_seq", request_seq))
+        _set(self, "command", _command("debug_reply command", command))
+        _set(self, "success", success)
+        _set(self, "body", {} if body is None else _obj("debug_reply body", body))
+        _set(self, "message", _text("debug_reply message", message))
+
+
+class DebugEvent(_Event):
+    """debug_event: something the debugged program did, one of :data:`DEBUG_EVENTS`.
+
+    >>> DebugEvent("stopped", {"reason": "breakpoint", "threadId": 1}).event
+    'stopped'
+    >>> DebugEvent("terminated", {})
+    Traceback (most recent call last):
+    ...
+    kernelgate.wire.errors.LocalProtocolError: debug_event event must be one of ['stopped'] ...
+    """
+
+    __slots__ = ("event", "body")
+    wire_name = "debug_event"
+    event: str
+    body: dict[str, Any]
+
+    def __init__(self, event: str, body: dict[str, Any] | None = None) -> None:
+        if type(event) is not str or event not in DEBUG_EVENTS:
+            raise _bad("debug_event event", f"one of {sorted(DEBUG_EVENTS)} (the child's)", event)
+        _set(self, "event", event)
+        _set(self, "body", {} if body is None else _obj("debug_event body", body))
+
+
+def _command(field: str, value: Any) -> str:
+    if type(value) is not str or not 0 < len(value) <= _MAX_COMMAND or not value.isidentifier():
+        raise _bad(field, f"a name of 1 to {_MAX_COMMAND} letters", value)
+    return value
+
+
 _CHILD_ERROR_STATUSES = CHILD_RUN_STATUSES - {"ok"}
 
 
@@ -537,7 +633,7 @@ def _usage(value: Any) -> dict[str, float]:
     return usage
 
 
-HostEvent = OpenBindings | ExecuteRequest | CallReply
+HostEvent = OpenBindings | ExecuteRequest | CallReply | DebugRequest
 ChildEvent = (
     CallRequest
     | Stream
@@ -547,5 +643,7 @@ ChildEvent = (
     | ExecuteResult
     | ErrorOutput
     | ExecuteReply
+    | DebugReply
+    | DebugEvent
 )
 Event = HostEvent | ChildEvent

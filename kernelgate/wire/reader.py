@@ -26,6 +26,9 @@ from .events import (
     CallReply,
     CallRequest,
     ClearOutput,
+    DebugEvent,
+    DebugReply,
+    DebugRequest,
     DisplayData,
     ErrorOutput,
     Event,
@@ -53,11 +56,14 @@ FROM_CHILD: dict[str, type] = {
     "execute_result": ExecuteResult,
     "error": ErrorOutput,
     "execute_reply": ExecuteReply,
+    "debug_reply": DebugReply,
+    "debug_event": DebugEvent,
 }
 FROM_HOST: dict[str, type] = {
     "comm_open": OpenBindings,
     "execute_request": ExecuteRequest,
     "comm_msg": CallReply,
+    "debug_request": DebugRequest,
 }
 
 
@@ -270,4 +276,15 @@ _READERS: dict[type, Callable[[_Fields, dict[str, Any]], Event]] = {
     ExecuteReply: _read_reply,
     OpenBindings: _read_open,
     ExecuteRequest: _read_request,
+    DebugRequest: lambda c, _m: DebugRequest(
+        c.integer("seq"), c.text("command"), c.obj("arguments", {})
+    ),
+    DebugReply: lambda c, _m: DebugReply(
+        c.integer("request_seq"),
+        c.text("command"),
+        c.boolean("success"),
+        c.obj("body", {}),
+        c.text("message") if "message" in c.d else "",
+    ),
+    DebugEvent: lambda c, _m: DebugEvent(c.text("event"), c.obj("body", {})),
 }

@@ -38,6 +38,9 @@ from .events import (
     CallReply,
     CallRequest,
     ClearOutput,
+    DebugEvent,
+    DebugReply,
+    DebugRequest,
     DisplayData,
     ErrorOutput,
     ExecuteReply,
@@ -82,8 +85,9 @@ TRANSITIONS: dict[str, dict[str, dict[Key, str]]] = {
     HOST: {
         IDLE: {OpenBindings: BINDINGS_OPEN, (ExecuteReply, CHILD): DONE},
         BINDINGS_OPEN: {ExecuteRequest: EXECUTING, (ExecuteReply, CHILD): DONE},
-        # Replies only to calls in flight (the connection checks the id).
-        EXECUTING: {CallReply: EXECUTING, (ExecuteReply, CHILD): DONE},
+        # Replies only to calls in flight (the connection checks the id); debug requests
+        # only in a debugged run (the connection knows from the execute_request).
+        EXECUTING: {CallReply: EXECUTING, DebugRequest: EXECUTING, (ExecuteReply, CHILD): DONE},
         DONE: {},
         ERROR: {},
     },
@@ -97,6 +101,8 @@ TRANSITIONS: dict[str, dict[str, dict[Key, str]]] = {
             UpdateDisplayData: EXECUTING,
             ClearOutput: EXECUTING,
             CallRequest: EXECUTING,
+            DebugReply: EXECUTING,
+            DebugEvent: EXECUTING,
             ExecuteResult: RESULT,
             ErrorOutput: RESULT,
             ExecuteReply: DONE,
@@ -109,6 +115,8 @@ TRANSITIONS: dict[str, dict[str, dict[Key, str]]] = {
             UpdateDisplayData: RESULT,
             ClearOutput: RESULT,
             CallRequest: RESULT,
+            DebugReply: RESULT,
+            DebugEvent: RESULT,
             ExecuteReply: DONE,
         },
         DONE: {},

@@ -309,7 +309,8 @@ REFUSED = [
         "second execute_result",
         lambda w: [w.child.send(RESULT), forged(RESULT)],
         r"the child sent execute_result in state RESULT \(the run's outcome was sent\), where "
-        r"it may send only stream, display_data, update_display_data, clear_output, comm_msg call or execute_reply",
+        r"it may send only stream, display_data, update_display_data, clear_output, comm_msg call, "
+        r"debug_reply, debug_event or execute_reply",
     ),
     (
         "error after execute_result",
