@@ -1,0 +1,358 @@
+"""JupyterLab's own debugger on a cell, in a real JupyterLab driven by Debian's Chromium.
+
+The flow a user follows, through JupyterLab's own widgets: open a notebook, enable the
+debugger (the bug toggle in the notebook's toolbar), click the gutter of the cell's second
+line to set a breakpoint, run the cell; it stops there (the "Paused in Debugger" overlay,
+a frame in the Callstack panel, the line highlighted) and the Variables panel shows the
+first line's variable; "Next" in the Callstack panel's toolbar steps over the second line
+(its variable shows), "Continue" runs the cell to its end.
+
+The same flow runs against ipykernel (the control: the flow is JupyterLab's own) and
+against a kernelgate kernel with the demo bindings, where the stepped-over line is
+``docs = await tools.search("jupyter", limit=3)``: the call's line appears in the cell's
+output as the program reaches it, not before, and ``docs`` shows in the Variables panel.
+
+Screenshots (stopped at the breakpoint; after stepping over the binding call), in the
+light and the dark theme, are written to ``docs/images/kernel-debugger-*.png`` when
+``KERNELGATE_SCREENSHOTS`` names that directory, else to the test's tmp dir (the
+convention of test_workbench_browser.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernelgate.cli import main as kernelgate_main
+
+from . import test_browser
+from .conftest import NEEDS_CHROMIUM
+from .test_browser import _APP_READY, Lab
+from .test_workbench_browser import _screenshot, _theme
+
+# The same JupyterLab server and Chromium fixtures (a server of this module's own).
+lab = test_browser.lab
+browser = test_browser.browser
+
+pytestmark = [pytest.mark.timeout(300), NEEDS_CHROMIUM]
+
+#: One debugger step (a stop, a variable showing, a step's end): far more than it takes.
+WAIT_MS = 60_000
+
+#: The kernelgate kernelspec the debugger runs with: the demo bindings, and the metadata
+#: ``"debugger": true`` without which JupyterLab never offers its debugger.
+DEBUG_KERNEL_NAME = "kernelgate-debug"
+
+#: The kernel's side of the debugger (issue 24); until it is in, the kernelgate variant
+#: has nothing to drive.
+KERNEL_DEBUGGER = importlib.util.find_spec("kernelgate.jupyter.debugger") is not None
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One kernel's run of the flow: its cell, and what each stop must show."""
+
+    kernel: str
+    display_name: str
+    #: The cell; the breakpoint goes on line 2 and stepping over it stops on line 3.
+    source: str
+    #: The variable line 1 set (name, a piece of its value), shown at the breakpoint.
+    first: tuple[str, str]
+    #: The variable line 2 set (a list: JupyterLab shows its type), shown after stepping
+    #: over it; then the names to unfold from it and the (name, value) a value inside.
+    second: tuple[str, str]
+    inside: tuple[tuple[str, ...], tuple[str, str]]
+    #: The output once the cell ran to its end.
+    printed: str
+    #: Whether line 2 is a binding call (its call display must appear only as it runs).
+    calls: bool
+    #: The screenshots' name (None: to the test's tmp dir only).
+    shots: str | None
+
+
+IPYKERNEL = Flow(
+    kernel="python3",
+    display_name="Python 3 (ipykernel)",
+    source='topic = "jupyter"\ndocs = [topic.upper()] * 3\nprint(len(docs), "found")',
+    first=("topic", "jupyter"),
+    second=("docs", "list"),
+    inside=(("docs",), ("0", "JUPYTER")),
+    printed="3 found",
+    calls=False,
+    shots=None,
+)
+
+KERNELGATE = Flow(
+    kernel=DEBUG_KERNEL_NAME,
+    display_name="kernelgate (debugger)",
+    source='topic = "jupyter"\ndocs = await tools.search("jupyter", limit=3)\n'
+    'print(len(docs), "found")',
+    first=("topic", "jupyter"),
+    second=("docs", "list"),
+    inside=(("docs", "0"), ("title", "The Jupyter messaging protocol")),
+    printed="1 found",
+    calls=True,
+    shots="kernel-debugger",
+)
+
+
+@pytest.fixture(scope="module")
+def debug_kernelspec(kernelspec: str) -> Iterator[str]:
+    """A kernelgate kernelspec with the demo bindings and ``"debugger": true``, next to the
+    package's test kernelspecs (``kernelgate kernel install --prefix``)."""
+    prefix = Path(kernelspec).parent.parent
+    code = kernelgate_main(
+        [
+            "kernel",
+            "install",
+            "--prefix",
+            str(prefix),
+            "--name",
+            DEBUG_KERNEL_NAME,
+            "--display-name",
+            KERNELGATE.display_name,
+            "--bindings",
+            "kernelgate.demo:BINDINGS",
+        ]
+    )
+    assert code == 0
+    path = Path(kernelspec) / "kernels" / DEBUG_KERNEL_NAME / "kernel.json"
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    # JupyterLab shows the debugger's toggle only for a kernelspec saying so; say it here
+    # too in case `kernelgate kernel install` does not (yet).
+    spec.setdefault("metadata", {})["debugger"] = True
+    path.write_text(json.dumps(spec, indent=1), encoding="utf-8")
+    yield DEBUG_KERNEL_NAME
+
+
+def _notebook(flow: Flow) -> dict[str, Any]:
+    return {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": "debugged",
+                "metadata": {},
+                "outputs": [],
+                "source": flow.source,
+            }
+        ],
+        "metadata": {
+            "kernelspec": {
+                "name": flow.kernel,
+                "display_name": flow.display_name,
+                "language": "python",
+            },
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+# The index of the breakpoint gutter's element beside the cell's line ``n`` (1-based):
+# CodeMirror keeps a hidden spacer among the gutter's elements, so match by position.
+_GUTTER_INDEX = """(cell, n) => {
+  const line = cell.querySelectorAll('.cm-content .cm-line')[n - 1].getBoundingClientRect();
+  const y = line.top + line.height / 2;
+  const marks = cell.querySelectorAll('.cm-gutter.cm-breakpoint-gutter .cm-gutterElement');
+  for (let i = 0; i < marks.length; i++) {
+    const r = marks[i].getBoundingClientRect();
+    if (r.height > 0 && r.top <= y && y < r.bottom) return i;
+  }
+  return -1;
+}"""
+
+# The debugger's view of the notebook's kernel: stopped threads (the service's own model).
+_STOPPED = """() => {
+  const frames = document.querySelectorAll('.jp-DebuggerCallstack .jp-DebuggerCallstackFrame');
+  return frames.length > 0
+    && !!document.querySelector('.jp-NotebookPanel .jp-DebuggerPausedOverlay');
+}"""
+
+
+class Debugging:
+    """The page of one notebook with JupyterLab's debugger, and the waits the flow needs."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.cell = page.locator(".jp-Notebook .jp-CodeCell").first
+        self.sidebar = page.locator("#jp-debugger-sidebar")
+        self.callstack = self.sidebar.locator(".jp-DebuggerCallstack")
+        self.variables = self.sidebar.locator(".jp-DebuggerVariables")
+
+    def enable(self) -> None:
+        """Press the notebook toolbar's bug toggle; open the debugger's sidebar."""
+        bug = self.page.locator(".jp-NotebookPanel-toolbar .jp-DebuggerBugButton").first
+        # Enabled once the kernel's kernel_info says it has a debugger.
+        self.page.wait_for_function(
+            "() => { const b = document.querySelector("
+            "'.jp-NotebookPanel-toolbar .jp-DebuggerBugButton');"
+            " return !!b && !b.disabled && b.getAttribute('aria-disabled') !== 'true'; }",
+            timeout=WAIT_MS,
+        )
+        bug.click()
+        self.page.wait_for_selector(
+            ".jp-NotebookPanel-toolbar .jp-DebuggerBugButton[aria-pressed='true']",
+            timeout=WAIT_MS,
+        )
+        if not self.sidebar.is_visible():
+            self.page.locator(".jp-SideBar.jp-mod-right [data-id='jp-debugger-sidebar']").click()
+        self.sidebar.wait_for(state="visible", timeout=WAIT_MS)
+        # The editor handler puts the breakpoint gutter on the cell once the session is up.
+        self.cell.locator(".cm-gutter.cm-breakpoint-gutter").wait_for(
+            state="visible", timeout=WAIT_MS
+        )
+
+    def set_breakpoint(self, line: int) -> None:
+        """Click the cell's breakpoint gutter beside ``line``; wait until the kernel has
+        it (the Breakpoints panel lists what the kernel's setBreakpoints reply said)."""
+        index = self.cell.evaluate(_GUTTER_INDEX, line)
+        assert index >= 0, f"no breakpoint gutter element beside line {line}"
+        mark = self.cell.locator(".cm-gutter.cm-breakpoint-gutter .cm-gutterElement").nth(index)
+        mark.click()
+        mark.locator(".cm-breakpoint-icon").wait_for(state="visible", timeout=WAIT_MS)
+        self.sidebar.locator(".jp-DebuggerBreakpoint").first.wait_for(
+            state="visible", timeout=WAIT_MS
+        )
+        shown = self.sidebar.locator(".jp-DebuggerBreakpoint-line").first.inner_text()
+        assert shown.strip() == str(line), f"the Breakpoints panel shows line {shown!r}"
+
+    def run_cell(self) -> None:
+        self.cell.locator(".cm-content").click()
+        self.page.keyboard.press("Control+Enter")
+
+    def wait_stopped_at(self, text: str) -> None:
+        """Wait for the stop on the line holding ``text``: overlay, frame, highlight."""
+        self.page.wait_for_function(_STOPPED, timeout=WAIT_MS)
+        highlight = self.cell.locator(".cm-line.jp-DebuggerEditor-highlight")
+        highlight.filter(has_text=text).wait_for(state="visible", timeout=WAIT_MS)
+        assert highlight.count() == 1, "more than one line is highlighted"
+
+    @staticmethod
+    def _item(name: str) -> str:
+        """The XPath, relative to a tree, of its variable ``name``'s item (a dict's key may
+        be shown quoted)."""
+        names = " or ".join(f'normalize-space(.)="{n}"' for n in (name, f"'{name}'"))
+        return f"jp-tree-item[span[contains(@class, 'jp-DebuggerVariables-name')][{names}]]"
+
+    def wait_variable(self, name: str, value: str, within: tuple[str, ...] = ()) -> str:
+        """Wait for the Variables panel to show ``name`` with a value holding ``value``;
+        ``within``: the variables it is inside, unfolded here in turn (each unfolding is a
+        ``variables`` request). Return the value shown."""
+        tree = self.variables.locator("jp-tree-view").first
+        for outer in within:
+            item = tree.locator(f"xpath=./{self._item(outer)}").first
+            item.locator("xpath=./span[contains(@class, 'jp-DebuggerVariables-name')]").click()
+            tree = item
+        item = tree.locator(f"xpath=./{self._item(name)}").first
+        detail = item.locator(
+            "xpath=./span[contains(@class, 'jp-DebuggerVariables-detail')]"
+        ).filter(has_text=value)
+        detail.wait_for(state="visible", timeout=WAIT_MS)
+        return str(detail.inner_text())
+
+    def press(self, command: str) -> None:
+        """Click the Callstack panel's toolbar button of ``command`` (debugger:next, ...).
+
+        The sidebar's accordion puts a panel's toolbar in the panel's title, which names
+        the panel it controls (``aria-controls``)."""
+        panel = self.callstack.get_attribute("id")
+        button = self.sidebar.locator(
+            f".jp-AccordionPanel-title[aria-controls='{panel}'] "
+            f"[data-command='{command}'][aria-disabled='false']"
+        )
+        button.click(timeout=WAIT_MS)
+
+    def calls_shown(self) -> int:
+        return int(self.cell.locator(".jp-OutputArea-output details.kernelgate-call").count())
+
+
+def _shoot(page: Any, tmp: Path, name: str | None, stage: str) -> None:
+    """Screenshots of the page in the light and the dark theme (back to light after); a
+    flow without a docs name gets one picture in the test's tmp dir, never in docs/."""
+    if name is None:
+        page.screenshot(path=str(tmp / f"debugger-{stage}.png"))
+        return
+    for dark in (False, True):
+        _theme(page, dark)
+        _screenshot(page, tmp, f"{name}-{stage}-{'dark' if dark else 'light'}.png")
+    _theme(page, False)
+
+
+def _debug_cell(lab: Lab, browser: Any, tmp: Path, flow: Flow, workspace: str) -> None:
+    name = f"{workspace}.ipynb"
+    (lab.root / name).write_text(json.dumps(_notebook(flow)), encoding="utf-8")
+    page = browser.new_page()
+    page.set_viewport_size({"width": 1280, "height": 800})
+    try:
+        page.goto(f"{lab.url}/lab/workspaces/{workspace}/tree/{name}?reset&token={lab.token}")
+        page.wait_for_function(_APP_READY, timeout=WAIT_MS * 2)
+        # Room for the debugger's sidebar in the pictures: the file browser folded away.
+        page.evaluate("() => window.jupyterapp.commands.execute('application:toggle-left-area')")
+        dbg = Debugging(page)
+        dbg.enable()
+        dbg.set_breakpoint(2)
+
+        dbg.run_cell()
+        dbg.wait_stopped_at(flow.source.splitlines()[1])
+        frame = dbg.callstack.locator(".jp-DebuggerCallstackFrame").first.inner_text()
+        first = dbg.wait_variable(*flow.first)
+        assert flow.first[1] in first, first
+        if flow.calls:
+            # Stopped before the call: its line is not in the output yet.
+            assert dbg.calls_shown() == 0, "the call showed before the program reached it"
+        _shoot(page, tmp, flow.shots, "stopped")
+
+        dbg.press("debugger:next")
+        dbg.wait_stopped_at(flow.source.splitlines()[2])
+        second = dbg.wait_variable(*flow.second)
+        assert flow.second[1] in second, second
+        inside = dbg.wait_variable(*flow.inside[1], within=flow.inside[0])
+        assert flow.inside[1][1] in inside, inside
+        if flow.calls:
+            call = dbg.cell.locator(".jp-OutputArea-output details.kernelgate-call").first
+            call.wait_for(state="visible", timeout=WAIT_MS)
+            assert "tools.search(" in call.inner_text(), call.inner_text()
+            assert dbg.calls_shown() == 1
+        # The program stopped again: still in the same cell, nothing printed yet.
+        assert flow.printed not in dbg.cell.locator(".jp-OutputArea").inner_text()
+        _shoot(page, tmp, flow.shots, "stepped")
+
+        dbg.press("debugger:continue")
+        printed = dbg.cell.locator(".jp-OutputArea-output", has_text=flow.printed)
+        printed.wait_for(state="visible", timeout=WAIT_MS)
+        page.wait_for_function(
+            "() => !document.querySelector('.jp-NotebookPanel .jp-DebuggerPausedOverlay')"
+            " && document.querySelectorAll('.jp-DebuggerCallstackFrame').length === 0",
+            timeout=WAIT_MS,
+        )
+        page.wait_for_function(_APP_READY, timeout=WAIT_MS)  # the kernel is idle again
+        assert dbg.cell.locator(".cm-line.jp-DebuggerEditor-highlight").count() == 0
+        assert frame  # a frame was named while stopped
+    except Exception:
+        page.screenshot(path=str(tmp / f"{workspace}-failure.png"))
+        raise
+    finally:
+        page.close()
+
+
+def test_ipykernel_debugs_a_cell_in_jupyterlab(lab: Lab, browser: Any, tmp_path: Path) -> None:
+    """The control: JupyterLab's own debugger flow with ipykernel and debugpy."""
+    pytest.importorskip("debugpy")
+    _debug_cell(lab, browser, tmp_path, IPYKERNEL, "debug-ipykernel")
+
+
+@pytest.mark.skipif(
+    not KERNEL_DEBUGGER, reason="the kernelgate kernel has no debugger yet (issue 24)"
+)
+def test_kernelgate_steps_over_a_binding_call_in_jupyterlab(
+    debug_kernelspec: str, lab: Lab, browser: Any, tmp_path: Path
+) -> None:
+    _debug_cell(lab, browser, tmp_path, KERNELGATE, "debug-kernelgate")
