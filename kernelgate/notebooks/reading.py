@@ -29,7 +29,14 @@ from kernelgate.model.text import strip_ansi
 from kernelgate.wire.messages import CALL_MIME
 from kernelgate.wire.values import MAX_DEPTH
 
-from .cellrun import RUN_ROLE, SETUP_ROLE, is_setup_record, record_of_cell, source_digest
+from .cellrun import (
+    REPLAY_ROLE,
+    RUN_ROLE,
+    SETUP_ROLE,
+    is_setup_record,
+    record_of_cell,
+    source_digest,
+)
 
 __all__ = [
     "MAX_RECORDING_BYTES",
@@ -306,7 +313,7 @@ def _outputs_and_calls(
         data = output.get("data")
         if role == "call" and isinstance(data, dict) and CALL_MIME in data:
             calls.append(call_from_json(data[CALL_MIME], where, len(outputs)))
-        elif role not in ("timeline", RUN_ROLE, SETUP_ROLE):
+        elif role not in ("timeline", RUN_ROLE, SETUP_ROLE, REPLAY_ROLE):
             outputs.append(output)
     ids = [c.id for c in calls]
     if len(set(ids)) != len(ids):

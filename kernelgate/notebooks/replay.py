@@ -27,7 +27,7 @@ import os
 import threading
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelgate.gateway.bindings import BindingRegistry
 from kernelgate.model.limits import Limits
@@ -38,6 +38,11 @@ from .calls import call_label
 from .matching import NOT_RECORDED, CallKey, call_key, match_calls
 from .reading import RecordedRun, load_run
 from .report import CallMatch, Difference, ReplayReport, compare_runs
+
+if TYPE_CHECKING:  # the runtime (gateway.run) loads only when a replay runs
+    from kernelgate.gateway.debug import RunDebugger
+    from kernelgate.gateway.output import OutputListener
+    from kernelgate.gateway.plan import CallListener
 
 __all__ = [
     "replay_budget",
@@ -255,8 +260,16 @@ async def replay_async(
     python: str | os.PathLike[str] | None = None,
     limits: Any = None,
     live_any: bool = False,
+    debug: RunDebugger | None = None,
+    on_output: OutputListener | None = None,
+    on_call: CallListener | None = None,
 ) -> ReplayReport:
-    """:func:`replay` for async callers."""
+    """:func:`replay` for async callers.
+
+    ``debug`` (a :class:`kernelgate.gateway.debug.RunDebugger`), ``on_output`` and
+    ``on_call`` go to :meth:`Gateway.run <kernelgate.Gateway.run>` as they would for a live
+    run: a replay can be stepped through, and its outputs and calls seen as they happen.
+    """
     # Imported here, pointing down, for speed: ``import kernelgate.notebooks`` (reading,
     # rendering) must not load the runtime (pool, sandbox, run) that only a replay needs.
     from kernelgate.gateway.gateway import Gateway
@@ -297,7 +310,7 @@ async def replay_async(
         namespaces, key = recorded_bindings(recorded)
         gw = Gateway(namespaces=namespaces, limits=run_limits, python=python)
     async with gw:
-        result = await gw.run(code)
+        result = await gw.run(code, on_output=on_output, on_call=on_call, debug=debug)
     pairs, unrecorded, unused = match_calls(recorded.calls, result.calls, key)
     differences, note = _outcome(recorded, result, run_limits, followed=limits is None)
     return ReplayReport(
@@ -349,6 +362,9 @@ def replay(
     python: str | os.PathLike[str] | None = None,
     limits: Any = None,
     live_any: bool = False,
+    debug: RunDebugger | None = None,
+    on_output: OutputListener | None = None,
+    on_call: CallListener | None = None,
 ) -> ReplayReport:
     """Re-run a recorded program in a fresh child and compare with the recording.
 
@@ -366,6 +382,11 @@ def replay(
     budgets lowered to follow the recorded duration): never the recording's limits, which a
     crafted file could set to anything. A damaged or crafted recording raises
     :class:`~kernelgate.notebooks.store.RecordingError` (a ``ValueError``) naming the field.
+
+    ``on_output`` and ``on_call`` see the replay's outputs and calls as they happen, and
+    ``debug`` (a :class:`kernelgate.gateway.debug.RunDebugger`) lets the replay be stepped
+    through, as for :meth:`Gateway.run <kernelgate.Gateway.run>`; its requests come from
+    other tasks on the loop the replay runs on (``kernelgate replay --debug`` is one).
 
     >>> import tempfile
     >>> from kernelgate import Gateway
@@ -394,5 +415,8 @@ def replay(
             python=python,
             limits=limits,
             live_any=live_any,
+            debug=debug,
+            on_output=on_output,
+            on_call=on_call,
         )
     )
