@@ -86,6 +86,12 @@ def first_statement(program: str) -> int | None:
     return body[0].lineno if body else None
 
 
+def program_lines(program: str) -> list[str]:
+    """The program's lines as Python numbers them (a final newline ends the last)."""
+    lines = program.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def check_breakpoint(lines: list[str], text: str) -> int:
     """``text`` as a breakpoint's line; ``ValueError`` saying why it cannot be one.
 
@@ -190,7 +196,7 @@ class DebugSession:
     quit: bool = False
 
     def __post_init__(self) -> None:
-        self.lines = self.program.split("\n")
+        self.lines = program_lines(self.program)
         if not self.breakpoints:
             self.entry = first_statement(self.program)
 
@@ -473,7 +479,7 @@ def debug_replay(
     ``run`` runs the session's coroutine (:func:`~kernelgate.cli.common.run_stoppable`).
     ``ValueError`` for a breakpoint that is not a line of the program."""
     code = recorded.program if program is None else program
-    lines = code.split("\n")
+    lines = program_lines(code)
     session = DebugSession(
         program=code,
         breakpoints=[check_breakpoint(lines, b) for b in breakpoints],

@@ -1,0 +1,188 @@
+"""``kernelgate replay --debug``, driven as a user drives it: the installed command, a
+recording it made itself, debugger commands piped into its standard input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import kernelgate
+from tests.procs import kernelgate_command
+
+#: The child's tracer (issue 24's first part): these tests step through real runs, so they
+#: wait for it to be merged.
+needs_tracer = pytest.mark.skipif(
+    not (Path(kernelgate.__file__).parent / "kernels" / "python" / "debugger.py").exists(),
+    reason="the child's tracer (kernelgate/kernels/python/debugger.py) is not merged yet",
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+#: Line 3 is the call that failed when the program ran (the binding raised KeyError).
+PROGRAM = """\
+hits = await tools.search("kernel")
+try:
+    doc = await tools.fetch(hits[1])
+except ToolError as exc:
+    failure = exc
+    print("fetch failed:", exc.ename)
+    doc = None
+{"hits": hits, "doc": doc}
+"""
+
+BINDINGS = """\
+def search(query: str) -> list:
+    return [query + "-1", query + "-gone"]
+
+
+def fetch(doc_id: str) -> dict:
+    if doc_id.endswith("-gone"):
+        raise KeyError("no document " + repr(doc_id))
+    return {"id": doc_id}
+
+
+BINDINGS = {"search": search, "fetch": fetch}
+"""
+
+
+def cli(tmp_path: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """The command in ``tmp_path``, with a TMPDIR of its own that it must leave empty."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir(exist_ok=True)
+    p = subprocess.run(
+        [*kernelgate_command(), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+    )
+    assert os.listdir(tmpdir) == [], f"the command left {os.listdir(tmpdir)} in its TMPDIR"
+    return p
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run recorded by ``kernelgate run --record``: its second call failed."""
+    where = tmp_path_factory.mktemp("recorded")
+    (where / "agenttools.py").write_text(BINDINGS)
+    (where / "prog.py").write_text(PROGRAM)
+    p = cli(where, "run", "prog.py", "--bindings", "agenttools:BINDINGS", "--record", "r.ipynb")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("fetch failed: KeyError\n")
+    (where / "agenttools.py").unlink()  # a replay needs no bindings: prove it
+    return where / "r.ipynb"
+
+
+def debug(recording: Path, *args: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    return cli(recording.parent, "replay", recording.name, "--debug", *args, stdin=stdin)
+
+
+@needs_tracer
+def test_stepping_through_the_call_that_failed_when_it_ran(recording: Path) -> None:
+    commands = "p hits\nn\nn\nn\nn\np failure\np failure.ename\nlocals\nbt\nl\nc\n"
+    p = debug(recording, "--break", "3", stdin=commands)
+    out = p.stdout
+    assert p.returncode == 0, (out, p.stderr)
+    assert "Traceback" not in p.stderr, p.stderr
+    assert out.startswith(f"debugging a replay of {recording.name}: breakpoints at line 3;")
+    assert "stopped at line 3 (breakpoint)\n    3 ->     doc = await tools.fetch(hits[1])" in out
+    assert "(replay) p hits\n['kernel-1', 'kernel-gone']\n" in out
+    # the call lines as the program reaches them: the first before the stop, the failed
+    # one (answered from the recording: the bindings module is gone) after stepping over
+    before, after = out.split("stopped at line 3", 1)
+    assert "call: tools.search('kernel') -> ['kernel-1', 'kernel-gone']" in before
+    assert "call: tools.fetch('kernel-gone') -> raised KeyError" in after
+    assert "stopped at line 6" in after
+    assert "fetch failed: KeyError" in after
+    assert "ToolError" in after and "no document 'kernel-gone'" in after
+    assert "(replay) p failure.ename\n'KeyError'\n" in out
+    assert "\nfailure = " in out and "\nhits = " in out  # locals (the top level's)
+    assert "> line " in out and " in <module>: " in out  # bt
+    assert out.rstrip().endswith(
+        "MATCHES: same calls with the same answers, same status, stdout, stderr and value"
+    )
+
+
+@needs_tracer
+def test_without_a_breakpoint_it_stops_at_the_first_statement(recording: Path) -> None:
+    p = debug(recording, stdin="l\nc\n")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert "stopping at the first statement (line 1)" in p.stdout
+    assert "stopped at line 1 (entry)\n    1 -> hits = await tools.search" in p.stdout
+    assert "    1   -> hits" in p.stdout and "    3      " in p.stdout  # the listing
+    assert p.stdout.count("stopped at") == 1
+
+
+@needs_tracer
+def test_the_end_of_input_continues_to_the_end(recording: Path) -> None:
+    p = debug(recording, "--break", "3", "--break", "6", stdin="")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert "(end of input: the program continues to its end)" in p.stdout
+    assert "stopped at line 3" in p.stdout and "stopped at line 6" in p.stdout
+    assert "MATCHES" in p.stdout
+
+
+@needs_tracer
+def test_an_edited_line_changes_the_outcome(recording: Path) -> None:
+    edited = recording.parent / "edited.py"
+    edited.write_text(PROGRAM.replace("hits[1]", "hits[0]"))
+    p = debug(recording, "--program", "edited.py", "--break", "6", stdin="p exc\nc\n")
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "call: tools.fetch('kernel-1') -> raised NotRecorded" in p.stdout
+    assert "NotRecorded" in p.stdout.split("(replay) p exc", 1)[1]
+    assert "+ tools.fetch('kernel-1')" in p.stdout and "DIVERGED" in p.stdout
+
+
+@needs_tracer
+def test_breakpoints_set_and_cleared_at_the_prompt(recording: Path) -> None:
+    commands = "b 99\nb 2x\nb 4\nb 6\nb\ncl 4\nfrobnicate\nc\nc\n"
+    p = debug(recording, "--break", "1", stdin=commands)
+    out = p.stdout
+    assert p.returncode == 0, (out, p.stderr)
+    assert "*** no such line 99: the program has lines 1 to 8" in out
+    assert "*** a breakpoint is a program line number, not '2x'" in out
+    assert 'breakpoint at line 6: print("fetch failed:", exc.ename)' in out
+    assert "cleared the breakpoint at line 4" in out
+    assert "*** unknown command 'frobnicate': type help for the commands" in out
+    stops = [line for line in out.splitlines() if line.startswith("stopped at")]
+    assert stops == ["stopped at line 1 (breakpoint)", "stopped at line 6 (breakpoint)"]
+
+
+@needs_tracer
+def test_quit_stops_the_program_and_leaves_nothing(recording: Path) -> None:
+    p = debug(recording, "--break", "3", stdin="help\nq\n")
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "n, next" in p.stdout and "p EXPR" in p.stdout  # help
+    assert "quit: the program was stopped before its end; no replay report" in p.stdout
+    assert "MATCHES" not in p.stdout and "fetch failed" not in p.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--break", "99"], "--break: no such line 99: the program has lines 1 to 8"),
+        (["--break", "two"], "a breakpoint is a program line number, not 'two'"),
+        (["--program", "noted.py", "--break", "1"], "line 1 is blank or a comment"),
+        (["--live", "--bindings", "x:Y"], "--debug does not go with --live"),
+        (["--json"], "--debug does not go with --json"),
+        (["--program", "missing.py"], "cannot read program 'missing.py'"),
+    ],
+)
+def test_usage_errors_say_what_was_wrong(recording: Path, args: list[str], says: str) -> None:
+    (recording.parent / "noted.py").write_text("# the agent's program\n" + PROGRAM)
+    p = debug(recording, *args, stdin="c\n")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr and says in p.stderr, p.stderr
+    assert p.stdout == ""
+
+
+def test_break_needs_debug_and_a_missing_file_is_said(recording: Path) -> None:
+    p = cli(recording.parent, "replay", recording.name, "--break", "3")
+    assert p.returncode == 2 and "--break LINE goes with --debug" in p.stderr
+    p = cli(recording.parent, "replay", "nope.ipynb", "--debug")
+    assert p.returncode == 2 and "cannot read 'nope.ipynb'" in p.stderr
