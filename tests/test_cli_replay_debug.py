@@ -114,7 +114,8 @@ def test_without_a_breakpoint_it_stops_at_the_first_statement(recording: Path) -
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert "stopping at the first statement (line 1)" in p.stdout
     assert "stopped at line 1 (entry)\n    1 -> hits = await tools.search" in p.stdout
-    assert "    1   -> hits" in p.stdout and "    3      " in p.stdout  # the listing
+    assert "\n    1  -> hits = await" in p.stdout  # the listing, the current line marked
+    assert "\n    3         doc = await tools.fetch(hits[1])\n" in p.stdout
     assert p.stdout.count("stopped at") == 1
 
 
