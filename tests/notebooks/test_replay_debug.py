@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from kernelgate import Gateway, RunResult
 from kernelgate.gateway.debug import RunDebugger
 from kernelgate.jupyter.replaycell import ReplayMarker, replay_marker, run_replay_cell
 from kernelgate.model.result import CallRecord
-from kernelgate.notebooks import load_run, replay_async
+from kernelgate.notebooks import NotARunError, load_run, replay_async
 
 from .conftest import FAST
 
@@ -406,3 +408,41 @@ def test_a_debugged_replay_cell_stops_at_cell_lines(recording: Path) -> None:
     assert lines == [CALL_LINE + 1]
     assert result.ok and result.stdout == "fetch failed: KeyError\n"
     assert driver.seen[-1] == "terminated"
+
+
+# -- a recording that is not a file ---------------------------------------------------------
+
+
+def _unblock(fifo: Path) -> None:
+    """Open ``fifo`` for writing, so a reader blocked opening it returns (cleanup)."""
+    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    os.close(fd)
+
+
+def test_a_fifo_or_a_device_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """``#| replay PATH`` reads a file on the host when a cell runs: a FIFO must not
+    block the cell (nothing interrupts a read), nor a device feed it 512 MiB."""
+    fifo = tmp_path / "fifo.ipynb"
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            load_run(fifo)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():
+        _unblock(fifo)
+        reader.join(10)
+        raise AssertionError("load_run blocked on a FIFO")
+    assert isinstance(outcome[0], NotARunError), outcome
+    assert "not a regular file" in str(outcome[0])
+    with pytest.raises(NotARunError, match="/dev/zero is not a regular file"):
+        load_run("/dev/zero")
+    result, outputs, _ = cell_run(tmp_path / "x", "#| replay fifo.ipynb\nx = 1\n")
+    assert result.status == "exception" and result.error is not None
+    assert "not a regular file" in result.error.evalue and outputs == []
