@@ -25,10 +25,12 @@ import dataclasses
 import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kernelgate.gateway.debug import RunDebugger
+from kernelgate.gateway.gateway import Gateway
 from kernelgate.gateway.output import OutputListener
 from kernelgate.gateway.plan import CallListener
 from kernelgate.model.limits import Limits
@@ -172,6 +174,7 @@ async def run_replay_cell(
     python: str | os.PathLike[str] | None = None,
     cwd: str | None = None,
     payload: list[dict[str, Any]] | None = None,
+    on_gateway: Callable[[Gateway], Any] | None = None,
 ) -> RunResult:
     """Run a replay cell: ``code`` (marker line included) against the recording's answers.
 
@@ -179,12 +182,18 @@ async def run_replay_cell(
     recording, :func:`~kernelgate.notebooks.replay.replay_budget`); ``debug``,
     ``on_output`` and ``on_call`` are as for :meth:`kernelgate.Gateway.run`, and
     ``python`` is the kernel's interpreter for the child. ``cwd`` is where a relative
-    PATH starts (default: the kernel's working directory).
+    PATH starts (default: the kernel's working directory). ``on_gateway`` is given the
+    gateway the replay runs on (not the kernel's: it has the recording's stand-ins for
+    bindings) before the run starts: interrupt the cell with its ``interrupt()``.
 
     Ends with one more ``on_output``: the replay's report (role ``replay``), saying
     whether the run matched the recording and every difference if not. A cell holding
     only the marker runs the recorded program after the marker line, and appends a
     ``set_next_input`` payload (``replace: True``) with that text to ``payload``.
+
+    For the notebook's own cells only, never a private run (a request with an owner
+    secret, :mod:`.clients`): that program is whatever an agent sent, and a marker would
+    let it read any recording on the kernel's host and get its answers.
 
     Never raises for a recording it cannot use (no such file, not a run, no such cell, a
     crafted file): the result is an ended run (status ``exception``) saying why.
@@ -210,6 +219,7 @@ async def run_replay_cell(
         debug=debug,
         on_output=on_output,
         on_call=on_call,
+        on_gateway=on_gateway,
     )
     # The marker line is the cell's, not the program's: the program is edited only if
     # what follows the marker differs from what was recorded.

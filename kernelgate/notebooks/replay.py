@@ -41,6 +41,7 @@ from .report import CallMatch, Difference, ReplayReport, compare_runs
 
 if TYPE_CHECKING:  # the runtime (gateway.run) loads only when a replay runs
     from kernelgate.gateway.debug import RunDebugger
+    from kernelgate.gateway.gateway import Gateway as _Gateway
     from kernelgate.gateway.output import OutputListener
     from kernelgate.gateway.plan import CallListener
 
@@ -263,12 +264,15 @@ async def replay_async(
     debug: RunDebugger | None = None,
     on_output: OutputListener | None = None,
     on_call: CallListener | None = None,
+    on_gateway: Callable[[_Gateway], Any] | None = None,
 ) -> ReplayReport:
     """:func:`replay` for async callers.
 
     ``debug`` (a :class:`kernelgate.gateway.debug.RunDebugger`), ``on_output`` and
     ``on_call`` go to :meth:`Gateway.run <kernelgate.Gateway.run>` as they would for a live
     run: a replay can be stepped through, and its outputs and calls seen as they happen.
+    ``on_gateway`` is given the gateway the replay runs on before it runs, so the caller
+    can ``interrupt()`` it (the Jupyter kernel's interrupt button does).
     """
     # Imported here, pointing down, for speed: ``import kernelgate.notebooks`` (reading,
     # rendering) must not load the runtime (pool, sandbox, run) that only a replay needs.
@@ -309,6 +313,8 @@ async def replay_async(
     else:
         namespaces, key = recorded_bindings(recorded)
         gw = Gateway(namespaces=namespaces, limits=run_limits, python=python)
+    if on_gateway is not None:
+        on_gateway(gw)
     async with gw:
         result = await gw.run(code, on_output=on_output, on_call=on_call, debug=debug)
     pairs, unrecorded, unused = match_calls(recorded.calls, result.calls, key)

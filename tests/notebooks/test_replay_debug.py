@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import kernelgate
-from kernelgate import Gateway, RunResult
+from kernelgate import Gateway, Limits, RunResult
 from kernelgate.gateway.debug import RunDebugger
 from kernelgate.jupyter.replaycell import ReplayMarker, replay_marker, run_replay_cell
 from kernelgate.model.result import CallRecord
@@ -446,3 +446,36 @@ def test_a_fifo_or_a_device_is_refused_without_reading_it(tmp_path: Path) -> Non
     result, outputs, _ = cell_run(tmp_path / "x", "#| replay fifo.ipynb\nx = 1\n")
     assert result.status == "exception" and result.error is not None
     assert "not a regular file" in result.error.evalue and outputs == []
+
+
+def test_a_replay_cell_is_interrupted_through_its_own_gateway(tmp_path: Path) -> None:
+    """The kernel's interrupt reaches a replay cell: it runs on a gateway of its own (the
+    recording's stand-ins), handed to the caller before the run."""
+    spinner = "print('ready', flush=True)\nwhile True:\n    pass\n"
+    stopped = Gateway(limits=Limits(wall_seconds=2, kill_grace_seconds=0.5)).run_sync(spinner)
+    assert stopped.status == "timeout", stopped.message
+    stopped.save(tmp_path / "spin.ipynb")
+    gateways: list[Gateway] = []
+    interrupted: list[int] = []
+
+    def on_output(output: dict[str, Any]) -> None:
+        if output.get("text") == "ready\n":
+            interrupted.append(gateways[0].interrupt())
+
+    code = "#| replay spin.ipynb\n"
+
+    async def main() -> RunResult:
+        marker = replay_marker(code)
+        assert marker is not None
+        return await run_replay_cell(
+            marker,
+            code,
+            limits=FAST,  # 30 s: only the interrupt ends it soon
+            on_output=on_output,
+            on_gateway=gateways.append,
+            cwd=str(tmp_path),
+        )
+
+    result = asyncio.run(main())
+    assert interrupted == [1]
+    assert result.status == "interrupted", result.message
