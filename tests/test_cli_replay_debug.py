@@ -3,6 +3,7 @@ recording it made itself, debugger commands piped into its standard input."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -187,3 +188,42 @@ def test_break_needs_debug_and_a_missing_file_is_said(recording: Path) -> None:
     assert p.returncode == 2 and "--break LINE goes with --debug" in p.stderr
     p = cli(recording.parent, "replay", "nope.ipynb", "--debug")
     assert p.returncode == 2 and "cannot read 'nope.ipynb'" in p.stderr
+
+
+@needs_tracer
+def test_a_crafted_recording_cannot_drive_the_terminal(recording: Path) -> None:
+    """The recording's program and output are shown with control characters escaped: an
+    OSC 52 sequence (write the clipboard) or a screen clear reaches the terminal as text."""
+    nb = json.loads(recording.read_text())
+    cell = nb["cells"][0]
+    osc = "\x1b]52;c;ZXZpbA==\x07"
+    cell["source"] = f"# {osc} \x1b[2J\n" + "".join(cell["source"])
+    for output in cell["outputs"]:
+        if output.get("output_type") == "stream":
+            output["text"] = "".join(output["text"]) + osc + "\n"
+    crafted = recording.parent / "crafted.ipynb"
+    crafted.write_text(json.dumps(nb))
+    p = cli(recording.parent, "replay", crafted.name, "--debug", stdin="l\nc\n")
+    assert p.returncode == 1, (p.stdout, p.stderr)  # the recorded stdout differs
+    assert "stopped at line 2 (entry)" in p.stdout
+    assert "\x1b" not in p.stdout and "\x07" not in p.stdout
+    assert "    1     # \\x1b]52;c;ZXZpbA==\\x07 \\x1b[2J" in p.stdout  # the listing
+    assert "-\\x1b]52;c;ZXZpbA==\\x07" in p.stdout  # the report's stdout diff
+
+
+def test_a_crafted_recording_cannot_drive_the_terminal_of_a_plain_replay(
+    recording: Path,
+) -> None:
+    """The same for ``kernelgate replay`` without --debug: its report quotes the recorded
+    stdout (a diff), escaped."""
+    nb = json.loads(recording.read_text())
+    for output in nb["cells"][0]["outputs"]:
+        if output.get("output_type") == "stream":
+            output["text"] = "".join(output["text"]) + "\x1b]52;c;ZXZpbA==\x07\n"
+    crafted = recording.parent / "crafted-plain.ipynb"
+    crafted.write_text(json.dumps(nb))
+    for args in ([], ["--cell", "1"]):
+        p = cli(recording.parent, "replay", crafted.name, *args)
+        assert p.returncode == 1, (p.stdout, p.stderr)
+        assert "\x1b" not in p.stdout and "\x07" not in p.stdout
+        assert "-\\x1b]52;c;ZXZpbA==\\x07" in p.stdout

@@ -18,6 +18,7 @@ from .common import (
     limits_from_args,
     load_bindings,
     run_stoppable,
+    shown,
 )
 
 __all__ = ["register"]
@@ -201,7 +202,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
         else:
-            print(report.format())
+            # The report quotes the recording (its stdout, a crafted file's anything):
+            # what a terminal would act on is shown escaped.
+            print(shown(report.format()))
         return 1 if report.diverged else 0
     return _print_all(args, reports)
 
@@ -257,7 +260,7 @@ def _print_all(args: argparse.Namespace, reports: list[Any]) -> int:
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
         for r in reports:
-            print(f"cannot replay: {r}" if isinstance(r, Exception) else r.format())
+            print(shown(f"cannot replay: {r}" if isinstance(r, Exception) else r.format()))
             print()
         print(summary)
     return 1 if diverged or bad else 0

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import os
-import re
 import sys
 import threading
 from collections.abc import Callable
@@ -28,6 +27,8 @@ from kernelgate.gateway.debug import RunDebugger
 from kernelgate.model.result import CallRecord, RunResult
 from kernelgate.notebooks.calls import call_line
 from kernelgate.notebooks.replay import replay_async
+
+from .common import shown
 
 __all__ = ["HELP", "check_breakpoint", "debug_replay", "first_statement"]
 
@@ -61,15 +62,6 @@ _RESUME = {
     "cont": "continue",
     "continue": "continue",
 }
-# Characters a terminal acts on: shown as escapes (newline and tab are kept).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def shown(text: str) -> str:
-    """``text`` safe for a terminal: control characters (ANSI escapes, OSC, bells) and
-    lone surrogates written as Python escapes, newlines and tabs kept."""
-    text = _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def first_statement(program: str) -> int | None:
