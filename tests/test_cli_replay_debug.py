@@ -227,3 +227,23 @@ def test_a_crafted_recording_cannot_drive_the_terminal_of_a_plain_replay(
         assert p.returncode == 1, (p.stdout, p.stderr)
         assert "\x1b" not in p.stdout and "\x07" not in p.stdout
         assert "-\\x1b]52;c;ZXZpbA==\\x07" in p.stdout
+
+
+@needs_tracer
+def test_the_first_stop_skips_a_docstring_and_future_imports(recording: Path) -> None:
+    """Neither runs as a line of the program (compiled away, hoisted): the stop without a
+    breakpoint is at the first statement that does."""
+    program = '"""The agent\'s program."""\nfrom __future__ import annotations\n' + PROGRAM
+    (recording.parent / "documented.py").write_text(program)
+    p = debug(recording, "--program", "documented.py", stdin="c\n")
+    assert "stopping at the first statement (line 3)" in p.stdout, p.stdout
+    assert "stopped at line 3 (entry)" in p.stdout, p.stdout
+    assert "fetch failed: KeyError" in p.stdout
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    from kernelgate.cli import replaydebug
+
+    assert doctest.testmod(replaydebug).failed == 0

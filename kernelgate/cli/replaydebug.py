@@ -65,17 +65,25 @@ _RESUME = {
 
 
 def first_statement(program: str) -> int | None:
-    """The line of the program's first statement (where the debugger stops when no
-    breakpoint is given); ``None`` if the program does not parse (it fails as it runs).
+    """The line of the program's first statement that runs as a line of its own (where
+    the debugger stops when no breakpoint is given): not a ``__future__`` import (hoisted
+    out of the program's function) nor a bare constant such as a docstring (compiled
+    away). ``None`` if the program does not parse (it fails as it starts) or has none.
 
-    >>> first_statement("# a comment\\n\\nx = await tools.f()\\nreturn x")
-    3
+    >>> first_statement("'Doc.'\\nfrom __future__ import annotations\\n# a comment\\nx = 1")
+    4
     """
     try:
         body = ast.parse(program).body
     except (SyntaxError, ValueError):
         return None
-    return body[0].lineno if body else None
+    for stmt in body:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue
+        return stmt.lineno
+    return None
 
 
 def program_lines(program: str) -> list[str]:

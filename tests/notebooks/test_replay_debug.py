@@ -479,3 +479,11 @@ def test_a_replay_cell_is_interrupted_through_its_own_gateway(tmp_path: Path) ->
     result = asyncio.run(main())
     assert interrupted == [1]
     assert result.status == "interrupted", result.message
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    from kernelgate.jupyter import replaycell
+
+    assert doctest.testmod(replaycell).failed == 0
