@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import os
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -29,6 +27,7 @@ from kernelgate.notebooks.calls import call_line
 from kernelgate.notebooks.replay import replay_async
 
 from .common import shown
+from .inputlines import InputLines
 
 __all__ = ["HELP", "check_breakpoint", "debug_replay", "first_statement"]
 
@@ -112,65 +111,6 @@ def check_breakpoint(lines: list[str], text: str) -> int:
     return line
 
 
-class _Input:
-    """Lines of standard input, read by a thread of their own (a program may run while
-    nobody types), started at the first stop. ``None`` is the end of input."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
-        self.started = False
-        self.ended = False
-
-    def _read(self, loop: asyncio.AbstractEventLoop) -> None:
-        def put(line: str | None) -> None:
-            try:
-                loop.call_soon_threadsafe(self.queue.put_nowait, line)
-            except RuntimeError:  # the loop has closed: nobody is reading any more
-                raise SystemExit from None
-
-        try:
-            fd = self.stream.fileno()
-        except (AttributeError, OSError, ValueError):
-            fd = -1
-        if fd < 0:
-            # Not a file (a test's StringIO): its lines, then the end.
-            for line in self.stream:
-                put(line)
-            put(None)
-            return
-        # os.read, not the stream: a daemon thread must hold no lock of sys.stdin's that
-        # the interpreter's exit would wait for.
-        pending = b""
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                if pending:
-                    put(pending.decode("utf-8", "replace"))
-                put(None)
-                return
-            pending += chunk
-            *whole, pending = pending.split(b"\n")
-            for raw in whole:
-                put(raw.decode("utf-8", "replace"))
-
-    async def line(self) -> str | None:
-        if self.ended:
-            return None
-        if not self.started:
-            self.started = True
-            loop = asyncio.get_running_loop()
-            threading.Thread(target=self._read, args=(loop,), daemon=True).start()
-        line = await self.queue.get()
-        if line is None:
-            self.ended = True
-            return None
-        return line.rstrip("\r\n")
-
-
 @dataclass
 class _Stop:
     """Where the program is stopped: the current frame and its line."""
@@ -239,7 +179,7 @@ class DebugSession:
         the replay's report, or ``None`` after ``quit``."""
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         dbg = self.debugger(events.put_nowait)
-        commands = _Input(self.stdin)
+        commands = InputLines(self.stdin)
         task = asyncio.ensure_future(
             start(debug=dbg, on_output=self.on_output, on_call=self.on_call)
         )
@@ -276,7 +216,11 @@ class DebugSession:
         return stop, [f for f in frames if isinstance(f, dict)]
 
     async def stopped(
-        self, dbg: RunDebugger, body: dict[str, Any], commands: _Input, task: asyncio.Future[Any]
+        self,
+        dbg: RunDebugger,
+        body: dict[str, Any],
+        commands: InputLines,
+        task: asyncio.Future[Any],
     ) -> None:
         """The program stopped: say where, then take commands until one resumes it."""
         stop, _ = await self.where(dbg)

@@ -250,6 +250,27 @@ def _namespaces(live: Mapping[str, Any]) -> dict[str, dict[str, Callable[..., An
     )
 
 
+def _live_bindings(
+    recorded: RunResult, live: Mapping[str, Any], live_any: bool
+) -> tuple[dict[str, dict[str, Callable[..., Any]]], Callable[..., CallKey]]:
+    """The live bindings a replay calls (gated to the recorded calls unless
+    ``live_any``), and the call key they match by."""
+    registry = BindingRegistry.from_arguments(None, "tools", _namespaces(live))
+    signatures = {
+        (ns, name): b.signature for ns, t in registry.namespaces.items() for name, b in t.items()
+    }
+    key = call_key(signatures)
+    if live_any:
+        return {
+            ns: {name: b.fn for name, b in t.items()} for ns, t in registry.namespaces.items()
+        }, key
+    gate = _LiveGate(recorded, key)
+    return {
+        ns: {name: gate.wrap(ns, name, b) for name, b in t.items()}
+        for ns, t in registry.namespaces.items()
+    }, key
+
+
 async def replay_async(
     source: str | os.PathLike[str] | RunResult,
     *,
@@ -292,27 +313,10 @@ async def replay_async(
     if live_any and live is None:
         raise ValueError("live_any=True needs live= bindings to call")
     if live is not None:
-        registry = BindingRegistry.from_arguments(None, "tools", _namespaces(live))
-        signatures = {
-            (ns, name): b.signature
-            for ns, t in registry.namespaces.items()
-            for name, b in t.items()
-        }
-        key = call_key(signatures)
-        if live_any:
-            namespaces = {
-                ns: {name: b.fn for name, b in t.items()} for ns, t in registry.namespaces.items()
-            }
-        else:
-            gate = _LiveGate(recorded, key)
-            namespaces = {
-                ns: {name: gate.wrap(ns, name, b) for name, b in t.items()}
-                for ns, t in registry.namespaces.items()
-            }
-        gw = Gateway(namespaces=namespaces, limits=run_limits, python=python)
+        namespaces, key = _live_bindings(recorded, live, live_any)
     else:
         namespaces, key = recorded_bindings(recorded)
-        gw = Gateway(namespaces=namespaces, limits=run_limits, python=python)
+    gw = Gateway(namespaces=namespaces, limits=run_limits, python=python)
     if on_gateway is not None:
         on_gateway(gw)
     async with gw:
