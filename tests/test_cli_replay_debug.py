@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 import kernelgate
-from tests.procs import kernelgate_command
+from tests.procs import descendants, kernelgate_command, pid_alive
 
 #: The child's tracer (issue 24's first part): these tests step through real runs, so they
 #: wait for it to be merged.
@@ -247,3 +248,41 @@ def test_docstring_examples() -> None:
     from kernelgate.cli import replaydebug
 
     assert doctest.testmod(replaydebug).failed == 0
+
+
+@needs_tracer
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_at_the_prompt_ends_the_session_cleanly(recording: Path, signum: int) -> None:
+    """Stopped at a breakpoint, waiting for a command that never comes (stdin open, no
+    end): a signal kills the child, removes its run directory and exits 128 + signal."""
+    tmpdir = recording.parent / f"tmp-{signum}"
+    tmpdir.mkdir()
+    proc = subprocess.Popen(
+        [*kernelgate_command(), "replay", recording.name, "--debug", "--break", "3"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=recording.parent,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+    )
+    try:
+        assert proc.stdout is not None
+        seen = []
+        while not seen or not seen[-1].startswith("    3 -> "):  # the stop, then its line
+            line = proc.stdout.readline()
+            assert line, (seen, proc.poll())
+            seen.append(line)
+        below = descendants(proc.pid)
+        assert below and os.listdir(tmpdir), "the stopped run's child and directory"
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signum, (proc.returncode, out, err)
+    assert err.startswith(f"kernelgate: stopped by {signal.Signals(signum).name}"), err
+    assert "Traceback" not in err
+    assert os.listdir(tmpdir) == [], "the run directory was left behind"
+    assert sorted(pid for pid in below if pid_alive(pid)) == [], "processes left running"
