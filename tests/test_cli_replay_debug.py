@@ -286,3 +286,25 @@ def test_a_signal_at_the_prompt_ends_the_session_cleanly(recording: Path, signum
     assert "Traceback" not in err
     assert os.listdir(tmpdir) == [], "the run directory was left behind"
     assert sorted(pid for pid in below if pid_alive(pid)) == [], "processes left running"
+
+
+@needs_tracer
+def test_an_uncaught_failure_stops_where_it_was_raised(tmp_path: Path) -> None:
+    """A program that did not catch the failed call: stepping over it stops at the
+    exception (the recording's answer, raised again), before the program ends with it."""
+    (tmp_path / "agenttools.py").write_text(BINDINGS)
+    uncaught = 'hits = await tools.search("kernel")\ndoc = await tools.fetch(hits[1])\nprint(doc)\n'
+    (tmp_path / "uncaught.py").write_text(uncaught)
+    p = cli(
+        tmp_path, "run", "uncaught.py", "--bindings", "agenttools:BINDINGS", "--record", "u.ipynb"
+    )
+    assert p.returncode == 1 and "ToolError" in p.stderr
+    p = cli(tmp_path, "replay", "u.ipynb", "--debug", "--break", "2", stdin="n\np hits\nc\n")
+    assert p.returncode == 0, (p.stdout, p.stderr)  # it failed as it did when it ran
+    assert (
+        "stopped at line 2 (exception: ToolError: tools.fetch failed: KeyError: "
+        "\"no document 'kernel-gone'\")\n    2 -> doc = await tools.fetch(hits[1])"
+    ) in p.stdout
+    assert "(replay) p hits\n['kernel-1', 'kernel-gone']\n" in p.stdout
+    assert 'File "<program>", line 2, in <module>' in p.stdout  # the program's traceback
+    assert "MATCHES" in p.stdout

@@ -134,6 +134,9 @@ class DebugSession:
     entry: int | None = None
     last: str = ""
     quit: bool = False
+    #: Stops on an uncaught exception were asked for (at the first stop: a request needs
+    #: a running program, and the run's options carry only breakpoints).
+    catching: bool = False
 
     def __post_init__(self) -> None:
         self.lines = program_lines(self.program)
@@ -157,6 +160,10 @@ class DebugSession:
             stream = self.out if output.get("name") == "stdout" else self.err
             stream.write(str(output.get("text", "")))
             stream.flush()
+        elif kind == "error":
+            trace = output.get("traceback")
+            lines = trace if isinstance(trace, list) and trace else [output.get("evalue", "")]
+            self.say(shown("\n".join(str(line) for line in lines)))
         elif kind in ("display_data", "execute_result"):
             data = output.get("data")
             text = data.get("text/plain") if isinstance(data, dict) else None
@@ -224,6 +231,9 @@ class DebugSession:
     ) -> None:
         """The program stopped: say where, then take commands until one resumes it."""
         stop, _ = await self.where(dbg)
+        if not self.catching:
+            self.catching = True
+            await dbg.request("setExceptionBreakpoints", {"filters": ["uncaught"]})
         reason = str(body.get("reason", "step"))
         if self.entry is not None and stop.line == self.entry and reason == "breakpoint":
             # The stop at the first statement is the session's, not the user's: gone once
