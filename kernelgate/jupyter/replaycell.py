@@ -39,7 +39,7 @@ from kernelgate.notebooks.cellrun import replay_output
 from kernelgate.notebooks.reading import NotARunError, RecordedRun, RecordingError, load_run
 from kernelgate.notebooks.replay import replay_async
 
-__all__ = ["FORM", "ReplayMarker", "replay_marker", "run_replay_cell"]
+__all__ = ["FORM", "ReplayMarker", "replay_body", "replay_marker", "run_replay_cell"]
 
 #: How the marker is written; every error about a marker shows it.
 FORM = "#| replay PATH [--cell N | --cell-id ID | --position K]"
@@ -135,8 +135,14 @@ def replay_marker(code: str) -> ReplayMarker | None:
     )
 
 
-def _body(marker: ReplayMarker, code: str) -> str:
-    """The cell's code after the marker line."""
+def replay_body(marker: ReplayMarker, code: str) -> str:
+    """The cell's code after the marker line: blank (only whitespace) when the cell is to
+    run the recorded program itself.
+
+    >>> code = "#| replay a.ipynb\\n\\n"
+    >>> replay_body(replay_marker(code), code).strip()
+    ''
+    """
     return "\n".join(code.split("\n")[marker.line :])
 
 
@@ -202,7 +208,7 @@ async def run_replay_cell(
         recorded = await _recording(marker, cwd)
     except (OSError, NotARunError, RecordingError, TypeError) as exc:
         return _refused(exc, "#| replay")
-    body = _body(marker, code)
+    body = replay_body(marker, code)
     if body.strip():
         program = code
     else:
