@@ -228,8 +228,10 @@ async def run_replay_cell(
         on_gateway=on_gateway,
     )
     # The marker line is the cell's, not the program's: the program is edited only if
-    # what follows the marker differs from what was recorded.
-    report = dataclasses.replace(report, program_edited=body != recorded.program)
+    # what follows the marker differs from what was recorded (a front end's cell has no
+    # final newline: that is no edit).
+    edited = body.rstrip() != recorded.program.rstrip()
+    report = dataclasses.replace(report, program_edited=edited)
     if on_output is not None:
         on_output(replay_output(report))
     return report.result

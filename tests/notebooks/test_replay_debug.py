@@ -487,3 +487,21 @@ def test_docstring_examples() -> None:
     from kernelgate.jupyter import replaycell
 
     assert doctest.testmod(replaycell).failed == 0
+
+
+def test_a_crafted_recording_shows_inert_in_the_report(tmp_path: Path, recording: Path) -> None:
+    """The report quotes the recording (its stdout, in a diff): markup in it is text."""
+    nb = json.loads(recording.read_text())
+    for output in nb["cells"][0]["outputs"]:
+        if output.get("output_type") == "stream":
+            output["text"] = "<img src=x onerror=alert(1)><script>alert(2)</script>\n"
+    (tmp_path / "crafted.ipynb").write_text(json.dumps(nb))
+    code = "#| replay crafted.ipynb\n" + PROGRAM.rstrip("\n")  # as a cell holds it
+    result, outputs, _ = cell_run(tmp_path / "x", code)
+    assert result.ok
+    report = report_of(outputs)
+    html = report["data"]["text/html"]
+    assert "<img" not in html and "<script" not in html
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in html
+    assert "recorded program" in report["data"]["text/plain"]  # no final newline: no edit
+    assert "DIVERGED: 1 difference" in html
