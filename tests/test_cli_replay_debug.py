@@ -198,7 +198,7 @@ def test_a_crafted_recording_cannot_drive_the_terminal(recording: Path) -> None:
     nb = json.loads(recording.read_text())
     cell = nb["cells"][0]
     osc = "\x1b]52;c;ZXZpbA==\x07"
-    cell["source"] = f"# {osc} \x1b[2J\n" + "".join(cell["source"])
+    cell["source"] = f"# {osc} \x1b[2J\n" + "".join(cell["source"]) + "print('\\x1b[2J')\n"
     for output in cell["outputs"]:
         if output.get("output_type") == "stream":
             output["text"] = "".join(output["text"]) + osc + "\n"

@@ -157,8 +157,10 @@ class DebugSession:
     def on_output(self, output: dict[str, Any]) -> None:
         kind = output.get("output_type")
         if kind == "stream":
+            # The program is the recording's (a file anyone may have written), so its
+            # output too is shown escaped, unlike `kernelgate run`'s of your own program.
             stream = self.out if output.get("name") == "stdout" else self.err
-            stream.write(str(output.get("text", "")))
+            stream.write(shown(str(output.get("text", ""))))
             stream.flush()
         elif kind == "error":
             trace = output.get("traceback")
@@ -251,7 +253,7 @@ class DebugSession:
             self.say(f"{stop.line:>5} -> {self.source(stop.line)}")
         while True:
             if commands.ended:
-                await self.resume(dbg, "continue")
+                await self.go_on(dbg)
                 return
             if not self.echo:
                 self.out.write(PROMPT)
@@ -266,7 +268,7 @@ class DebugSession:
             line = reading.result()
             if line is None:
                 self.say("(end of input: the program continues to its end)")
-                await self.resume(dbg, "continue")
+                await self.go_on(dbg)
                 return
             if self.echo:
                 self.say(PROMPT + shown(line))
@@ -286,6 +288,12 @@ class DebugSession:
             return True
         self.say(f"*** {command}: {shown(str(reply.get('message', 'refused')))}")
         return not dbg.running  # the run has ended: nothing to wait for here
+
+    async def go_on(self, dbg: RunDebugger) -> None:
+        """Continue with nobody left to type: a program that will not go on is stopped
+        (as ``q``), never left waiting for a command that cannot come."""
+        if not await self.resume(dbg, "continue"):
+            self.quit = True
 
     async def command(self, dbg: RunDebugger, stop: _Stop, line: str) -> bool:
         """Do one command; True when the program was resumed (or told to quit)."""
