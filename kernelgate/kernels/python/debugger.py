@@ -24,7 +24,11 @@ How it runs:
 
 The program may call ``sys.settrace`` itself: in a debugged run that call is ignored, with
 one line on stderr saying so (the debugger needs the trace). It may rebind builtins: this
-module uses its own snapshot of them.
+module uses its own snapshot of them, and while the program is stopped the builtins it
+started with are in force (its own come back when it resumes, and for ``evaluate``).
+
+>>> RUNNING
+'the program is running; pause it first'
 """
 
 # long: the tracer's events, stops and the requests served while stopped share the stop's
@@ -61,6 +65,7 @@ from .debugvalues import (
 )
 from .display import display_bundle
 from .program import FILENAME
+from .report import restore_builtins
 
 __builtins__ = dict(builtins.__dict__)  # type: ignore[assignment]  # see .debugvalues
 
@@ -87,6 +92,7 @@ _RESUMES = {"continue": _CONTINUE, "next": _STEP_OVER, "stepIn": _STEP_IN, "step
 _EXCEPTION_FILTERS = frozenset({"raised", "uncaught"})
 
 _settrace = sys.settrace
+_BUILTINS = builtins.__dict__
 _current_frames = sys._current_frames
 _get_ident = _thread.get_ident
 _Empty = queue.Empty
@@ -129,8 +135,14 @@ class Debugger:
         injected: dict[str, Any],
         options: Any,
         max_frame_bytes: int,
+        original_builtins: dict[str, Any],
     ) -> None:
         self.client = client
+        # The builtins before the program ran: in force while the program is stopped (the
+        # wire's encoder uses isinstance; the program may have rebound it), the program's
+        # own only for what runs as the program (evaluate).
+        self.original_builtins = original_builtins
+        self._program_builtins: dict[str, Any] = original_builtins
         self.main_code = main_code
         self.globals = globals_
         self.injected = injected
@@ -342,13 +354,27 @@ class Debugger:
             body["text"] = text
         if hit_ids:
             body["hitBreakpointIds"] = hit_ids
-        with self.lock:
-            self.stopped = True
-        self._send(DebugEvent("stopped", body))
+        self._program_builtins = dict(_BUILTINS)
+        restore_builtins(self.original_builtins)
         try:
-            self._serve()
+            with self.lock:
+                self.stopped = True
+            self._send(DebugEvent("stopped", body))
+            try:
+                self._serve()
+            finally:
+                self._resume()
         finally:
-            self._resume()
+            restore_builtins(self._program_builtins)
+
+    def _as_program(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` with the program's builtins (and the rest of the request's time)."""
+        restore_builtins(self._program_builtins)
+        try:
+            return self.deadline.run(fn, *args, per_call=EVALUATE_SECONDS)
+        finally:
+            self._program_builtins = dict(_BUILTINS)
+            restore_builtins(self.original_builtins)
 
     def _serve(self) -> None:
         get = self.requests.get
@@ -697,7 +723,7 @@ class Debugger:
                 ),
             )
         try:
-            value = self.deadline.run(eval, code, g, loc)
+            value = self._as_program(eval, code, g, loc)
         except DeadlineExpired:
             raise
         except BaseException as exc:
@@ -725,7 +751,7 @@ class Debugger:
             value = g.get(name, missing)
         if value is missing:
             return False, {}, f"no variable {name!r} in this frame"
-        data, metadata = self.deadline.run(display_bundle, value, self.budget - 1024)
+        data, metadata = self.deadline.run(display_bundle, value, self.budget - 1024, per_call=3.0)
         return True, {"data": data, "metadata": metadata}, ""
 
     def inspect_variables(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:

@@ -7,10 +7,10 @@ that hangs is cut off by :class:`Deadline`. Builtins are this module's own snaps
 import (before the program runs): a program that rebinds ``builtins.repr`` or ``len`` does
 not change what the debugger shows.
 
->>> bounded_repr("x" * 2000)[-38:]
-"... [1002 more characters of 2000 cut]'"
+>>> bounded_repr("x" * 2000)[-36:]
+"[1040 more characters of 2000 cut]'"
 >>> bounded_repr(list(range(1000)), 40)
-'[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ...] (1000 items)'
+'[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ...] (1000 items)'
 """
 
 from __future__ import annotations
@@ -77,39 +77,45 @@ class DeadlineExpired(BaseException):
 
 
 class Deadline:
-    """A time budget for one request served while the program is stopped.
+    """The time of one request served while the program is stopped.
 
-    The program's code runs inside :meth:`run` only; when the time is up (SIGALRM, on the
-    main thread, the only one that serves stopped requests) the code running is
-    interrupted with :class:`DeadlineExpired`, and :attr:`expired` tells the caller to show
-    the rest as not computed. The program's own SIGALRM handler and timer are put back.
+    The program's code runs inside :meth:`run` only, each call with at most ``per_call``
+    seconds of the request's time: when that is up (SIGALRM, on the main thread, the only
+    one that serves stopped requests) the code is interrupted with
+    :class:`DeadlineExpired`; once the request's whole time is used, :attr:`expired` tells
+    the caller to show the rest as not computed. The program's own SIGALRM handler and
+    timer are put back after the request.
     """
 
     def __init__(self) -> None:
-        self.expired = False
+        self._end = float("inf")
         self._inside = False
         self._armed = False
         self._old_handler: Any = None
         self._old_timer = (0.0, 0.0)
         self._t0 = 0.0
 
+    @property
+    def expired(self) -> bool:
+        """The request's time is used up."""
+        return _monotonic() >= self._end
+
     def _on_alarm(self, _signum: int, _frame: Any) -> None:
-        self.expired = True
         if self._inside:
             raise DeadlineExpired
 
     def start(self, seconds: float) -> None:
-        self.expired = False
+        self._t0 = _monotonic()
+        self._end = self._t0 + seconds
         try:
             self._old_handler = _signal(_SIGALRM, self._on_alarm)
         except (ValueError, OSError, TypeError):
-            return  # not the main thread, or no signals here: no deadline
+            return  # not the main thread, or no signals here: no interruption
         self._armed = True
-        self._t0 = _monotonic()
-        # Repeating: code that swallows the first interruption gets another.
-        self._old_timer = _setitimer(_ITIMER_REAL, seconds, 0.25)
+        self._old_timer = _setitimer(_ITIMER_REAL, 0)
 
     def stop(self) -> None:
+        self._end = float("inf")
         if not self._armed:
             return
         self._armed = False
@@ -124,18 +130,27 @@ class Deadline:
         except BaseException:
             pass
 
-    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` as the program's code: interrupted when the time is up."""
-        if self.expired:
+    def run(self, fn: Callable[..., Any], *args: Any, per_call: float = 1.0) -> Any:
+        """``fn(*args)`` as the program's code: interrupted after ``per_call`` seconds, or
+        when the request's time is up."""
+        left = self._end - _monotonic()
+        if left <= 0:
             raise DeadlineExpired
+        if not self._armed:
+            return fn(*args)
+        # Repeating: code that swallows the first interruption gets another.
+        _setitimer(_ITIMER_REAL, min(per_call, left), 0.25)
         self._inside = True
         try:
             return fn(*args)
         finally:
             self._inside = False
+            _setitimer(_ITIMER_REAL, 0)
 
 
 _NO_DEADLINE = Deadline()
+_TOO_SLOW = "<not shown: its repr took too long>"
+_OUT_OF_TIME = "<not shown: the request ran out of time (slow reprs)>"
 
 
 def _cut(text: str, limit: int, total: int | None = None) -> str:
@@ -159,7 +174,7 @@ def bounded_repr(
     try:
         return _repr(value, limit, 0, deadline)
     except DeadlineExpired:
-        return "<not shown: the request ran out of time (a slow __repr__?)>"
+        return _TOO_SLOW
     except BaseException as exc:
         return f"<repr() failed: {_exc_text(exc)}>"
 
@@ -382,11 +397,11 @@ def variable(
 ) -> dict[str, Any]:
     """One DAP variable: name, bounded repr, type, and a reference to its children."""
     if deadline.expired:
-        shown = "<not shown: the request ran out of time (a slow __repr__?)>"
+        shown = _OUT_OF_TIME
         kids = None
     else:
         shown = bounded_repr(value, MAX_VALUE_CHARS, deadline)
-        kids = None if deadline.expired else children(value, evaluate_name)
+        kids = None if shown == _TOO_SLOW else children(value, evaluate_name)
     out: dict[str, Any] = {
         "name": cap_text(name, MAX_NAME_CHARS),
         "value": shown,
@@ -412,7 +427,7 @@ def fit_page(
     wanted = count if count > 0 else None
     take = min(count, MAX_VARIABLES) if count > 0 else MAX_VARIABLES
     try:
-        items, total = deadline.run(kids, start, take)
+        items, total = deadline.run(kids, start, take, per_call=3.0)
     except DeadlineExpired:
         return [_note("the request ran out of time listing these (a slow __iter__?)")]
     out: list[dict[str, Any]] = []

@@ -183,7 +183,7 @@ class Child:
         debugger = None
         if "debug" in request.options:
             try:
-                debugger = self._debugger(request, fn, g)
+                debugger = self._debugger(request, fn, g, saved_builtins)
             except Exception as exc:
                 reporter.fail(
                     "sandbox_unavailable",
@@ -228,7 +228,9 @@ class Child:
         else:
             reporter.finish_exception(outcome, saved_builtins)
 
-    def _debugger(self, request: ExecuteRequest, fn: Any, g: dict[str, Any]) -> Any:
+    def _debugger(
+        self, request: ExecuteRequest, fn: Any, g: dict[str, Any], saved_builtins: dict[str, Any]
+    ) -> Any:
         """A debugged run: the debugger, and a reader thread owning fd 3. Imported here,
         only now: an undebugged run never loads it."""
         from .debugchannel import start_reader
@@ -239,7 +241,13 @@ class Child:
             for name in ("ToolError", "display", "update_display", "clear_output", "help")
         }
         debugger = Debugger(
-            self.client, fn.__code__, g, injected, request.options["debug"], self.max_frame_bytes
+            self.client,
+            fn.__code__,
+            g,
+            injected,
+            request.options["debug"],
+            self.max_frame_bytes,
+            saved_builtins,
         )
         start_reader(self.client, debugger)
         return debugger
