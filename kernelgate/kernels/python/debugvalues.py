@@ -7,7 +7,7 @@ that hangs is cut off by :class:`Deadline`. Builtins are this module's own snaps
 import (before the program runs): a program that rebinds ``builtins.repr`` or ``len`` does
 not change what the debugger shows.
 
->>> bounded_repr("x" * 2000)[-36:]
+>>> bounded_repr("x" * 2000)[-35:]
 "[1040 more characters of 2000 cut]'"
 >>> bounded_repr(list(range(1000)), 40)
 '[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ...] (1000 items)'
