@@ -322,7 +322,10 @@ class Debugger:
         stack: list[tuple[types.FrameType, int]] | None = None,
     ) -> None:
         """Stop the main thread here: say so, serve requests until one resumes."""
-        if self.client._writing:
+        if _get_ident() != self.main_ident:
+            return  # a program frame resumed in another thread (which the program traces)
+        client = self.client
+        if client._writing and client._wlock._is_owned():  # type: ignore[attr-defined]
             # A signal handler of the program's runs in the middle of a frame this thread
             # is writing: the event could not leave until it is done. Stop later.
             self.pausing = True
