@@ -530,38 +530,3 @@ def test_stop_on_entry(child):
     assert c.line() == 1
     c.ok("continue")
     assert c.wait_done().status == "ok"
-
-
-# -- an undebugged run --------------------------------------------------------------------------
-
-
-def test_an_undebugged_run_loads_nothing_of_the_debugger(make_undebugged):
-    program = (
-        "import sys, os\n"
-        "return [sorted(m for m in sys.modules if 'debug' in m), "
-        "len(os.listdir('/proc/self/task')), sys.gettrace() is None]"
-    )
-    value = make_undebugged(program)
-    assert value == [[], 1, True], value
-
-
-@pytest.fixture
-def make_undebugged(run_dir_base, no_fd_leak) -> Iterator[Callable[[str], Any]]:
-    from kernelgate import Gateway, Limits
-
-    gw = Gateway(limits=Limits(wall_seconds=20), tmp_dir=run_dir_base, pool_size=0)
-
-    def _run(program: str) -> Any:
-        r = gw.run_sync(program)
-        assert r.ok, r.message
-        return r.value
-
-    yield _run
-    gw.close()
-
-
-@pytest.fixture
-def run_dir_base(tmp_path) -> Iterator[str]:
-    base = tmp_path / "runs"
-    base.mkdir()
-    yield str(base)
