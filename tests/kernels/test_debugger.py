@@ -530,3 +530,62 @@ def test_stop_on_entry(child):
     assert c.line() == 1
     c.ok("continue")
     assert c.wait_done().status == "ok"
+
+
+def test_a_forked_process_never_stops_nor_speaks_for_the_program(child):
+    """A process the program forks shares fd 3 but has no reader thread: stopped there,
+    nobody could resume it (and its parent would wait for it forever)."""
+    program = """\
+import os
+pid = os.fork()
+if pid == 0:
+    x = 1
+    os._exit(0)
+os.waitpid(pid, 0)
+y = 2
+"""
+    c = child(program, [{"line": 4}, {"line": 7}])
+    c.wait_stopped()
+    assert c.where() == [("<module>", 7)]
+    c.ok("continue")
+    assert c.wait_done().status == "ok"
+    assert len(c.stops()) == 1
+
+
+def test_a_program_that_blocks_sigalrm_still_gets_its_slow_repr_cut(child):
+    program = """\
+import signal, time
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+class Slow:
+    def __repr__(self):
+        time.sleep(1000)
+slow = Slow()
+print(signal.SIGALRM in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+"""
+    c = child(program, [{"line": 7}])
+    c.wait_stopped()
+    assert c.scope_vars("Globals")["slow"]["value"] == "<not shown: its repr took too long>"
+    c.ok("continue")
+    assert c.wait_done().status == "ok"
+    assert c.stdout == "True\n"  # the program's mask is back
+
+
+def test_recursion_to_the_limit_does_not_end_the_debugging(child):
+    """CPython drops a trace function that raises, and a program recursing to the limit
+    makes the call into it raise: the debugger traces again when the program's loop next
+    runs (here, when its binding call is answered)."""
+    program = """\
+def down(n):
+    return down(n + 1)
+try:
+    down(0)
+except RecursionError:
+    pass
+await tools.search(1)
+after = 1
+"""
+    c = child(program, [{"line": 8}])
+    assert c.wait_stopped()["reason"] == "breakpoint"
+    assert c.line() == 8
+    c.ok("continue")
+    assert c.wait_done().status == "ok"

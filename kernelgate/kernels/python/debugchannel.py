@@ -75,7 +75,10 @@ def _dispatch(client: CallClient, debugger: Debugger, event: Any) -> None:
         if entry is None:
             return
         fut, tool = entry
+        loop = fut.get_loop()
         try:
-            fut.get_loop().call_soon_threadsafe(_resolve, fut, event, tool)
+            loop.call_soon_threadsafe(_resolve, fut, event, tool)
+            if loop is client.loop:
+                loop.call_soon_threadsafe(debugger.retrace)
         except RuntimeError:
             pass  # that loop is closed: nobody waits for the answer

@@ -40,6 +40,7 @@ import _thread
 import ast
 import bisect
 import builtins
+import os
 import queue
 import sys
 import types
@@ -92,6 +93,9 @@ _RESUMES = {"continue": _CONTINUE, "next": _STEP_OVER, "stepIn": _STEP_IN, "step
 _EXCEPTION_FILTERS = frozenset({"raised", "uncaught"})
 
 _settrace = sys.settrace
+_gettrace = sys.gettrace
+_getpid = os.getpid
+_register_at_fork = os.register_at_fork
 _BUILTINS = builtins.__dict__
 _current_frames = sys._current_frames
 _get_ident = _thread.get_ident
@@ -158,6 +162,7 @@ class Debugger:
         self.unwinding: types.FrameType | None = None  # the last frame a real exception hit
         self.finished = False
         self.tracing = False
+        self.pid = _getpid()
         self._next_bp = 1
         self._ops: dict[types.CodeType, bytes] = {}
         # The stop: set by the main thread, read by the reader thread under ``lock``.
@@ -182,10 +187,38 @@ class Debugger:
     def trace(self) -> None:
         """Trace the main thread from now on (call just before the program starts)."""
         self.tracing = True
+        self.pid = _getpid()
+        _register_at_fork(after_in_child=self._forked)
         self._saved_hooks = sys.settrace, sys.breakpointhook
         sys.settrace = self._refuse_settrace
         sys.breakpointhook = self._breakpointhook
         _settrace(self._on_call)
+
+    def retrace(self) -> None:
+        """On the main thread (a loop callback): trace again if CPython dropped the trace
+        function (it does when one raises, e.g. a program recursing to the limit makes the
+        call into it fail)."""
+        if self.tracing and _gettrace() is None:
+            _settrace(self._on_call)
+
+    def retrace_soon(self) -> None:
+        """From the reader thread: :meth:`retrace` when the program's loop next runs."""
+        loop = self.client.loop
+        if loop is not None and self.tracing:
+            try:
+                loop.call_soon_threadsafe(self.retrace)
+            except RuntimeError:
+                pass  # the loop is closed: the program is over
+
+    def _forked(self) -> None:
+        """The program forked: the new process has no reader thread and must never stop
+        (nobody could resume it) nor speak for the program on the fd 3 it shares."""
+        self.tracing = False
+        self.breaks = {}
+        self.mode = _CONTINUE
+        self.pausing = self.entry = False
+        self.exception_filters = frozenset()
+        _settrace(None)
 
     def untrace(self) -> None:
         """The program is over: no more tracing, and requests say so."""
@@ -216,58 +249,66 @@ class Debugger:
     # -- the tracer (main thread) ----------------------------------------------------------
 
     def _on_call(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        if frame.f_code.co_filename != FILENAME:
-            return None
-        if self.breaks or self.mode or self.pausing or self.entry or self.exception_filters:
-            return self._on_event
+        try:
+            if frame.f_code.co_filename != FILENAME:
+                return None
+            if self.breaks or self.mode or self.pausing or self.entry or self.exception_filters:
+                return self._on_event
+        except RecursionError:
+            pass
         return None
 
     def _on_event(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        if not self.tracing:
-            return None
-        if event == "line":
-            if frame is self.unwinding:
-                self.unwinding = None
-            if self.pausing:
-                self._stop(frame, "pause", "Paused")
-            elif self.entry:
-                self.entry = False
-                self._stop(frame, "entry", "Paused on entry")
-            else:
-                bps = self.breaks.get(frame.f_lineno)
-                hit = self._hits(bps, frame) if bps else None
-                if hit:
-                    self._stop(frame, "breakpoint", "Paused on breakpoint", hit_ids=hit)
+        # A program that recurses to the limit may hit it in here: this trace call must
+        # not end the tracing (CPython drops a trace function that raises).
+        try:
+            if not self.tracing:
+                return None
+            if event == "line":
+                if frame is self.unwinding:
+                    self.unwinding = None
+                if self.pausing:
+                    self._stop(frame, "pause", "Paused")
+                elif self.entry:
+                    self.entry = False
+                    self._stop(frame, "entry", "Paused on entry")
                 else:
-                    mode = self.mode
-                    if (
-                        mode == _STEP_IN
-                        or mode == _ANY_LINE
-                        or (mode == _STEP_OVER and frame is self.step_frame)
-                    ):
-                        self._stop(frame, "step", "Paused after a step")
+                    bps = self.breaks.get(frame.f_lineno)
+                    hit = self._hits(bps, frame) if bps else None
+                    if hit:
+                        self._stop(frame, "breakpoint", "Paused on breakpoint", hit_ids=hit)
+                    else:
+                        mode = self.mode
+                        if (
+                            mode == _STEP_IN
+                            or mode == _ANY_LINE
+                            or (mode == _STEP_OVER and frame is self.step_frame)
+                        ):
+                            self._stop(frame, "step", "Paused after a step")
+                return self._on_event
+            if event == "return":
+                if frame is self.step_frame and self._returns(frame):
+                    # Stepped out of this frame: stop in its caller, at the line of the call
+                    # (as the caller is, mid-line); with no program caller (a task's coroutine,
+                    # the program's end), at the next program line anywhere.
+                    self.step_frame = None
+                    caller = self._program_caller(frame)
+                    if caller is not None:
+                        self._stop(caller, "step", "Paused after a step")
+                    else:
+                        self.mode = _ANY_LINE
+                return self._on_event
+            if event == "exception":
+                exc = arg[1]
+                if not isinstance(exc, _MECHANICS):
+                    self.unwinding = frame
+                    tb = arg[2]
+                    if "raised" in self.exception_filters and (tb is None or tb.tb_next is None):
+                        self._stop(frame, "exception", "Paused on exception", text=_exc_text(exc))
+                return self._on_event
             return self._on_event
-        if event == "return":
-            if frame is self.step_frame and self._returns(frame):
-                # Stepped out of this frame: stop in its caller, at the line of the call
-                # (as the caller is, mid-line); with no program caller (a task's coroutine,
-                # the program's end), at the next program line anywhere.
-                self.step_frame = None
-                caller = self._program_caller(frame)
-                if caller is not None:
-                    self._stop(caller, "step", "Paused after a step")
-                else:
-                    self.mode = _ANY_LINE
+        except RecursionError:
             return self._on_event
-        if event == "exception":
-            exc = arg[1]
-            if not isinstance(exc, _MECHANICS):
-                self.unwinding = frame
-                tb = arg[2]
-                if "raised" in self.exception_filters and (tb is None or tb.tb_next is None):
-                    self._stop(frame, "exception", "Paused on exception", text=_exc_text(exc))
-            return self._on_event
-        return self._on_event
 
     def _returns(self, frame: types.FrameType) -> bool:
         """The frame is done (not merely suspended at an ``await``/``yield``)."""
@@ -322,8 +363,10 @@ class Debugger:
         stack: list[tuple[types.FrameType, int]] | None = None,
     ) -> None:
         """Stop the main thread here: say so, serve requests until one resumes."""
-        if _get_ident() != self.main_ident:
-            return  # a program frame resumed in another thread (which the program traces)
+        if _get_ident() != self.main_ident or _getpid() != self.pid:
+            # A program frame resumed in another thread (which the program traces), or in
+            # a forked process (subprocess forks run no at-fork hook).
+            return
         client = self.client
         if client._writing and client._wlock._is_owned():  # type: ignore[attr-defined]
             # A signal handler of the program's runs in the middle of a frame this thread
@@ -445,6 +488,7 @@ class Debugger:
             self._set_breakpoints(request)
             if not self.finished:
                 self._trace_running_frames()
+                self.retrace_soon()
         elif command == "setExceptionBreakpoints":
             self._set_exception_filters(request)
         elif command == "pause":
@@ -455,6 +499,7 @@ class Debugger:
             # After the reply: the stopped event cannot overtake it (it waits for lock).
             self.pausing = True
             self._trace_running_frames()
+            self.retrace_soon()
         elif command in _NEEDS_STOP:
             message = "the program has finished" if self.finished else RUNNING
             self._reply(request, False, message=message)

@@ -68,6 +68,8 @@ _monotonic = time.monotonic
 _setitimer = signal.setitimer
 _signal = signal.signal
 _ITIMER_REAL, _SIGALRM = signal.ITIMER_REAL, signal.SIGALRM
+_sigmask = signal.pthread_sigmask
+_SIG_UNBLOCK, _SIG_SETMASK = signal.SIG_UNBLOCK, signal.SIG_SETMASK
 _object_getattribute = object.__getattribute__
 
 
@@ -93,6 +95,7 @@ class Deadline:
         self._armed = False
         self._old_handler: Any = None
         self._old_timer = (0.0, 0.0)
+        self._old_mask: set[int] | None = None
         self._t0 = 0.0
 
     @property
@@ -113,6 +116,10 @@ class Deadline:
             return  # not the main thread, or no signals here: no interruption
         self._armed = True
         self._old_timer = _setitimer(_ITIMER_REAL, 0)
+        try:  # a program that blocked SIGALRM must not make its reprs uninterruptible
+            self._old_mask = _sigmask(_SIG_UNBLOCK, (_SIGALRM,))
+        except BaseException:
+            self._old_mask = None
 
     def stop(self) -> None:
         self._end = float("inf")
@@ -122,6 +129,8 @@ class Deadline:
         self._inside = False
         try:
             _setitimer(_ITIMER_REAL, 0)
+            if self._old_mask is not None and _SIGALRM in self._old_mask:
+                _sigmask(_SIG_SETMASK, self._old_mask)
             old = self._old_handler
             _signal(_SIGALRM, old if old is not None else signal.SIG_DFL)
             left, interval = self._old_timer
