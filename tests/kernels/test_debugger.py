@@ -247,8 +247,9 @@ f(41)
 """
 
 
-def test_scopes_variables_and_evaluate(child):
-    c = child(VALUES, [{"line": 8}])
+@pytest.mark.parametrize("minor", [10, 11, 12, 13])
+def test_scopes_variables_and_evaluate(child, minor):
+    c = child(VALUES, [{"line": 8}], python=_python(minor))
     c.wait_stopped()
     frames = c.ok("stackTrace", {"threadId": 1})["stackFrames"]
     assert [f["name"] for f in frames] == ["f", "<module>"]
@@ -301,9 +302,10 @@ def test_scopes_variables_and_evaluate(child):
     assert c.wait_done().status == "ok"
 
 
-def test_assignments_by_evaluate_reach_the_program(child):
+@pytest.mark.parametrize("minor", [10, 11, 12, 13])
+def test_assignments_by_evaluate_reach_the_program(child, minor):
     program = "x = 1\ny = x + 1\ndef f(a):\n    b = a\n    return b\nprint(y, f(5))\n"
-    c = child(program, [{"line": 2}, {"line": 5}])
+    c = child(program, [{"line": 2}, {"line": 5}], python=_python(minor))
     c.wait_stopped()
     c.evaluate("x = 10")
     c.ok("continue")
@@ -587,5 +589,26 @@ after = 1
     c = child(program, [{"line": 8}])
     assert c.wait_stopped()["reason"] == "breakpoint"
     assert c.line() == 8
+    c.ok("continue")
+    assert c.wait_done().status == "ok"
+
+
+def test_calls_from_another_threads_loop_are_answered_through_the_reader(child):
+    """In a debugged run no loop watches fd 3: the reader thread hands each reply to the
+    loop that made the call, here one in another thread while the main thread is blocked
+    in join()."""
+    program = """\
+import asyncio, threading
+out = []
+def worker():
+    out.append(asyncio.run(tools.search("t")))
+t = threading.Thread(target=worker)
+t.start()
+t.join()
+print(out)
+"""
+    c = child(program, [{"line": 8}])
+    c.wait_stopped()
+    assert c.scope_vars("Globals")["out"]["value"] == "[['result for t']]"
     c.ok("continue")
     assert c.wait_done().status == "ok"

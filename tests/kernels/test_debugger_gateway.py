@@ -165,3 +165,22 @@ def test_an_undebugged_run_loads_nothing_of_the_debugger(make_gateway, level, wa
     result = asyncio.run(main())
     assert result.ok, result.message
     assert result.value == [[], 1, True]
+
+
+@ALL_LEVELS
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_no_room_for_the_debuggers_thread_fails_clearly(make_gateway, level, warm):  # noqa: F811
+    """The reader thread is a task of the run: at ``max_processes=1`` there is no room for
+    it, and the run says so instead of running undebugged or hanging."""
+    limits = Limits(wall_seconds=30, kill_grace_seconds=0.5, max_processes=1)
+
+    async def main() -> Any:
+        gw = make_gateway(sandbox=level, limits=limits, pool_size=1 if warm else 0)
+        if warm:
+            await warmed_up(gw)
+        return await gw.run("1", debug=RunDebugger([1]))
+
+    result = asyncio.run(main())
+    assert result.status == "exception", result.message
+    assert result.error.ename == "DebuggerUnavailable"
+    assert "the debugger could not start" in result.error.evalue

@@ -186,7 +186,7 @@ class Child:
                 debugger = self._debugger(request, fn, g, saved_builtins)
             except Exception as exc:
                 reporter.fail(
-                    "sandbox_unavailable",
+                    "exception",
                     "DebuggerUnavailable",
                     f"the debugger could not start: {safe_str(exc, 2000)} (it needs one "
                     "thread: is max_processes too low?)",
