@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -612,3 +613,26 @@ print(out)
     assert c.scope_vars("Globals")["out"]["value"] == "[['result for t']]"
     c.ok("continue")
     assert c.wait_done().status == "ok"
+
+
+def test_a_deep_stack_is_cut_to_fit_the_frame(child):
+    program = "def down(n):\n    if n == 0:\n        return 0\n    return down(n - 1)\ndown(900)\n"
+    c = child(program, [{"line": 3}], max_frame_bytes=80_000)
+    c.wait_stopped()
+    body = c.ok("stackTrace", {"threadId": 1})
+    assert body["totalFrames"] == 902
+    assert 100 < len(body["stackFrames"]) < 902  # the innermost that fit
+    rest = c.ok("stackTrace", {"threadId": 1, "startFrame": 900, "levels": 5})["stackFrames"]
+    assert [f["name"] for f in rest] == ["down", "<module>"]
+    c.ok("continue")
+    assert c.wait_done().status == "ok"
+
+
+def test_an_interrupt_ends_a_stopped_program(child):
+    """The host's interrupt (SIGINT) reaches a program stopped at a breakpoint: it ends
+    with KeyboardInterrupt, the debugger in the way of nothing."""
+    c = child("x = 1\ny = 2\n", [{"line": 2}])
+    c.wait_stopped()
+    os.kill(c.proc.pid, signal.SIGINT)
+    reply = c.wait_done()
+    assert reply.status == "error" and reply.ename == "KeyboardInterrupt"

@@ -699,8 +699,10 @@ class Debugger:
         if type(start) is not int or type(levels) is not int or start < 0 or levels < 0:
             return False, {}, "startFrame and levels must be integers from 0"
         chosen = self.frames[start : start + levels] if levels else self.frames[start:]
-        frames = [
-            {
+        frames = []
+        room = self.budget - 1024
+        for fid, f, line in chosen:
+            entry = {
                 "id": fid,
                 "name": "<module>"
                 if f.f_code is self.main_code
@@ -709,8 +711,10 @@ class Debugger:
                 "column": 1,
                 "source": {"path": FILENAME, "name": FILENAME},
             }
-            for fid, f, line in chosen
-        ]
+            room -= len(dumps(entry).encode("utf-8")) + 1
+            if room < 0:
+                break  # a deep stack: the innermost frames that fit (totalFrames says all)
+            frames.append(entry)
         return True, {"stackFrames": frames, "totalFrames": len(self.frames)}, ""
 
     def scopes(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
