@@ -233,8 +233,13 @@ class Child:
     ) -> Any:
         """A debugged run: the debugger, and a reader thread owning fd 3. Imported here,
         only now: an undebugged run never loads it."""
-        from .debugchannel import start_reader
-        from .debugger import Debugger
+        saved = sys.dont_write_bytecode
+        sys.dont_write_bytecode = True  # no __pycache__ written outside the run
+        try:
+            from .debugchannel import start_reader
+            from .debugger import Debugger
+        finally:
+            sys.dont_write_bytecode = saved
 
         injected = {
             name: g[name]
