@@ -40,6 +40,7 @@ import _thread
 import ast
 import bisect
 import builtins
+import opcode
 import os
 import queue
 import sys
@@ -102,15 +103,7 @@ _get_ident = _thread.get_ident
 _Empty = queue.Empty
 _SimpleQueue = queue.SimpleQueue
 _bisect_left = bisect.bisect_left
-
-
-def _opnames() -> list[str]:
-    import opcode
-
-    return list(opcode.opname)
-
-
-_OPNAME = _opnames()
+_OPNAME = list(opcode.opname)
 
 
 class _Breakpoint:
