@@ -35,6 +35,7 @@ from .calls import call_display
 from .cells import Program
 from .channels import Channels, Message
 from .clients import claims_owner, owner_of, same_owner
+from .debugger import DebugSession, RunDebuggerLike
 from .workbench import Plan, Workbench
 
 __all__ = ["Cell", "Executor", "error_reply"]
@@ -81,10 +82,13 @@ class Executor:
         channels: Channels,
         limits: Limits,
         gateway_for: Callable[[str | None], Gateway],
+        debugger: DebugSession | None = None,
     ) -> None:
         self.channels = channels
         self.limits = limits
         self.gateway_for = gateway_for
+        #: The notebook's debug session: while it is started, notebook cells run debugged.
+        self.debugger = debugger
         self.execution_count = 0
         #: Setup cells, history and assigned names: the notebook, not program state.
         self.bench = Workbench()
@@ -267,17 +271,31 @@ class Executor:
     async def _run(self, msg: Message, cell: Cell, program: Program, silent: bool) -> RunResult:
         self.cell = cell
         cell.program = program
+        debug = self._debugger_for(cell, program, silent)
+        # HOOK(lead): pass debug=debug to Gateway.run once kernelgate/gateway/debug.py lands.
+        options: dict[str, Any] = {} if debug is None else {"debug": debug}
         try:
             return await cell.gateway.run(
                 program.text,
                 limits=self.limits_for(msg),
                 on_output=None if silent else lambda out: self._on_output(cell, out),
                 on_call=None if silent else lambda rec: self._on_call(cell, rec),
+                **options,
             )
         except (TypeError, ValueError, RuntimeError) as exc:
             return RunResult(status="exception", error=ErrorInfo(type(exc).__name__, str(exc)))
         finally:
             self.cell = None
+            if debug is not None and self.debugger is not None:
+                self.debugger.end_run(debug)
+
+    def _debugger_for(self, cell: Cell, program: Program, silent: bool) -> RunDebuggerLike | None:
+        """The run's debugger when the notebook's debug session is started: notebook cells
+        only (a private run is never debugged: the session is the notebook's, and no
+        client may reach another's run), and not silent ones (nothing of them is shown)."""
+        if self.debugger is None or cell.owner is not None or silent:
+            return None
+        return self.debugger.begin_run(program, cell.parent)
 
     def _reply(
         self,

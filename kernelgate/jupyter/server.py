@@ -27,6 +27,7 @@ from kernelgate.wire.messages import BINDINGS_TARGET, PROTOCOL_VERSION
 from .channels import Channels, Message
 from .clients import RecentIds, claims_owner, owner_of, same_owner
 from .comms import ClientBindings, ready_data
+from .debugger import DebugSession
 from .execute import Executor, error_reply
 from .history import history_reply
 from .introspect import complete, inspect_code, is_complete
@@ -38,6 +39,9 @@ log = logging.getLogger("kernelgate.kernel")
 
 _SHUTDOWN_GRACE = 10.0
 _PARENT_POLL = 1.0
+#: Debug requests forwarded to a running cell and not answered yet, at most: a client that
+#: floods control gets a refusal, never an unbounded pile of tasks.
+_MAX_DEBUG_IN_FLIGHT = 64
 
 
 def kernel_info_content() -> dict[str, Any]:
@@ -54,7 +58,9 @@ def kernel_info_content() -> dict[str, Any]:
             "fresh program in its own child process; bindings are 'await tools.name(...)'."
         ),
         "help_links": [],
-        "debugger": False,
+        # JupyterLab's debugger (docs/kernel.md, "Debugging"; jupyter/debugger.py).
+        "debugger": True,
+        "supported_features": ["debugger"],
     }
 
 
@@ -111,7 +117,9 @@ class KernelServer:
         self.limits = limits or Limits()
         self.python = python
         self.gateway = Gateway(namespaces=self.namespaces, limits=self.limits, python=python)
-        self.executor = Executor(self.channels, self.limits, self._gateway_for)
+        self.debugger = DebugSession(self._publish_debug_event)
+        self.executor = Executor(self.channels, self.limits, self._gateway_for, self.debugger)
+        self._debug_tasks: set[asyncio.Task[None]] = set()
         if bindings_error is not None:
             # The kernelspec's bindings did not load: every cell is refused, saying why.
             self.executor.refusal = ("BindingsError", bindings_error)
@@ -172,6 +180,9 @@ class KernelServer:
 
     async def _shut_down(self) -> None:
         await self.executor.close(_SHUTDOWN_GRACE)
+        for task in list(self._debug_tasks):
+            task.cancel()
+        await asyncio.gather(*self._debug_tasks, return_exceptions=True)
         for client in self._clients.values():
             client.bindings.close("the kernel is shutting down")
         gateways = [self.gateway, *(c.gateway for c in self._clients.values())]
@@ -235,6 +246,8 @@ class KernelServer:
                 # never stops another client's cell); without one, whatever runs, as Jupyter.
                 self.executor.interrupt(_owner(msg))
                 self.channels.reply("control", "interrupt_reply", {"status": "ok"}, msg, idents)
+            elif msg_type == "debug_request":
+                self._debug_request(msg, idents)
             else:
                 self._handle_request("control", msg_type, msg, idents)
         finally:
@@ -309,6 +322,53 @@ class KernelServer:
             self.channels.reply(channel, reply_type, content, msg, idents)
         else:
             log.info("ignored %s on %s", msg_type, channel)
+
+    # -- the debugger --------------------------------------------------------------------------
+
+    def _debug_request(self, msg: Message, idents: list[bytes]) -> None:
+        """Answer a ``debug_request``: the session's own requests at once, a running cell's
+        in a task (a stopped or slow child never holds up control: interrupt and shutdown
+        are read meanwhile)."""
+        content = msg.get("content")
+        request = content if isinstance(content, dict) else {}
+
+        def reply(answer: dict[str, Any]) -> None:
+            self.channels.reply("control", "debug_reply", answer, msg, idents)
+
+        if claims_owner(msg):
+            # The session and its runs are the notebook's; private runs are never debugged.
+            reply(
+                self.debugger.refusal(
+                    request,
+                    "the debugger is the notebook's: a request with an owner secret (a "
+                    "private client's) reaches no debug session, and private runs are never "
+                    "debugged",
+                )
+            )
+            return
+        answer = self.debugger.answer_now(request)
+        if answer is not None:
+            reply(answer)
+            return
+        if len(self._debug_tasks) >= _MAX_DEBUG_IN_FLIGHT:
+            reply(
+                self.debugger.refusal(
+                    request,
+                    f"{_MAX_DEBUG_IN_FLIGHT} debug requests are waiting for the program "
+                    "already; wait for their replies",
+                )
+            )
+            return
+
+        async def forward() -> None:
+            reply(await self.debugger.forward(request))
+
+        task = asyncio.create_task(forward())
+        self._debug_tasks.add(task)
+        task.add_done_callback(self._debug_tasks.discard)
+
+    def _publish_debug_event(self, event: dict[str, Any], parent: Message | None) -> None:
+        self.channels.publish("debug_event", event, parent)
 
     # -- client-answered bindings ------------------------------------------------------------
 
