@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kernelgate.gateway.gateway import Gateway
@@ -42,6 +42,20 @@ __all__ = ["Cell", "Executor", "error_reply"]
 
 _INTERRUPT_RETRY = 0.01
 
+# HOOK(replaydbg): replay cells (``#| replay PATH [--cell N]``) are run by
+# kernelgate/jupyter/replaycell.py, another engineer's module. Once it is on main, replace
+# these two stand-ins with
+#     from .replaycell import replay_marker, run_replay_cell
+# Until then no cell is a replay cell (the marker is a comment, the cell runs as usual).
+
+
+def replay_marker(code: str) -> Any:
+    """Stand-in for :func:`kernelgate.jupyter.replaycell.replay_marker` (see HOOK above)."""
+    return None
+
+
+run_replay_cell: Callable[..., Awaitable[RunResult]] | None = None
+
 
 def error_reply(ename: str, evalue: str) -> dict[str, Any]:
     """A reply's content for a request that failed (``status: error``)."""
@@ -56,7 +70,8 @@ class Cell:
     notebook's setup cells, history and hints.
     """
 
-    __slots__ = ("count", "error_sent", "gateway", "owner", "parent", "program")
+    __slots__ = ("count", "error_sent", "gateway", "interrupted", "owner", "parent", "program",
+                 "task")  # fmt: skip
 
     def __init__(
         self, parent: Message, count: int, gateway: Gateway, owner: str | None = None
@@ -67,6 +82,9 @@ class Cell:
         self.gateway = gateway
         self.owner = owner
         self.program: Program | None = None
+        #: A replay cell's run (not the gateway's: interrupting it cancels this task).
+        self.task: asyncio.Future[RunResult] | None = None
+        self.interrupted = False
 
 
 class Executor:
@@ -169,6 +187,11 @@ class Executor:
         return True
 
     def _interrupt_cell(self, cell: Cell) -> None:
+        if self.cell is cell and cell.task is not None:
+            # A replay cell: its run is not the cell's gateway's; cancelling kills its child.
+            cell.interrupted = True
+            cell.task.cancel()
+            return
         # The cell may be between its request and its run's start (the gateway has no
         # live run yet): try again shortly, until the run is stopped or the cell is over.
         if self.cell is cell and cell.gateway.interrupt() == 0:
@@ -242,7 +265,7 @@ class Executor:
             if plan.program is None:  # only obj? lines: answered by the pager
                 self._reply(msg, idents, cell, RunResult(status="ok"), plan.payload)
                 return True
-            result = await self._run(msg, cell, plan.program, silent)
+            result = await self._run(msg, cell, plan.program, silent, plan)
             if owner is None:
                 self.bench.ran(code, cell.count)
             if not silent:
@@ -261,6 +284,13 @@ class Executor:
             # A private run is the program as sent, whatever its first line: never kept as
             # a setup cell, never given the notebook's setup cells, never read for `obj?`.
             return Plan(program=Program(code))
+        try:
+            marker = replay_marker(code)
+        except ValueError as exc:
+            return Plan(refusal=("ValueError", str(exc)))
+        if marker is not None:
+            # Run as it is, no setup cells before it: the cell's lines are the program's.
+            return Plan(program=Program(code), replay=marker)
         namespaces = cell.gateway.registry.namespaces
         meta = msg.get("metadata")
         helped = self.bench.help_plan(code, namespaces)
@@ -268,19 +298,22 @@ class Executor:
             return helped
         return self.bench.plan(code, cell.count, meta if isinstance(meta, dict) else {})
 
-    async def _run(self, msg: Message, cell: Cell, program: Program, silent: bool) -> RunResult:
+    async def _run(
+        self, msg: Message, cell: Cell, program: Program, silent: bool, plan: Plan
+    ) -> RunResult:
         self.cell = cell
         cell.program = program
         debug = self._debugger_for(cell, program, silent)
         # HOOK(lead): pass debug=debug to Gateway.run once kernelgate/gateway/debug.py lands.
         options: dict[str, Any] = {} if debug is None else {"debug": debug}
+        on_output = None if silent else lambda out: self._on_output(cell, out)
+        on_call = None if silent else lambda rec: self._on_call(cell, rec)
         try:
+            limits = self.limits_for(msg)
+            if plan.replay is not None and run_replay_cell is not None:
+                return await self._run_replay(cell, plan, limits, on_output, on_call, options)
             return await cell.gateway.run(
-                program.text,
-                limits=self.limits_for(msg),
-                on_output=None if silent else lambda out: self._on_output(cell, out),
-                on_call=None if silent else lambda rec: self._on_call(cell, rec),
-                **options,
+                program.text, limits=limits, on_output=on_output, on_call=on_call, **options
             )
         except (TypeError, ValueError, RuntimeError) as exc:
             return RunResult(status="exception", error=ErrorInfo(type(exc).__name__, str(exc)))
@@ -288,6 +321,38 @@ class Executor:
             self.cell = None
             if debug is not None and self.debugger is not None:
                 self.debugger.end_run(debug)
+
+    async def _run_replay(
+        self,
+        cell: Cell,
+        plan: Plan,
+        limits: Limits | None,
+        on_output: Any,
+        on_call: Any,
+        options: dict[str, Any],
+    ) -> RunResult:
+        """A replay cell's run, in a task of its own that an interrupt cancels."""
+        assert run_replay_cell is not None and plan.program is not None
+        cell.task = asyncio.ensure_future(
+            run_replay_cell(
+                plan.replay,
+                plan.program.text,
+                # Never more than the kernelspec's: a recording's own limits do not apply.
+                limits=limits or self.limits,
+                on_output=on_output,
+                on_call=on_call,
+                python=cell.gateway.python,
+                payload=plan.payload,
+                **options,
+            )
+        )
+        try:
+            return await cell.task
+        except asyncio.CancelledError:
+            if not (cell.interrupted and cell.task.cancelled()):
+                raise
+            error = ErrorInfo("Interrupted", "the replay cell was interrupted")
+            return RunResult(status="interrupted", error=error)
 
     def _debugger_for(self, cell: Cell, program: Program, silent: bool) -> RunDebuggerLike | None:
         """The run's debugger when the notebook's debug session is started: notebook cells
