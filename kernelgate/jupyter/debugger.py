@@ -23,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
+
+from kernelgate.gateway.debug import RunDebugger
 
 from .cells import Program
 from .dap import (
@@ -39,7 +41,7 @@ from .dap import (
     tmp_prefix,
 )
 
-__all__ = ["DebugSession", "RunDebuggerLike", "SESSION_COMMANDS", "RUNTIME_COMMANDS"]
+__all__ = ["DebugSession", "SESSION_COMMANDS", "RUNTIME_COMMANDS"]
 
 log = logging.getLogger("kernelgate.kernel")
 
@@ -93,25 +95,6 @@ MAX_CONDITION = 1000
 EXCEPTION_FILTERS: tuple[dict[str, Any], ...] = ()
 
 
-class RunDebuggerLike(Protocol):
-    """What the session needs of a run's debugger (:class:`kernelgate.gateway.RunDebugger`)."""
-
-    @property
-    def stopped(self) -> bool: ...
-
-    async def request(
-        self, command: str, arguments: dict[str, Any] | None = None
-    ) -> dict[str, Any]: ...
-
-    def set_breakpoints(self, breakpoints: list[dict[str, Any]]) -> None: ...
-
-
-#: Makes a run's debugger: ``factory(program breakpoints, on_event)``.
-RunDebuggerFactory = Callable[
-    [list[dict[str, Any]], Callable[[dict[str, Any]], None]], RunDebuggerLike
-]
-
-
 class DebugRequestError(ValueError):
     """A debug request the session refuses (its message goes in the reply)."""
 
@@ -120,7 +103,7 @@ class DebugRequestError(ValueError):
 class _Run:
     """The debugged run of the cell running now."""
 
-    debugger: RunDebuggerLike
+    debugger: RunDebugger
     where: ProgramMap
     parent: dict[str, Any]
     stopped: bool = False
@@ -199,19 +182,16 @@ class DebugSession:
     """The notebook's debug session: answers ``debug_request`` contents with DAP responses.
 
     ``publish_event(event, parent)`` sends a ``debug_event`` on iopub (``parent``: the
-    running cell's request header, or ``None``). ``factory`` makes each debugged run's
-    :class:`~kernelgate.gateway.RunDebugger`; with ``None`` cells run undebugged.
+    running cell's request header, or ``None``).
     """
 
     def __init__(
         self,
         publish_event: Callable[[dict[str, Any], dict[str, Any] | None], None],
-        factory: RunDebuggerFactory | None = None,
         *,
         prefix: str | None = None,
     ) -> None:
         self.publish_event = publish_event
-        self.factory = factory
         self.prefix = prefix if prefix is not None else tmp_prefix()
         self.initialized = False
         self.started = False
@@ -238,10 +218,10 @@ class DebugSession:
 
     # -- runs ----------------------------------------------------------------------------------
 
-    def begin_run(self, program: Program, parent: dict[str, Any]) -> RunDebuggerLike | None:
+    def begin_run(self, program: Program, parent: dict[str, Any]) -> RunDebugger | None:
         """The debugger for a notebook cell about to run ``program`` (``None``: the
         debugger is not started, and the cell runs as it would without one)."""
-        if not self.started or self.factory is None:
+        if not self.started:
             return None
         where = ProgramMap.of(program, self.prefix)
         for part in where.parts:
@@ -252,12 +232,12 @@ class DebugSession:
             if run is not None:
                 self._on_run_event(run, event)
 
-        debugger = self.factory(where.program_breakpoints(self.breakpoints), on_event)
+        debugger = RunDebugger(where.program_breakpoints(self.breakpoints), on_event=on_event)
         run = _Run(debugger, where, parent)
         self.run = run
         return debugger
 
-    def end_run(self, debugger: RunDebuggerLike | None) -> None:
+    def end_run(self, debugger: RunDebugger | None) -> None:
         """The run of ``debugger`` is over: a front end that saw it stopped is told it
         goes on (JupyterLab clears its call stack and variables only on ``continued``)."""
         run = self.run
@@ -388,12 +368,10 @@ class DebugSession:
         self.exception_filters = []
         run = self.run
         if run is not None:
-            run.debugger.set_breakpoints([])
+            _in_background(run.debugger.request("setBreakpoints", {"breakpoints": []}))
             if run.stopped:
                 run.stopped = False
-                task = asyncio.get_running_loop().create_task(run.debugger.request("continue", {}))
-                _background.add(task)
-                task.add_done_callback(_background.discard)
+                _in_background(run.debugger.request("continue", {"threadId": 1}))
             run.attached = False
         return {}
 
@@ -440,7 +418,10 @@ class DebugSession:
             self.breakpoints[path] = breakpoints
         run = self.run
         if run is not None and run.attached:
-            run.debugger.set_breakpoints(run.where.program_breakpoints(self.breakpoints))
+            # The running cell gets them at once (in order: each request is sent when its
+            # task first runs, and tasks start in the order they were made).
+            bps = run.where.program_breakpoints(self.breakpoints)
+            _in_background(run.debugger.request("setBreakpoints", {"breakpoints": bps}))
         code = self.cells.get(path)
         lines = code.count("\n") + 1 if code is not None else None
         shown = []
@@ -485,4 +466,11 @@ class DebugSession:
 
 
 #: Tasks the session started and no one awaits (kept so they are not collected early).
-_background: set[Any] = set()
+_background: set[asyncio.Task[Any]] = set()
+
+
+def _in_background(work: Coroutine[Any, Any, Any]) -> None:
+    """Run ``work`` (a run's request whose answer nobody waits for) in a task."""
+    task = asyncio.get_running_loop().create_task(work)
+    _background.add(task)
+    task.add_done_callback(_background.discard)

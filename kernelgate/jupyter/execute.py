@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kernelgate.gateway.debug import RunDebugger
 from kernelgate.gateway.gateway import Gateway
 from kernelgate.model.codec import encode_metadata
 from kernelgate.model.limits import Limits
@@ -35,7 +36,7 @@ from .calls import call_display
 from .cells import Program
 from .channels import Channels, Message
 from .clients import claims_owner, owner_of, same_owner
-from .debugger import DebugSession, RunDebuggerLike
+from .debugger import DebugSession
 from .workbench import Plan, Workbench
 
 __all__ = ["Cell", "Executor", "error_reply"]
@@ -304,16 +305,14 @@ class Executor:
         self.cell = cell
         cell.program = program
         debug = self._debugger_for(cell, program, silent)
-        # HOOK(lead): pass debug=debug to Gateway.run once kernelgate/gateway/debug.py lands.
-        options: dict[str, Any] = {} if debug is None else {"debug": debug}
         on_output = None if silent else lambda out: self._on_output(cell, out)
         on_call = None if silent else lambda rec: self._on_call(cell, rec)
         try:
             limits = self.limits_for(msg)
             if plan.replay is not None and run_replay_cell is not None:
-                return await self._run_replay(cell, plan, limits, on_output, on_call, options)
+                return await self._run_replay(cell, plan, limits, on_output, on_call, debug)
             return await cell.gateway.run(
-                program.text, limits=limits, on_output=on_output, on_call=on_call, **options
+                program.text, limits=limits, on_output=on_output, on_call=on_call, debug=debug
             )
         except (TypeError, ValueError, RuntimeError) as exc:
             return RunResult(status="exception", error=ErrorInfo(type(exc).__name__, str(exc)))
@@ -329,7 +328,7 @@ class Executor:
         limits: Limits | None,
         on_output: Any,
         on_call: Any,
-        options: dict[str, Any],
+        debug: RunDebugger | None,
     ) -> RunResult:
         """A replay cell's run, in a task of its own that an interrupt cancels."""
         assert run_replay_cell is not None and plan.program is not None
@@ -343,7 +342,7 @@ class Executor:
                 on_call=on_call,
                 python=cell.gateway.python,
                 payload=plan.payload,
-                **options,
+                debug=debug,
             )
         )
         try:
@@ -354,7 +353,7 @@ class Executor:
             error = ErrorInfo("Interrupted", "the replay cell was interrupted")
             return RunResult(status="interrupted", error=error)
 
-    def _debugger_for(self, cell: Cell, program: Program, silent: bool) -> RunDebuggerLike | None:
+    def _debugger_for(self, cell: Cell, program: Program, silent: bool) -> RunDebugger | None:
         """The run's debugger when the notebook's debug session is started: notebook cells
         only (a private run is never debugged: the session is the notebook's, and no
         client may reach another's run), and not silent ones (nothing of them is shown)."""

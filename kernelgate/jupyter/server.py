@@ -99,7 +99,8 @@ class KernelServer:
     its own over a ``kernelgate.bindings`` comm (see :mod:`.comms`) for the cells it runs.
     ``bindings_error``: the kernelspec's bindings could not be loaded; the kernel serves
     anyway (a kernel that exits at start is restarted in a loop) and every cell's reply is
-    a ``BindingsError`` with this message.
+    a ``BindingsError`` with this message. ``sandbox`` and ``pool_size`` are
+    :class:`~kernelgate.Gateway`'s (the kernelspec's kernel leaves them to their defaults).
     """
 
     def __init__(
@@ -110,13 +111,20 @@ class KernelServer:
         limits: Limits | None = None,
         python: str | None = None,
         bindings_error: str | None = None,
+        sandbox: str | None = None,
+        pool_size: int = 4,
     ) -> None:
         self.channels = Channels(dict(connection_info))
         self.connection_info = self.channels.connection_info
         self.namespaces = {ns: dict(t) for ns, t in (namespaces or {"tools": {}}).items()}
         self.limits = limits or Limits()
         self.python = python
-        self.gateway = Gateway(namespaces=self.namespaces, limits=self.limits, python=python)
+        #: What every gateway of this kernel gets besides its bindings (``sandbox``: a level,
+        #: or None for the strongest here; ``pool_size`` 0 for cold children only).
+        self._gateway_options: dict[str, Any] = {"sandbox": sandbox, "pool_size": pool_size}
+        self.gateway = Gateway(
+            namespaces=self.namespaces, limits=self.limits, python=python, **self._gateway_options
+        )
         self.debugger = DebugSession(self._publish_debug_event)
         self.executor = Executor(self.channels, self.limits, self._gateway_for, self.debugger)
         self._debug_tasks: set[asyncio.Task[None]] = set()
@@ -431,6 +439,7 @@ class KernelServer:
                 namespaces={**self.namespaces, **bindings.namespaces},
                 limits=self.limits,
                 python=self.python,
+                **self._gateway_options,
             )
         except (ValueError, TypeError) as exc:
             refuse(str(exc))
