@@ -377,3 +377,73 @@ def test_pause_a_running_cell_and_set_breakpoints_while_it_runs(tmp_path: pathli
         }
 
     in_process_kernel(tmp_path, body)
+
+
+def test_stepping_over_a_binding_call_makes_the_call(kc: BlockingKernelClient) -> None:
+    """``next`` over ``await tools.search(...)``: the real call is made (its output appears
+    as the program reaches it) and the program stops at the next line."""
+    code = "hits = await tools.search('messages', limit=2)\nn = len(hits)\nn"
+    start(kc)
+    try:
+        dump_and_break(kc, code, 1)
+        msg_id = kc.execute(code)
+        wait_event(kc, "stopped")
+        assert debug(kc, "next", {"threadId": 1})["success"]
+        assert wait_event(kc, "stopped")["body"]["reason"] == "step"
+        frame = top_frame(kc)
+        assert frame["line"] == 2
+        assert variables(kc, frame["id"], "Globals")["hits"]["type"] == "list"
+        assert debug(kc, "continue", {"threadId": 1})["success"]
+        cell = collect(kc, msg_id)
+        assert cell.status == "ok", cell.events
+        calls = [
+            m
+            for m in cell.outputs("display_data")
+            if m["content"]["metadata"].get("kernelgate", {}).get("role") == "call"
+        ]
+        assert len(calls) == 1
+    finally:
+        debug(kc, "disconnect", {"restart": False, "terminateDebuggee": False})
+
+
+def debug_replies(kc: BlockingKernelClient, ids: list[str]) -> list[dict[str, Any]]:
+    """The debug_reply contents to each of ``ids``, in that order."""
+    got: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + TIMEOUT
+    while len(got) < len(ids) and time.monotonic() < deadline:
+        try:
+            msg = kc.get_control_msg(timeout=0.1)
+        except Exception:
+            continue
+        if msg["msg_type"] == "debug_reply":
+            got[msg["parent_header"]["msg_id"]] = msg["content"]
+    return [got[i] for i in ids]
+
+
+def test_a_flood_of_requests_or_a_huge_one_is_refused_and_nothing_is_lost(
+    tmp_path: pathlib.Path,
+) -> None:
+    """More requests for the child than the kernel lets wait are refused at once; one too
+    big for the run's frames fails; the stopped cell and the kernel go on."""
+    code = "import time\nx = 1\nx = 2"
+
+    def body(kc: BlockingKernelClient, server: KernelServer) -> None:
+        start(kc)
+        dump_and_break(kc, code, 3)
+        msg_id = kc.execute(code)
+        wait_event(kc, "stopped")
+        frame = top_frame(kc)
+        slow = {"expression": "time.sleep(0.05)", "frameId": frame["id"], "context": "repl"}
+        sent = [send_debug(kc, "evaluate", slow) for _ in range(100)]
+        replies = debug_replies(kc, sent)
+        refused = [r for r in replies if "waiting for the program already" in r.get("message", "")]
+        assert refused and len(refused) <= 100 - 64, len(refused)
+        assert all(r["success"] for r in replies if r not in refused)
+        huge = {"expression": "1+" * 5_000_000 + "1", "frameId": frame["id"], "context": "repl"}
+        reply = debug(kc, "evaluate", huge)
+        assert reply["success"] is False and reply["message"]
+        assert top_frame(kc)["line"] == 3  # still stopped, still answering
+        assert debug(kc, "continue", {"threadId": 1})["success"]
+        assert collect(kc, msg_id).status == "ok"
+
+    in_process_kernel(tmp_path, body)
