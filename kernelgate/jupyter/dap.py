@@ -20,6 +20,8 @@ True
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,6 +52,11 @@ MAX_TYPE = 200
 MAX_MESSAGE = 2000
 MAX_ITEMS = 300
 MAX_FRAMES = 200
+#: Longer sources are not hashed as JupyterLab does (pure Python murmur2 takes about a
+#: quarter of a second per MiB, on the kernel's loop): see :func:`cell_path`.
+MAX_HASHED_CHARS = 1 << 18
+#: A run's debugger takes at most this many (``kernelgate.gateway.debug``'s bound).
+MAX_PROGRAM_BREAKPOINTS = 10_000
 _CUT = "... [cut]"
 
 
@@ -89,8 +96,18 @@ def murmur2_x86(data: str, seed: int) -> int:
 
 def cell_path(code: str, prefix: str) -> str:
     """The path JupyterLab gives a cell whose source is ``code`` (``prefix`` ends with a
-    separator): ``<prefix><murmur2>.py``."""
-    return f"{prefix}{murmur2_x86(code, HASH_SEED)}.py"
+    separator): ``<prefix><murmur2>.py``. A source of more than :data:`MAX_HASHED_CHARS`
+    characters gets ``<prefix>large-<sha256>.py`` instead (quick to compute; JupyterLab does
+    not find its breakpoints there, so such a cell is not debugged by line)."""
+    if len(code) > MAX_HASHED_CHARS:
+        digest = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return f"{prefix}large-{digest}.py"
+    return f"{prefix}{_murmur2_name(code)}.py"
+
+
+@functools.lru_cache(maxsize=256)  # setup cells come again in every later cell's program
+def _murmur2_name(code: str) -> int:
+    return murmur2_x86(code, HASH_SEED)
 
 
 def tmp_prefix() -> str:
@@ -147,7 +164,7 @@ class ProgramMap:
         for part in self.parts:
             for bp in breakpoints.get(part.path, ()):
                 line = bp["line"]
-                if 1 <= line <= part.count:
+                if 1 <= line <= part.count and len(out) < MAX_PROGRAM_BREAKPOINTS:
                     out.append({**bp, "line": part.start + line - 1})
         return out
 

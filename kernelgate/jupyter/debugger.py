@@ -88,6 +88,8 @@ MAX_CELL_CHARS = 1 << 20
 MAX_KEPT_CHARS = 32 << 20
 MAX_BREAKPOINT_PATHS = 4096
 MAX_BREAKPOINTS = 1000
+#: Breakpoints in all cells together (conditions of up to MAX_CONDITION characters each).
+MAX_ALL_BREAKPOINTS = 10_000
 MAX_CONDITION = 1000
 
 #: The ``exceptionBreakpointFilters`` the front end may offer: none yet (a run's debugger is
@@ -407,6 +409,12 @@ class DebugSession:
         if not isinstance(path, str) or not path:
             raise DebugRequestError("setBreakpoints: arguments.source.path must be a cell path")
         breakpoints = _checked_breakpoints(arguments.get("breakpoints", []))
+        others = sum(len(bps) for p, bps in self.breakpoints.items() if p != path)
+        if others + len(breakpoints) > MAX_ALL_BREAKPOINTS:
+            raise DebugRequestError(
+                f"setBreakpoints: {others + len(breakpoints)} breakpoints in all; at most "
+                f"{MAX_ALL_BREAKPOINTS} (clear some first)"
+            )
         if not breakpoints:
             self.breakpoints.pop(path, None)
         elif path not in self.breakpoints and len(self.breakpoints) >= MAX_BREAKPOINT_PATHS:

@@ -304,10 +304,11 @@ class Executor:
     ) -> RunResult:
         self.cell = cell
         cell.program = program
-        debug = self._debugger_for(cell, program, silent)
+        debug: RunDebugger | None = None
         on_output = None if silent else lambda out: self._on_output(cell, out)
         on_call = None if silent else lambda rec: self._on_call(cell, rec)
         try:
+            debug = self._debugger_for(cell, program, silent)
             limits = self.limits_for(msg)
             if plan.replay is not None and run_replay_cell is not None:
                 return await self._run_replay(cell, plan, limits, on_output, on_call, debug)

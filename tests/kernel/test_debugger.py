@@ -381,3 +381,31 @@ def test_what_the_child_says_reaches_the_front_end_as_inert_bounded_text() -> No
                                                         "text": "\x1b[2J"}})  # fmt: skip
     assert stopped is not None and stopped["body"]["threadId"] == 1
     assert len(stopped["body"]["reason"]) <= 40 and "\x1b" not in stopped["body"]["text"]
+
+
+def test_the_session_s_memory_and_time_are_bounded(session: BlockingKernelClient) -> None:
+    """Breakpoints are bounded in all (a client cannot grow the kernel without end), and a
+    huge cell is named without hashing it on the kernel's loop."""
+    for n in range(10):
+        path = f"/p/{n}.py"
+        reply = debug(
+            session,
+            "setBreakpoints",
+            {"source": {"path": path}, "breakpoints": [{"line": i} for i in range(1, 1001)]},
+        )
+        assert reply["success"], reply
+    refused = debug(
+        session, "setBreakpoints", {"source": {"path": "/p/x.py"}, "breakpoints": [{"line": 1}]}
+    )
+    assert not refused["success"] and "at most 10000" in refused["message"]
+    # Replacing a cell's breakpoints is not adding to them.
+    again = debug(session, "setBreakpoints", {"source": {"path": "/p/0.py"},
+                                              "breakpoints": [{"line": 2}]})  # fmt: skip
+    assert again["success"]
+    for n in range(10):
+        debug(session, "setBreakpoints", {"source": {"path": f"/p/{n}.py"}, "breakpoints": []})
+    big = "x = 1\n" * 60_000
+    asked = time.monotonic()
+    path = debug(session, "dumpCell", {"code": big})["body"]["sourcePath"]
+    assert time.monotonic() - asked < 5 and "/large-" in path
+    assert debug(session, "source", {"source": {"path": path}})["body"]["content"] == big
