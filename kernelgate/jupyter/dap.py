@@ -61,13 +61,19 @@ _CUT = "... [cut]"
 
 
 def murmur2_x86(data: str, seed: int) -> int:
-    """MurmurHash2 (x86, 32 bits) of ``data``'s UTF-8 bytes: ipykernel's ``murmur2_x86``.
+    """MurmurHash2 (x86, 32 bits) of ``data``'s UTF-8 bytes: ipykernel's ``murmur2_x86``,
+    and JupyterLab's (which encodes a lone surrogate as U+FFFD, where ipykernel fails).
 
     >>> murmur2_x86("", HASH_SEED) == murmur2_x86("", HASH_SEED) and murmur2_x86("a", 1) != 0
     True
     """
     m = 0x5BD1E995
-    raw = data.encode("utf-8", "surrogatepass")
+    try:
+        raw = data.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (JSON can carry one): JupyterLab's TextEncoder makes it U+FFFD.
+        fixed = data.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        raw = fixed.encode("utf-8", "replace")
     length = len(raw)
     h = (seed ^ length) & 0xFFFFFFFF
     end = length & ~3

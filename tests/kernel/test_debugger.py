@@ -311,6 +311,13 @@ def test_doctests() -> None:
         assert result.attempted > 0 and result.failed == 0
 
 
+def test_lone_surrogates_hash_as_jupyterlab_s_text_encoder_makes_them() -> None:
+    """JSON may carry a lone surrogate; JupyterLab's TextEncoder writes U+FFFD for it (and
+    joins a pair), so the cell's path is the one JupyterLab computes."""
+    assert dap.murmur2_x86("a\ud800b", SEED) == dap.murmur2_x86("a\ufffdb", SEED)
+    assert dap.murmur2_x86("\ud83d\ude00", SEED) == dap.murmur2_x86("\U0001f600", SEED)
+
+
 def test_setup_cell_lines_map_to_their_own_paths() -> None:
     setup = Setup()
     setup.add(1, "#| setup\nlimit = 2")
