@@ -292,7 +292,8 @@ class DebugSession:
         if not self.started and command not in _ANY_TIME:
             return _response(
                 request,
-                message=f"the debugger is not started: send initialize and attach before {command}",
+                message=f"the debugger is not started: send initialize and attach before "
+                f"{clip(command, 100)}",
             )
         run = self.run
         if command in RUNTIME_COMMANDS:
@@ -327,15 +328,15 @@ class DebugSession:
         command = str(request.get("command"))
         arguments = dict(request.get("arguments") or {})
         run = self.run
-        if run is None:
+        if run is None or not run.attached:
             return _response(request, message=f"{command}: no cell is running under the debugger")
         reply = await run.debugger.request(command, arguments)
         if not isinstance(reply, Mapping) or reply.get("success") is not True:
             why = reply.get("message") if isinstance(reply, Mapping) else None
             return _response(request, message=str(why or f"{command} failed in the program"))
         body = reply.get("body")
-        return _response(request, inert_body(command, body if isinstance(body, Mapping) else {},
-                                             run.where))  # fmt: skip
+        shown = inert_body(command, body if isinstance(body, Mapping) else {}, run.where)
+        return _response(request, shown)
 
     # -- the session's own requests ------------------------------------------------------------
 
