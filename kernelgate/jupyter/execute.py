@@ -71,8 +71,7 @@ class Cell:
     notebook's setup cells, history and hints.
     """
 
-    __slots__ = ("count", "error_sent", "gateway", "interrupted", "owner", "parent", "program",
-                 "task")  # fmt: skip
+    __slots__ = ("count", "error_sent", "gateway", "owner", "parent", "program", "run_gateway")
 
     def __init__(
         self, parent: Message, count: int, gateway: Gateway, owner: str | None = None
@@ -83,9 +82,9 @@ class Cell:
         self.gateway = gateway
         self.owner = owner
         self.program: Program | None = None
-        #: A replay cell's run (not the gateway's: interrupting it cancels this task).
-        self.task: asyncio.Future[RunResult] | None = None
-        self.interrupted = False
+        #: The gateway a replay cell's program runs on (the replay's own, with the
+        #: recording's answers for bindings), once it is made: interrupts go there.
+        self.run_gateway: Gateway | None = None
 
 
 class Executor:
@@ -188,14 +187,11 @@ class Executor:
         return True
 
     def _interrupt_cell(self, cell: Cell) -> None:
-        if self.cell is cell and cell.task is not None:
-            # A replay cell: its run is not the cell's gateway's; cancelling kills its child.
-            cell.interrupted = True
-            cell.task.cancel()
-            return
         # The cell may be between its request and its run's start (the gateway has no
-        # live run yet): try again shortly, until the run is stopped or the cell is over.
-        if self.cell is cell and cell.gateway.interrupt() == 0:
+        # live run yet, or a replay cell's gateway is not made yet): try again shortly,
+        # until the run is stopped or the cell is over.
+        gateway = cell.run_gateway or cell.gateway
+        if self.cell is cell and gateway.interrupt() == 0:
             asyncio.get_running_loop().call_later(_INTERRUPT_RETRY, self._interrupt_cell, cell)
 
     # -- one cell ----------------------------------------------------------------------------
@@ -331,28 +327,24 @@ class Executor:
         on_call: Any,
         debug: RunDebugger | None,
     ) -> RunResult:
-        """A replay cell's run, in a task of its own that an interrupt cancels."""
+        """A replay cell's run: its program against the recording's answers."""
         assert run_replay_cell is not None and plan.program is not None
-        cell.task = asyncio.ensure_future(
-            run_replay_cell(
-                plan.replay,
-                plan.program.text,
-                # Never more than the kernelspec's: a recording's own limits do not apply.
-                limits=limits or self.limits,
-                on_output=on_output,
-                on_call=on_call,
-                python=cell.gateway.python,
-                payload=plan.payload,
-                debug=debug,
-            )
+
+        def on_gateway(gateway: Gateway) -> None:
+            cell.run_gateway = gateway
+
+        return await run_replay_cell(
+            plan.replay,
+            plan.program.text,
+            # Never more than the kernelspec's: a recording's own limits do not apply.
+            limits=limits or self.limits,
+            debug=debug,
+            on_output=on_output,
+            on_call=on_call,
+            python=cell.gateway.python,
+            payload=plan.payload,
+            on_gateway=on_gateway,
         )
-        try:
-            return await cell.task
-        except asyncio.CancelledError:
-            if not (cell.interrupted and cell.task.cancelled()):
-                raise
-            error = ErrorInfo("Interrupted", "the replay cell was interrupted")
-            return RunResult(status="interrupted", error=error)
 
     def _debugger_for(self, cell: Cell, program: Program, silent: bool) -> RunDebugger | None:
         """The run's debugger when the notebook's debug session is started: notebook cells
