@@ -26,7 +26,9 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 from jupyter_client.manager import start_new_kernel
 
+from kernelgate import Gateway
 from kernelgate.demo import BINDINGS
+from kernelgate.jupyter import execute as execute_module
 from kernelgate.jupyter.server import KernelServer
 from kernelgate.model.limits import Limits
 from tests.hardening.conftest import at_levels
@@ -445,5 +447,40 @@ def test_a_flood_of_requests_or_a_huge_one_is_refused_and_nothing_is_lost(
         assert top_frame(kc)["line"] == 3  # still stopped, still answering
         assert debug(kc, "continue", {"threadId": 1})["success"]
         assert collect(kc, msg_id).status == "ok"
+
+    in_process_kernel(tmp_path, body)
+
+
+@pytest.mark.skipif(
+    execute_module.run_replay_cell is None,
+    reason="replay cells (kernelgate/jupyter/replaycell.py) are not wired into the kernel yet",
+)
+def test_a_replay_cell_is_debugged_against_the_recording(tmp_path: pathlib.Path) -> None:
+    """``#| replay PATH``: the cell's program runs against the recording's answers, and its
+    lines are the cell's (no setup cells before it)."""
+    program = "hits = await tools.search('messages', limit=2)\nn = len(hits)\nn"
+
+    async def record() -> Any:
+        async with Gateway(bindings=BINDINGS) as gw:
+            return await gw.run(program)
+
+    recorded = asyncio.run(record())
+    assert recorded.ok, recorded.message
+    path = recorded.save(tmp_path / "run.ipynb")
+    code = f"#| replay {path}\n{program}"
+
+    def body(kc: BlockingKernelClient, server: KernelServer) -> None:
+        assert collect(kc, kc.execute("#| setup\nunused = 1")).status == "ok"
+        start(kc)
+        cell_path = dump_and_break(kc, code, 3)
+        msg_id = kc.execute(code)
+        wait_event(kc, "stopped")
+        frame = top_frame(kc)
+        assert (frame["source"]["path"], frame["line"]) == (cell_path, 3)
+        names = {**variables(kc, frame["id"]), **variables(kc, frame["id"], "Globals")}
+        assert names["hits"]["type"] == "list" and "unused" not in names
+        assert debug(kc, "continue", {"threadId": 1})["success"]
+        cell = collect(kc, msg_id)
+        assert cell.status == "ok", cell.events
 
     in_process_kernel(tmp_path, body)
