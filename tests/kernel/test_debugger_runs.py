@@ -482,5 +482,10 @@ def test_a_replay_cell_is_debugged_against_the_recording(tmp_path: pathlib.Path)
         assert debug(kc, "continue", {"threadId": 1})["success"]
         cell = collect(kc, msg_id)
         assert cell.status == "ok", cell.events
+        # Interrupted while stopped, a replay cell ends as any cell does.
+        msg_id = kc.execute(code)
+        wait_event(kc, "stopped")
+        kc.control_channel.send(kc.session.msg("interrupt_request", {}))
+        assert collect(kc, msg_id).run_status == "interrupted"
 
     in_process_kernel(tmp_path, body)
