@@ -11,15 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import kernelgate
 from tests.procs import descendants, kernelgate_command, pid_alive
-
-#: The child's tracer (issue 24's first part): these tests step through real runs, so they
-#: wait for it to be merged.
-needs_tracer = pytest.mark.skipif(
-    not (Path(kernelgate.__file__).parent / "kernels" / "python" / "debugger.py").exists(),
-    reason="the child's tracer (kernelgate/kernels/python/debugger.py) is not merged yet",
-)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -84,7 +76,6 @@ def debug(recording: Path, *args: str, stdin: str) -> subprocess.CompletedProces
     return cli(recording.parent, "replay", recording.name, "--debug", *args, stdin=stdin)
 
 
-@needs_tracer
 def test_stepping_through_the_call_that_failed_when_it_ran(recording: Path) -> None:
     commands = "p hits\nn\nn\nn\nn\np failure\np failure.ename\nlocals\nbt\nl\nc\n"
     p = debug(recording, "--break", "3", stdin=commands)
@@ -110,7 +101,6 @@ def test_stepping_through_the_call_that_failed_when_it_ran(recording: Path) -> N
     )
 
 
-@needs_tracer
 def test_without_a_breakpoint_it_stops_at_the_first_statement(recording: Path) -> None:
     p = debug(recording, stdin="l\nc\n")
     assert p.returncode == 0, (p.stdout, p.stderr)
@@ -121,7 +111,6 @@ def test_without_a_breakpoint_it_stops_at_the_first_statement(recording: Path) -
     assert p.stdout.count("stopped at") == 1
 
 
-@needs_tracer
 def test_the_end_of_input_continues_to_the_end(recording: Path) -> None:
     p = debug(recording, "--break", "3", "--break", "6", stdin="")
     assert p.returncode == 0, (p.stdout, p.stderr)
@@ -130,7 +119,6 @@ def test_the_end_of_input_continues_to_the_end(recording: Path) -> None:
     assert "MATCHES" in p.stdout
 
 
-@needs_tracer
 def test_an_edited_line_changes_the_outcome(recording: Path) -> None:
     edited = recording.parent / "edited.py"
     edited.write_text(PROGRAM.replace("hits[1]", "hits[0]"))
@@ -141,7 +129,6 @@ def test_an_edited_line_changes_the_outcome(recording: Path) -> None:
     assert "+ tools.fetch('kernel-1')" in p.stdout and "DIVERGED" in p.stdout
 
 
-@needs_tracer
 def test_breakpoints_set_and_cleared_at_the_prompt(recording: Path) -> None:
     commands = "b 99\nb 2x\nb 4\nb 6\nb\ncl 4\nfrobnicate\nc\nc\n"
     p = debug(recording, "--break", "1", stdin=commands)
@@ -156,7 +143,6 @@ def test_breakpoints_set_and_cleared_at_the_prompt(recording: Path) -> None:
     assert stops == ["stopped at line 1 (breakpoint)", "stopped at line 6 (breakpoint)"]
 
 
-@needs_tracer
 def test_quit_stops_the_program_and_leaves_nothing(recording: Path) -> None:
     p = debug(recording, "--break", "3", stdin="help\nq\n")
     assert p.returncode == 1, (p.stdout, p.stderr)
@@ -191,7 +177,6 @@ def test_break_needs_debug_and_a_missing_file_is_said(recording: Path) -> None:
     assert p.returncode == 2 and "cannot read 'nope.ipynb'" in p.stderr
 
 
-@needs_tracer
 def test_a_crafted_recording_cannot_drive_the_terminal(recording: Path) -> None:
     """The recording's program and output are shown with control characters escaped: an
     OSC 52 sequence (write the clipboard) or a screen clear reaches the terminal as text."""
@@ -230,7 +215,6 @@ def test_a_crafted_recording_cannot_drive_the_terminal_of_a_plain_replay(
         assert "-\\x1b]52;c;ZXZpbA==\\x07" in p.stdout
 
 
-@needs_tracer
 def test_the_first_stop_skips_a_docstring_and_future_imports(recording: Path) -> None:
     """Neither runs as a line of the program (compiled away, hoisted): the stop without a
     breakpoint is at the first statement that does."""
@@ -250,7 +234,6 @@ def test_docstring_examples() -> None:
     assert doctest.testmod(replaydebug).failed == 0
 
 
-@needs_tracer
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_at_the_prompt_ends_the_session_cleanly(recording: Path, signum: int) -> None:
     """Stopped at a breakpoint, waiting for a command that never comes (stdin open, no
@@ -288,7 +271,6 @@ def test_a_signal_at_the_prompt_ends_the_session_cleanly(recording: Path, signum
     assert sorted(pid for pid in below if pid_alive(pid)) == [], "processes left running"
 
 
-@needs_tracer
 def test_an_uncaught_failure_stops_where_it_was_raised(tmp_path: Path) -> None:
     """A program that did not catch the failed call: stepping over it stops at the
     exception (the recording's answer, raised again), before the program ends with it."""

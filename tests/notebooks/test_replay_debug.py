@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-import kernelgate
 from kernelgate import Gateway, Limits, RunResult
 from kernelgate.gateway.debug import RunDebugger
 from kernelgate.jupyter.replaycell import ReplayMarker, replay_marker, run_replay_cell
@@ -24,13 +23,6 @@ from kernelgate.model.result import CallRecord
 from kernelgate.notebooks import NotARunError, load_run, replay_async
 
 from .conftest import FAST
-
-#: The child's tracer (issue 24's first part): these tests step through real runs, so they
-#: wait for it to be merged.
-needs_tracer = pytest.mark.skipif(
-    not (Path(kernelgate.__file__).parent / "kernels" / "python" / "debugger.py").exists(),
-    reason="the child's tracer (kernelgate/kernels/python/debugger.py) is not merged yet",
-)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -357,7 +349,6 @@ def debugged(
     return asyncio.run(main())
 
 
-@needs_tracer
 def test_stepping_over_the_call_that_failed_when_it_ran(recording: Path) -> None:
     """The must-show: break before the call that failed, step over it, see the ToolError
     the recording's answer raises, read the variables, continue to a matching end."""
@@ -386,7 +377,6 @@ def test_stepping_over_the_call_that_failed_when_it_ran(recording: Path) -> None
     assert report.result.stdout == "fetch failed: KeyError\n"
 
 
-@needs_tracer
 def test_a_debugged_replay_cell_stops_at_cell_lines(recording: Path) -> None:
     """In a replay cell the marker is line 1: the cell's lines are the program's."""
     code = f"#| replay {recording.name}\n{PROGRAM}"
