@@ -169,6 +169,20 @@ async def _recording(marker: ReplayMarker, cwd: str | None) -> RecordedRun:
         ) from None
 
 
+def _settings(like: Gateway | None) -> dict[str, Any]:
+    """What a replay's gateway takes over from the kernel's (all but bindings and limits)."""
+    if like is None:
+        return {}
+    return {
+        "sandbox": like.sandbox,
+        "strict": like.strict,
+        "pool_size": like.pool_size,
+        "env": dict(like.env),
+        "tmp_dir": like.tmp_dir,
+        "read_paths": like.read_paths,
+    }
+
+
 async def run_replay_cell(
     marker: ReplayMarker,
     code: str,
@@ -181,6 +195,7 @@ async def run_replay_cell(
     cwd: str | None = None,
     payload: list[dict[str, Any]] | None = None,
     on_gateway: Callable[[Gateway], Any] | None = None,
+    like: Gateway | None = None,
 ) -> RunResult:
     """Run a replay cell: ``code`` (marker line included) against the recording's answers.
 
@@ -190,7 +205,10 @@ async def run_replay_cell(
     ``python`` is the kernel's interpreter for the child. ``cwd`` is where a relative
     PATH starts (default: the kernel's working directory). ``on_gateway`` is given the
     gateway the replay runs on (not the kernel's: it has the recording's stand-ins for
-    bindings) before the run starts: interrupt the cell with its ``interrupt()``.
+    bindings) before the run starts: interrupt the cell with its ``interrupt()``. ``like``
+    is the kernel's gateway: the replay's gets its sandbox level, strictness, pool size,
+    environment, temporary directory and read paths (and its interpreter, unless
+    ``python`` is given), so a replay cell runs as isolated as any cell of the kernel.
 
     Ends with one more ``on_output``: the replay's report (role ``replay``), saying
     whether the run matched the recording and every difference if not. A cell holding
@@ -221,7 +239,8 @@ async def run_replay_cell(
         recorded,
         program=program,
         limits=limits,
-        python=python,
+        python=python if python is not None or like is None else like.python,
+        gateway_options=_settings(like),
         debug=debug,
         on_output=on_output,
         on_call=on_call,

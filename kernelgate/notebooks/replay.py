@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # the runtime (gateway.run) loads only when a replay runs
     from kernelgate.gateway.plan import CallListener
 
 __all__ = [
+    "GATEWAY_OPTIONS",
     "replay_budget",
     "CallMatch",
     "Difference",
@@ -250,6 +251,22 @@ def _namespaces(live: Mapping[str, Any]) -> dict[str, dict[str, Callable[..., An
     )
 
 
+#: The settings a replay's gateway may be given (``replay_async(gateway_options=...)``).
+GATEWAY_OPTIONS = frozenset({"sandbox", "strict", "pool_size", "env", "tmp_dir", "read_paths"})
+
+
+def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
+    options = dict(given or {})
+    unknown = sorted(str(k) for k in set(options) - GATEWAY_OPTIONS)
+    if unknown:
+        raise ValueError(
+            f"gateway_options {unknown} are not a replay gateway's settings; it takes "
+            f"{', '.join(sorted(GATEWAY_OPTIONS))} (bindings, limits and recording are the "
+            "replay's own)"
+        )
+    return options
+
+
 def _live_bindings(
     recorded: RunResult, live: Mapping[str, Any], live_any: bool
 ) -> tuple[dict[str, dict[str, Callable[..., Any]]], Callable[..., CallKey]]:
@@ -286,6 +303,7 @@ async def replay_async(
     on_output: OutputListener | None = None,
     on_call: CallListener | None = None,
     on_gateway: Callable[[_Gateway], Any] | None = None,
+    gateway_options: Mapping[str, Any] | None = None,
 ) -> ReplayReport:
     """:func:`replay` for async callers.
 
@@ -294,6 +312,9 @@ async def replay_async(
     run: a replay can be stepped through, and its outputs and calls seen as they happen.
     ``on_gateway`` is given the gateway the replay runs on before it runs, so the caller
     can ``interrupt()`` it (the Jupyter kernel's interrupt button does).
+    ``gateway_options`` are more of that gateway's settings (:data:`GATEWAY_OPTIONS`:
+    ``sandbox``, ``strict``, ``pool_size``, ``env``, ``tmp_dir``, ``read_paths``), e.g. a
+    kernel's own; never its bindings, limits or recorder, which are the replay's.
     """
     # Imported here, pointing down, for speed: ``import kernelgate.notebooks`` (reading,
     # rendering) must not load the runtime (pool, sandbox, run) that only a replay needs.
@@ -316,7 +337,9 @@ async def replay_async(
         namespaces, key = _live_bindings(recorded, live, live_any)
     else:
         namespaces, key = recorded_bindings(recorded)
-    gw = Gateway(namespaces=namespaces, limits=run_limits, python=python)
+    gw = Gateway(
+        namespaces=namespaces, limits=run_limits, python=python, **_options(gateway_options)
+    )
     if on_gateway is not None:
         on_gateway(gw)
     async with gw:

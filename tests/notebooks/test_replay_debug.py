@@ -495,3 +495,28 @@ def test_a_crafted_recording_shows_inert_in_the_report(tmp_path: Path, recording
     assert "&lt;script&gt;alert(2)&lt;/script&gt;" in html
     assert "recorded program" in report["data"]["text/plain"]  # no final newline: no edit
     assert "DIVERGED: 1 difference" in html
+
+
+@pytest.mark.parametrize(("level", "pool_size"), [("process", 0), ("namespaces+landlock", 4)])
+def test_a_replay_cell_runs_as_the_kernel_s_cells_run(
+    recording: Path, level: str, pool_size: int
+) -> None:
+    """``like=`` the kernel's gateway: the replay gets its sandbox level, pool and
+    environment (never its bindings: calls are still answered from the recording)."""
+    kernel = Gateway(sandbox=level, pool_size=pool_size, env={"KG_MARK": level})
+    code = f"#| replay {recording.name}\nimport os\nprint(os.environ['KG_MARK'])\n{PROGRAM}"
+    result, _, calls = cell_run(recording, code, like=kernel)
+    assert result.ok, result.message
+    assert result.isolation == level
+    if pool_size == 0:  # (a pool's first run may be cold too: it does not wait for it)
+        assert result.usage["warm"] is False
+    assert result.stdout == f"{level}\nfetch failed: KeyError\n"
+    assert [c.ok for c in calls] == [True, False]
+
+
+def test_a_replay_gateway_takes_only_its_own_settings(recording: Path) -> None:
+    async def main() -> Any:
+        return await replay_async(recording, gateway_options={"record_to": "elsewhere"})
+
+    with pytest.raises(ValueError, match=r"gateway_options \['record_to'\] are not"):
+        asyncio.run(main())
