@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from kernelgate.gateway.debug import RunDebugger
@@ -37,25 +37,12 @@ from .cells import Program
 from .channels import Channels, Message
 from .clients import claims_owner, owner_of, same_owner
 from .debugger import DebugSession
+from .replaycell import replay_body, replay_marker, run_replay_cell
 from .workbench import Plan, Workbench
 
 __all__ = ["Cell", "Executor", "error_reply"]
 
 _INTERRUPT_RETRY = 0.01
-
-# HOOK(replaydbg): replay cells (``#| replay PATH [--cell N]``) are run by
-# kernelgate/jupyter/replaycell.py, another engineer's module. Once it is on main, replace
-# these two stand-ins with
-#     from .replaycell import replay_marker, run_replay_cell
-# Until then no cell is a replay cell (the marker is a comment, the cell runs as usual).
-
-
-def replay_marker(code: str) -> Any:
-    """Stand-in for :func:`kernelgate.jupyter.replaycell.replay_marker` (see HOOK above)."""
-    return None
-
-
-run_replay_cell: Callable[..., Awaitable[RunResult]] | None = None
 
 
 def error_reply(ename: str, evalue: str) -> dict[str, Any]:
@@ -266,7 +253,8 @@ class Executor:
             if owner is None:
                 self.bench.ran(code, cell.count)
             if not silent:
-                record = run_record_output(result, plan.program.text, code)
+                # What ran: a bare replay marker ran the recording's program after it.
+                record = run_record_output(result, result.program or plan.program.text, code)
                 data = display_data_content(record["data"], record["metadata"])
                 publish("display_data", data, parent)
             self._reply(msg, idents, cell, result, plan.payload)
@@ -304,9 +292,11 @@ class Executor:
         on_output = None if silent else lambda out: self._on_output(cell, out)
         on_call = None if silent else lambda rec: self._on_call(cell, rec)
         try:
-            debug = self._debugger_for(cell, program, silent)
+            bare = plan.replay is not None and not replay_body(plan.replay, program.text).strip()
+            # A bare replay marker has no lines of the program to break in.
+            debug = None if bare else self._debugger_for(cell, program, silent)
             limits = self.limits_for(msg)
-            if plan.replay is not None and run_replay_cell is not None:
+            if plan.replay is not None:
                 return await self._run_replay(cell, plan, limits, on_output, on_call, debug)
             return await cell.gateway.run(
                 program.text, limits=limits, on_output=on_output, on_call=on_call, debug=debug
@@ -328,7 +318,7 @@ class Executor:
         debug: RunDebugger | None,
     ) -> RunResult:
         """A replay cell's run: its program against the recording's answers."""
-        assert run_replay_cell is not None and plan.program is not None
+        assert plan.program is not None
 
         def on_gateway(gateway: Gateway) -> None:
             cell.run_gateway = gateway
@@ -344,6 +334,7 @@ class Executor:
             python=cell.gateway.python,
             payload=plan.payload,
             on_gateway=on_gateway,
+            like=cell.gateway,  # the kernel's sandbox level, pool and paths
         )
 
     def _debugger_for(self, cell: Cell, program: Program, silent: bool) -> RunDebugger | None:
