@@ -10,17 +10,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["CallRecord", "ErrorInfo", "Gateway", "Limits", "RunResult"]
+__all__ = ["CallRecord", "ErrorInfo", "Gateway", "Limits", "RunDebugger", "RunResult"]
 
 _EXPORTS = {
     "Gateway": "kernelgate.gateway.gateway",
     "Limits": "kernelgate.model.limits",
+    "RunDebugger": "kernelgate.gateway.debug",
     "RunResult": "kernelgate.model.result",
     "CallRecord": "kernelgate.model.result",
     "ErrorInfo": "kernelgate.model.result",
 }
 
 if TYPE_CHECKING:
+    from kernelgate.gateway.debug import RunDebugger
     from kernelgate.gateway.gateway import Gateway
     from kernelgate.model.limits import Limits
     from kernelgate.model.result import CallRecord, ErrorInfo, RunResult

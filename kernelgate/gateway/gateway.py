@@ -14,6 +14,7 @@ from kernelgate.model.result import RunResult
 from . import describe as _describe
 from . import tools as _tools
 from .bindings import BindingRegistry
+from .debug import RunDebugger
 from .pool import WarmPool
 from .process import resolve_interpreter
 from .run import CallListener, OutputListener, Policy, Run, RunPlan
@@ -159,13 +160,16 @@ class Gateway:
         limits: Limits | None = None,
         on_output: OutputListener | None = None,
         on_call: CallListener | None = None,
+        debug: RunDebugger | None = None,
     ) -> RunResult:
         """Run ``program`` in a fresh child and return what it printed and returned.
 
         ``limits`` replaces the gateway's limits for this run. ``on_output`` and ``on_call``
-        see outputs and completed calls as they happen. Cancelling the awaiting task kills
-        the child and its process group, waits until they are gone, then raises
-        ``CancelledError``.
+        see outputs and completed calls as they happen. ``debug`` (a
+        :class:`~kernelgate.gateway.debug.RunDebugger`) runs it under the debugger: its
+        breakpoints apply, and its ``request`` steps and inspects the program while it runs.
+        Cancelling the awaiting task kills the child and its process group, waits until they
+        are gone, then raises ``CancelledError``.
 
         A program's reply is its last word: ``run`` returns as soon as it has it, and the
         child's exit, its cgroup and its run directory are seen to on this event loop
@@ -181,7 +185,13 @@ class Gateway:
         limits = self._check_run(program, limits)
         if self._support is None:
             self._support = await asyncio.to_thread(self._first_run)
-        run = Run(program, self._plan(limits, self._support), on_output=on_output, on_call=on_call)
+        run = Run(
+            program,
+            self._plan(limits, self._support),
+            on_output=on_output,
+            on_call=on_call,
+            debug=debug,
+        )
         self._runs.add(run)
         try:
             result = await run.execute()

@@ -22,9 +22,13 @@ from typing import Any
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord, RunResult
 from kernelgate.wire.connection import HOST, Connection
+from kernelgate.wire.errors import LocalProtocolError
 from kernelgate.wire.events import (
     CallRequest,
     ClearOutput,
+    DebugEvent,
+    DebugReply,
+    DebugRequest,
     DisplayData,
     ErrorOutput,
     Event,
@@ -40,6 +44,7 @@ from kernelgate.wire.messages import iso_now
 from .calls import CallDispatcher
 from .cgroups import MemoryUse, RunCgroup
 from .channel import ChildChannel
+from .debug import RunDebugger, pause_timeout
 from .outcome import (
     Ending,
     Verdict,
@@ -92,8 +97,10 @@ class Run:
         run_id: str | None = None,
         on_output: OutputListener | None = None,
         on_call: CallListener | None = None,
+        debug: RunDebugger | None = None,
     ) -> None:
         self.program = program
+        self.debug = debug
         self.plan = plan
         self.run_id = run_id or new_run_id()
         self.on_call = on_call
@@ -119,6 +126,11 @@ class Run:
         self._events_seen = 0  # frames from the child before its reply
         self._host_usage: dict[str, Any] | None = None
         self._busiest_cpu_s = 0.0  # the most CPU one process of the run had used, per /proc
+        # The wall clock: its timer, and while a debugged program is stopped at a line,
+        # the time it had left (the clock stands still while a person reads the program).
+        self._deadline: asyncio.TimerHandle | None = None
+        self._clock_left: float | None = None
+        self._pause_deadline: asyncio.TimerHandle | None = None
 
     # -- public ------------------------------------------------------------------------------
 
@@ -159,6 +171,13 @@ class Run:
             self.child.kill_all()
 
     async def execute(self) -> RunResult:
+        try:
+            return await self._execute()
+        finally:
+            if self.debug is not None:
+                self.debug.end()
+
+    async def _execute(self) -> RunResult:
         loop = self._loop = asyncio.get_running_loop()
         self._t0 = time.monotonic()
         started_at = iso_now()
@@ -175,7 +194,7 @@ class Run:
                 self.child.kill_all()
             else:
                 self._send_program(run_dir)
-                end.call_later(self.limits.wall_seconds, self._on_timeout)
+                self._deadline = end.call_later(self.limits.wall_seconds, self._on_timeout)
             result = await self._wait(loop, end, started_at)
         except GeneratorExit:  # destroyed with its loop: nothing can be awaited
             if self.finishing is None:
@@ -287,19 +306,19 @@ class Run:
         assert self._channel is not None
         limits = self.limits
         self._channel.send(OpenBindings(f"bindings-{self.run_id}", self.plan.registry.specs()))
-        self._channel.send(
-            ExecuteRequest(
-                self.program,
-                {
-                    "cwd": run_dir,
-                    "max_output_bytes": limits.max_output_bytes,
-                    "max_value_bytes": limits.max_value_bytes,
-                    "max_calls": limits.max_calls,
-                    "max_frame_bytes": limits.max_frame_bytes,
-                    "sandbox": self.sandbox.child_options(self.child.ids if self.child else None),
-                },
-            )
-        )
+        options: dict[str, Any] = {
+            "cwd": run_dir,
+            "max_output_bytes": limits.max_output_bytes,
+            "max_value_bytes": limits.max_value_bytes,
+            "max_calls": limits.max_calls,
+            "max_frame_bytes": limits.max_frame_bytes,
+            "sandbox": self.sandbox.child_options(self.child.ids if self.child else None),
+        }
+        if self.debug is not None:
+            options["debug"] = self.debug.options()
+        self._channel.send(ExecuteRequest(self.program, options))
+        if self.debug is not None:
+            self.debug.attach(self)
 
     async def _wait(
         self, loop: asyncio.AbstractEventLoop, end: Teardown, started_at: str
@@ -354,6 +373,53 @@ class Run:
                     self.verdicts.decide(verdict)
             elif type(event) is ErrorOutput:
                 self.output.error(event)
+            elif type(event) is DebugReply:
+                assert self.debug is not None  # the wire allows it only in a debugged run
+                self.debug.on_child_reply(event)
+            elif type(event) is DebugEvent:
+                assert self.debug is not None
+                self.debug.on_child_event(event)
+
+    # -- what a debugged run gives its RunDebugger -----------------------------------------
+
+    def send_debug(self, request: DebugRequest) -> None:
+        """Send a debug request to the child (raises ProtocolError when it may not be)."""
+        if self._channel is None or self.verdicts.settled:
+            raise LocalProtocolError("the run is over")
+        self._channel.send(request)
+
+    def pause_clock(self) -> None:
+        """The program stopped at a line: the wall clock stands still until it resumes."""
+        deadline = self._deadline
+        if deadline is None or self._clock_left is not None or self._loop is None:
+            return
+        self._clock_left = max(0.0, deadline.when() - self._loop.time())
+        deadline.cancel()
+        if self.debug is not None and self._end is not None:
+            # A stop is the program's word: a stopped clock has a ceiling of its own.
+            ceiling = self.debug.max_pause_seconds
+            self._pause_deadline = self._end.call_later(ceiling, self._on_pause_timeout, ceiling)
+
+    def resume_clock(self) -> None:
+        """The program runs again: the wall clock goes on with the time it had left."""
+        left = self._clock_left
+        if left is None or self._end is None or self.verdicts.settled:
+            return
+        self._clock_left = None
+        if self._pause_deadline is not None:
+            self._pause_deadline.cancel()
+            self._pause_deadline = None
+        self._deadline = self._end.call_later(left, self._on_timeout)
+
+    def _on_pause_timeout(self, seconds: float) -> None:
+        child = self.child
+        if self.verdicts.settled or child is None or self._end is None:
+            return
+        self.verdicts.decide(pause_timeout(seconds))
+        child.kill_all()
+
+    def debug_violation(self, detail: str) -> None:
+        self._protocol_violation(detail)
 
     def _on_reply(self, reply: ExecuteReply) -> None:
         refused = reply_verdict(reply, self.pooled, self._events_seen)

@@ -307,8 +307,13 @@ class Teardown:
         if self._child.pidfd < 0 and self._child.reaped_by_zygote:
             self._child.on_status(self._on_exit)
 
-    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> None:
-        self._timers.append(self._loop.call_later(delay, callback, *args))
+    def call_later(
+        self, delay: float, callback: Callable[..., Any], *args: Any
+    ) -> asyncio.TimerHandle:
+        """``loop.call_later``, cancelled when the run is released."""
+        timer = self._loop.call_later(delay, callback, *args)
+        self._timers.append(timer)
+        return timer
 
     def _on_exit(self) -> None:
         child = self._child

@@ -138,7 +138,9 @@ def test_a_call_goes_out_as_the_next_id_and_its_reply_resolves_it(pair):
     got = run_calls(pair, calls, answer)
     assert got == [{"echo": [i]} for i in range(5)]
     assert [r.call_id for r in seen] == [0, 1, 2, 3, 4]
-    assert [(r.namespace, r.name, r.args) for r in seen] == [("tools", "echo", [i]) for i in range(5)]
+    assert [(r.namespace, r.name, r.args) for r in seen] == [
+        ("tools", "echo", [i]) for i in range(5)
+    ]
     assert pair.client.pending == {}
 
 

@@ -128,7 +128,9 @@ def test_display_over_the_frame_says_so_instead():
 
     frame = FRAME_OVERHEAD + 10_000
     data, metadata = display_bundle(Big(), frame)
-    assert data == {"text/plain": f"[kernelgate: display output over max_frame_bytes={frame} not shown]"}
+    assert data == {
+        "text/plain": f"[kernelgate: display output over max_frame_bytes={frame} not shown]"
+    }
     assert metadata == {}
     small, _ = display_bundle(Big(), FRAME_OVERHEAD + 30_000)
     assert small["text/html"] == "x" * 20_000

@@ -14,6 +14,8 @@ MODULES = [
         "bootstrap",
         "client",
         "confine",
+        "debugger",
+        "debugvalues",
         "display",
         "program",
         "rehome",

@@ -236,7 +236,9 @@ def test_a_namespace_lists_its_bindings_and_refuses_what_it_lacks():
     assert "add" in t and "nope" not in t
     assert list(t) == dir(t) == ["add", "echo", "search"]
     assert repr(t) == "<namespace tools: add, echo, search>"
-    with pytest.raises(AttributeError, match="tools has no binding 'nope'; it has: add, echo, search"):
+    with pytest.raises(
+        AttributeError, match="tools has no binding 'nope'; it has: add, echo, search"
+    ):
         t.nope  # noqa: B018
     with pytest.raises(KeyError, match="tools has no binding 'nope'"):
         t["nope"]

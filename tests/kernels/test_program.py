@@ -121,11 +121,7 @@ def test_comprehension_variables_stay_local_but_walrus_escapes():
 
 
 def test_match_captures_are_globals():
-    _, g = run(
-        "match {'k': [1, 2, 3]}:\n"
-        "    case {'k': [first, *rest], **others}:\n"
-        "        pass\n"
-    )
+    _, g = run("match {'k': [1, 2, 3]}:\n    case {'k': [first, *rest], **others}:\n        pass\n")
     assert g["first"] == 1 and g["rest"] == [2, 3] and g["others"] == {}
 
 
@@ -155,7 +151,15 @@ def test_the_code_object_is_named_module():
         ("a = 1\nnonlocal a", None, "nonlocal declaration not allowed at module level"),
         ("def f():\n    await g()", 2, "'await' outside async function"),
     ],
-    ids=["unclosed", "missing-colon", "yield-last", "yield", "yield-from", "nonlocal", "await-in-def"],
+    ids=[
+        "unclosed",
+        "missing-colon",
+        "yield-last",
+        "yield",
+        "yield-from",
+        "nonlocal",
+        "await-in-def",
+    ],
 )
 def test_syntax_errors_name_the_program_s_own_line(source, line, text):
     with pytest.raises(SyntaxError) as info:
@@ -255,10 +259,7 @@ def test_long_tracebacks_and_chains_are_cut_with_one_marker():
 
 def test_an_exception_whose_str_fails_is_still_reported():
     exc = failure(
-        "class E(Exception):\n"
-        "    def __str__(self):\n"
-        "        raise RuntimeError('no')\n"
-        "raise E()"
+        "class E(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\nraise E()"
     )
     ename, evalue, tb = format_exception(exc)
     assert ename == "E"

@@ -31,15 +31,15 @@ from kernelgate.wire import (
     CallRequest,
     ClearOutput,
     Connection,
+    DebugEvent,
+    DebugReply,
+    DebugRequest,
     DisplayData,
     ErrorOutput,
     ExecuteReply,
     ExecuteRequest,
     ExecuteResult,
     LocalProtocolError,
-    DebugEvent,
-    DebugReply,
-    DebugRequest,
     OpenBindings,
     RemoteProtocolError,
     Stream,
@@ -109,7 +109,7 @@ def table_markdown(role: str) -> str:
     """The table of ``role`` as docs/protocol.md shows it."""
     table = TRANSITIONS[role]
     other = CHILD if role == HOST else HOST
-    own = [e for e in (HOST_EVENTS if role == HOST else CHILD_EVENTS)]
+    own = [*HOST_EVENTS, DebugRequest] if role == HOST else [*CHILD_EVENTS, DebugReply, DebugEvent]
     seen = [
         e
         for e in (CHILD_EVENTS if role == HOST else HOST_EVENTS)

@@ -72,6 +72,8 @@ class CallClient:
         self.streams: tuple[OutputStream, ...] = ()
         self.calls = 0
         self.max_calls = 10_000
+        # A debugged run: a reader thread owns fd 3 (.debugchannel), no loop watches it.
+        self.reader = False
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -229,6 +231,8 @@ class CallClient:
 
     def _watch(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any]) -> None:
         """Let a loop of another thread read fd 3 while it waits for ``fut``."""
+        if self.reader:
+            return  # the reader thread hands the reply to ``loop``
         watching = self._watching
         count = watching.get(loop, 0)
         if count == 0:

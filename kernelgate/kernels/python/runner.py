@@ -174,12 +174,26 @@ class Child:
             # e.g. source with NUL bytes, or nesting too deep for the parser
             reporter.finish_exception(exc, saved_builtins)
             return
-        main = bind_globals(fn, self.make_globals())
+        g = self.make_globals()
+        main = bind_globals(fn, g)
         loop = self.loop or asyncio.new_event_loop()
         self.loop = loop
         asyncio.set_event_loop(loop)
         loop.time = _monotonic  # type: ignore[method-assign]  # the program may rebind time.monotonic
-        loop.add_reader(self.client.fd, self.client.on_readable)
+        debugger = None
+        if "debug" in request.options:
+            try:
+                debugger = self._debugger(request, fn, g, saved_builtins)
+            except Exception as exc:
+                reporter.fail(
+                    "exception",
+                    "DebuggerUnavailable",
+                    f"the debugger could not start: {safe_str(exc, 2000)} (it needs one "
+                    "thread: is max_processes too low?)",
+                )
+                return
+        else:
+            loop.add_reader(self.client.fd, self.client.on_readable)
 
         restore = restore_builtins
         exc_info = sys.exc_info
@@ -193,20 +207,55 @@ class Child:
                 outcome = True, await main()
             except:  # noqa: E722 - the program's failure is the result
                 outcome = False, exc_info()[1]
+                if debugger is not None:
+                    debugger.uncaught(outcome[1])
             restore(saved_builtins)
             return outcome
 
+        if debugger is not None:
+            debugger.trace()
         try:
             ok, outcome = loop.run_until_complete(runner())
         except:  # noqa: E722 - SystemExit or KeyboardInterrupt from a task
             ok, outcome = False, exc_info()[1]
             restore(saved_builtins)
+        if debugger is not None:
+            debugger.untrace()
         if not ok and type(outcome) is SystemExit and outcome.code in (None, 0):
             ok, outcome = True, None
         if ok:
             reporter.finish_value(outcome, saved_builtins)
         else:
             reporter.finish_exception(outcome, saved_builtins)
+
+    def _debugger(
+        self, request: ExecuteRequest, fn: Any, g: dict[str, Any], saved_builtins: dict[str, Any]
+    ) -> Any:
+        """A debugged run: the debugger, and a reader thread owning fd 3. Imported here,
+        only now: an undebugged run never loads it."""
+        saved = sys.dont_write_bytecode
+        sys.dont_write_bytecode = True  # no __pycache__ written outside the run
+        try:
+            from .debugchannel import start_reader
+            from .debugger import Debugger
+        finally:
+            sys.dont_write_bytecode = saved
+
+        injected = {
+            name: g[name]
+            for name in ("ToolError", "display", "update_display", "clear_output", "help")
+        }
+        debugger = Debugger(
+            self.client,
+            fn.__code__,
+            g,
+            injected,
+            request.options["debug"],
+            self.max_frame_bytes,
+            saved_builtins,
+        )
+        start_reader(self.client, debugger)
+        return debugger
 
 
 class DisplayHandle:

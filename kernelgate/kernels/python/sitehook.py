@@ -34,6 +34,7 @@ from kernelgate.model.site import SiteState
 
 __all__ = ["SiteOnDemand", "adopt", "install"]
 
+
 def adopt(argv: list[str]) -> None:
     """In a child started without ``site``: take what the host's probe says ``site`` makes
     (``argv[2]`` of the loader). Does nothing in a child started with ``site``."""

@@ -1,0 +1,868 @@
+"""The debugger inside a debugged run's child: a tracer speaking a subset of the Debug Adapter
+Protocol in PROGRAM coordinates (source path ``"<program>"``, the program's own lines).
+
+Imported only when the run's ``execute_request`` has ``options["debug"]``: an undebugged run
+neither imports nor runs any of it. Stdlib only; no file, no socket, no syscall the sandbox
+denies (one thread, :mod:`.debugchannel`, and SIGALRM timers while a stopped request runs
+the program's reprs).
+
+How it runs:
+
+- ``sys.settrace`` on the program's main thread (other threads run untraced; threadId is
+  always 1). Only frames whose code comes from ``"<program>"`` are traced, shown or stepped
+  into: kernelgate's, asyncio's and the standard library's never are. A program frame is
+  traced only while something could stop in it (breakpoints, a step, a pause), so a run with
+  no breakpoint costs one check per function call.
+- When the main thread stops (breakpoint, step, pause, exception, entry) it sends a
+  ``stopped`` event and serves the requests the reader thread queues for it, until a resume
+  (``continue``, ``next``, ``stepIn``, ``stepOut``). While the program runs, the reader
+  thread answers ``pause``, ``setBreakpoints``, ``setExceptionBreakpoints`` and ``threads``
+  itself, and refuses the rest ("the program is running; pause it first").
+- Stepping over ``await tools.x(...)`` stops at the next line of the same coroutine frame: a
+  coroutine that suspends has not returned (its frame is the same when it resumes), and the
+  event loop runs the real call meanwhile.
+
+The program may call ``sys.settrace`` itself: in a debugged run that call is ignored, with
+one line on stderr saying so (the debugger needs the trace). It may rebind builtins: this
+module uses its own snapshot of them, and while the program is stopped the builtins it
+started with are in force (its own come back when it resumes, and for ``evaluate``).
+
+>>> RUNNING
+'the program is running; pause it first'
+"""
+
+# long: the tracer's events, stops and the requests served while stopped share the stop's
+# state (its frames, references, deadline): kept in one class, values in .debugvalues.
+
+from __future__ import annotations
+
+import _thread
+import ast
+import bisect
+import builtins
+import opcode
+import os
+import queue
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+from kernelgate.model.constants import FRAME_OVERHEAD
+from kernelgate.model.text import cap_text
+from kernelgate.wire.events import DebugEvent, DebugReply, DebugRequest
+from kernelgate.wire.values import dumps
+
+from .client import CallClient
+from .debugvalues import (
+    Deadline,
+    DeadlineExpired,
+    References,
+    bounded_repr,
+    children,
+    fit_page,
+    listing,
+    program_globals,
+    type_label,
+)
+from .display import display_bundle
+from .program import FILENAME
+from .report import restore_builtins
+
+__builtins__ = dict(builtins.__dict__)  # type: ignore[assignment]  # see .debugvalues
+
+__all__ = ["Debugger", "RUNNING", "REQUEST_SECONDS", "EVALUATE_SECONDS"]
+
+#: The reply to a request that needs a stopped program, while it runs.
+RUNNING = "the program is running; pause it first"
+#: Time for one request served while stopped (the program's reprs run in it).
+REQUEST_SECONDS = 5.0
+#: Time for one ``evaluate`` (the expression is the program's code too).
+EVALUATE_SECONDS = 10.0
+
+_CONTINUE, _STEP_IN, _STEP_OVER, _STEP_OUT, _ANY_LINE = range(5)
+_CO_COROUTINE, _CO_ITERABLE_COROUTINE, _CO_ASYNC_GENERATOR = 0x80, 0x100, 0x200
+_SUSPENDS = _CO_COROUTINE | _CO_ITERABLE_COROUTINE | _CO_ASYNC_GENERATOR
+#: Where a coroutine's frame is when its ``return`` event is a suspension (an ``await`` or
+#: a ``yield``): 3.10 LOAD_CONST (before YIELD_FROM), 3.11/3.12 YIELD_VALUE, 3.13 RESUME. A
+#: real return is at a RETURN_* instruction (or unwinds an exception, tracked apart).
+_SUSPEND_OPS = frozenset({"YIELD_VALUE", "YIELD_FROM", "LOAD_CONST", "RESUME"})
+#: Exceptions that are the machinery of generators and awaits, not the program's errors.
+_MECHANICS = (StopIteration, StopAsyncIteration, GeneratorExit)
+_ALLOW_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_RESUMES = {"continue": _CONTINUE, "next": _STEP_OVER, "stepIn": _STEP_IN, "stepOut": _STEP_OUT}
+_EXCEPTION_FILTERS = frozenset({"raised", "uncaught"})
+
+_settrace = sys.settrace
+_gettrace = sys.gettrace
+_getpid = os.getpid
+_register_at_fork = os.register_at_fork
+_BUILTINS = builtins.__dict__
+_current_frames = sys._current_frames
+_get_ident = _thread.get_ident
+_Empty = queue.Empty
+_SimpleQueue = queue.SimpleQueue
+_bisect_left = bisect.bisect_left
+_OPNAME = list(opcode.opname)
+
+
+class _Breakpoint:
+    __slots__ = ("id", "line", "condition", "code")
+
+    def __init__(self, bp_id: int, line: int, condition: str | None, code: Any) -> None:
+        self.id = bp_id
+        self.line = line
+        self.condition = condition
+        self.code = code
+
+
+class Debugger:
+    """The debugger of one run (the main thread is the program's).
+
+    ``client``: fd 3; ``main_code``: the program's code (its frame is ``<module>``);
+    ``globals_``: the program's globals; ``injected``: the names kernelgate put in them;
+    ``options``: ``options["debug"]`` of the request; ``max_frame_bytes``: the run's.
+    """
+
+    def __init__(
+        self,
+        client: CallClient,
+        main_code: types.CodeType,
+        globals_: dict[str, Any],
+        injected: dict[str, Any],
+        options: Any,
+        max_frame_bytes: int,
+        original_builtins: dict[str, Any],
+    ) -> None:
+        self.client = client
+        # The builtins before the program ran: in force while the program is stopped (the
+        # wire's encoder uses isinstance; the program may have rebound it), the program's
+        # own only for what runs as the program (evaluate).
+        self.original_builtins = original_builtins
+        self._program_builtins: dict[str, Any] = original_builtins
+        self.main_code = main_code
+        self.globals = globals_
+        self.injected = injected
+        self.budget = max(max_frame_bytes - FRAME_OVERHEAD, 1024)
+        self.main_ident = _get_ident()
+        self.lines = _code_lines(main_code)
+        self.breaks: dict[int, list[_Breakpoint]] = {}
+        self.exception_filters: frozenset[str] = frozenset()
+        self.mode = _CONTINUE
+        self.step_frame: types.FrameType | None = None
+        self.pausing = False
+        self.entry = False
+        self.unwinding: types.FrameType | None = None  # the last frame a real exception hit
+        self.finished = False
+        self.tracing = False
+        self.pid = _getpid()
+        self._next_bp = 1
+        self._ops: dict[types.CodeType, bytes] = {}
+        # The stop: set by the main thread, read by the reader thread under ``lock``.
+        self.lock = _thread.allocate_lock()
+        self.stopped = False
+        self.requests: queue.SimpleQueue[DebugRequest] = _SimpleQueue()
+        self.frames: list[tuple[int, types.FrameType, int]] = []  # (id, frame, line)
+        self._frame_ids: dict[int, tuple[types.FrameType, int]] = {}
+        self._next_frame = 1
+        self._locals: dict[int, Any] = {}
+        self.refs = References()
+        self.deadline = Deadline()
+        self._warned_settrace = False
+        self._stderr = client.streams[1] if len(client.streams) > 1 else None
+        self._saved_hooks: tuple[Any, Any] = (sys.settrace, sys.breakpointhook)
+        opts = options if type(options) is dict else {}
+        self.breaks = self._parse_breakpoints(opts.get("breakpoints"))[0]
+        self.entry = opts.get("stopOnEntry") is True
+
+    # -- installing ------------------------------------------------------------------------
+
+    def trace(self) -> None:
+        """Trace the main thread from now on (call just before the program starts)."""
+        self.tracing = True
+        self.pid = _getpid()
+        _register_at_fork(after_in_child=self._forked)
+        self._saved_hooks = sys.settrace, sys.breakpointhook
+        sys.settrace = self._refuse_settrace
+        sys.breakpointhook = self._breakpointhook
+        _settrace(self._on_call)
+
+    def retrace(self) -> None:
+        """On the main thread (a loop callback): trace again if CPython dropped the trace
+        function (it does when one raises, e.g. a program recursing to the limit makes the
+        call into it fail)."""
+        if self.tracing and _gettrace() is None:
+            _settrace(self._on_call)
+
+    def retrace_soon(self) -> None:
+        """From the reader thread: :meth:`retrace` when the program's loop next runs."""
+        loop = self.client.loop
+        if loop is not None and self.tracing:
+            try:
+                loop.call_soon_threadsafe(self.retrace)
+            except RuntimeError:
+                pass  # the loop is closed: the program is over
+
+    def _forked(self) -> None:
+        """The program forked: the new process has no reader thread and must never stop
+        (nobody could resume it) nor speak for the program on the fd 3 it shares."""
+        self.tracing = False
+        self.breaks = {}
+        self.mode = _CONTINUE
+        self.pausing = self.entry = False
+        self.exception_filters = frozenset()
+        _settrace(None)
+
+    def untrace(self) -> None:
+        """The program is over: no more tracing, and requests say so."""
+        _settrace(None)
+        self.tracing = False
+        with self.lock:
+            self.finished = True
+        sys.settrace, sys.breakpointhook = self._saved_hooks
+
+    def _refuse_settrace(self, function: Any) -> None:
+        if self._warned_settrace:
+            return
+        self._warned_settrace = True
+        try:
+            if self._stderr is not None:
+                self._stderr.write(
+                    "kernelgate: sys.settrace() is ignored in a debugged run (the debugger "
+                    "traces this program)\n"
+                )
+        except BaseException:
+            pass
+
+    def _breakpointhook(self, *_args: Any, **_kwargs: Any) -> None:
+        """``breakpoint()`` in the program: stop at its next line."""
+        self.pausing = True
+        self._trace_running_frames()
+
+    # -- the tracer (main thread) ----------------------------------------------------------
+
+    def _on_call(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        try:
+            if frame.f_code.co_filename != FILENAME:
+                return None
+            if self.breaks or self.mode or self.pausing or self.entry or self.exception_filters:
+                return self._on_event
+        except RecursionError:
+            pass
+        return None
+
+    def _on_event(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        # A program that recurses to the limit may hit it in here: this trace call must
+        # not end the tracing (CPython drops a trace function that raises).
+        try:
+            if not self.tracing:
+                return None
+            if event == "line":
+                if frame is self.unwinding:
+                    self.unwinding = None
+                if self.pausing:
+                    self._stop(frame, "pause", "Paused")
+                elif self.entry:
+                    self.entry = False
+                    self._stop(frame, "entry", "Paused on entry")
+                else:
+                    bps = self.breaks.get(frame.f_lineno)
+                    hit = self._hits(bps, frame) if bps else None
+                    if hit:
+                        self._stop(frame, "breakpoint", "Paused on breakpoint", hit_ids=hit)
+                    else:
+                        mode = self.mode
+                        if (
+                            mode == _STEP_IN
+                            or mode == _ANY_LINE
+                            or (mode == _STEP_OVER and frame is self.step_frame)
+                        ):
+                            self._stop(frame, "step", "Paused after a step")
+                return self._on_event
+            if event == "return":
+                if frame is self.step_frame and self._returns(frame):
+                    # Stepped out of this frame: stop in its caller, at the line of the call
+                    # (as the caller is, mid-line); with no program caller (a task's coroutine,
+                    # the program's end), at the next program line anywhere.
+                    self.step_frame = None
+                    caller = self._program_caller(frame)
+                    if caller is not None:
+                        self._stop(caller, "step", "Paused after a step")
+                    else:
+                        self.mode = _ANY_LINE
+                return self._on_event
+            if event == "exception":
+                exc = arg[1]
+                if not isinstance(exc, _MECHANICS):
+                    self.unwinding = frame
+                    tb = arg[2]
+                    if "raised" in self.exception_filters and (tb is None or tb.tb_next is None):
+                        self._stop(frame, "exception", "Paused on exception", text=_exc_text(exc))
+                return self._on_event
+            return self._on_event
+        except RecursionError:
+            return self._on_event
+
+    def _returns(self, frame: types.FrameType) -> bool:
+        """The frame is done (not merely suspended at an ``await``/``yield``)."""
+        code = frame.f_code
+        if not code.co_flags & _SUSPENDS or frame is self.unwinding:
+            return True
+        ops = self._ops.get(code)
+        if ops is None:
+            ops = self._ops[code] = code.co_code
+        at = frame.f_lasti
+        return not (0 <= at < len(ops) and _OPNAME[ops[at]] in _SUSPEND_OPS)
+
+    def _hits(self, bps: list[_Breakpoint], frame: types.FrameType) -> list[int]:
+        hit = []
+        for bp in bps:
+            if bp.code is not None:
+                try:
+                    if not eval(bp.code, frame.f_globals, frame.f_locals):
+                        continue
+                except BaseException:
+                    pass  # a condition that fails stops, as in pdb: the user sees why
+            hit.append(bp.id)
+        return hit
+
+    def _program_caller(self, frame: types.FrameType) -> types.FrameType | None:
+        caller = frame.f_back
+        while caller is not None:
+            if caller.f_code.co_filename == FILENAME:
+                return caller
+            caller = caller.f_back
+        return None
+
+    def _trace_running_frames(self) -> None:
+        """Trace the main thread's program frames now running (from any thread): frames
+        entered while nothing could stop in them are not traced yet."""
+        frame = _current_frames().get(self.main_ident)
+        while frame is not None:
+            if frame.f_code.co_filename == FILENAME:
+                frame.f_trace_lines = True
+                frame.f_trace = self._on_event
+            frame = frame.f_back
+
+    # -- stopping --------------------------------------------------------------------------
+
+    def _stop(
+        self,
+        frame: types.FrameType,
+        reason: str,
+        description: str,
+        text: str | None = None,
+        hit_ids: list[int] | None = None,
+        stack: list[tuple[types.FrameType, int]] | None = None,
+    ) -> None:
+        """Stop the main thread here: say so, serve requests until one resumes."""
+        if _get_ident() != self.main_ident or _getpid() != self.pid:
+            # A program frame resumed in another thread (which the program traces), or in
+            # a forked process (subprocess forks run no at-fork hook).
+            return
+        client = self.client
+        if client._writing and client._wlock._is_owned():  # type: ignore[attr-defined]
+            # A signal handler of the program's runs in the middle of a frame this thread
+            # is writing: the event could not leave until it is done. Stop later.
+            self.pausing = True
+            return
+        self.pausing = False
+        self.entry = False
+        self.mode = _CONTINUE
+        self.step_frame = None
+        if stack is None:
+            stack = []
+            f: types.FrameType | None = frame
+            while f is not None:
+                if f.f_code.co_filename == FILENAME:
+                    stack.append((f, f.f_lineno))
+                    f.f_trace = self._on_event  # stepping may return into it
+                f = f.f_back
+        for f, line in stack:
+            fid = self._next_frame
+            self._next_frame += 1
+            self.frames.append((fid, f, line))
+            self._frame_ids[fid] = (f, line)
+        body: dict[str, Any] = {
+            "reason": reason,
+            "threadId": 1,
+            "allThreadsStopped": True,
+            "description": description,
+        }
+        if text is not None:
+            body["text"] = text
+        if hit_ids:
+            body["hitBreakpointIds"] = hit_ids
+        self._program_builtins = dict(_BUILTINS)
+        restore_builtins(self.original_builtins)
+        try:
+            with self.lock:
+                self.stopped = True
+            self._send(DebugEvent("stopped", body))
+            try:
+                self._serve()
+            finally:
+                self._resume()
+        finally:
+            restore_builtins(self._program_builtins)
+
+    def _as_program(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` with the program's builtins (and the rest of the request's time)."""
+        restore_builtins(self._program_builtins)
+        try:
+            return self.deadline.run(fn, *args, per_call=EVALUATE_SECONDS)
+        finally:
+            self._program_builtins = dict(_BUILTINS)
+            restore_builtins(self.original_builtins)
+
+    def _serve(self) -> None:
+        get = self.requests.get
+        while True:
+            request = get()
+            if self._answer_stopped(request):
+                return
+
+    def _resume(self) -> None:
+        """Drop the stop's state; answer what was queued as the running program would."""
+        with self.lock:
+            self.stopped = False
+            self.frames = []
+            self._frame_ids.clear()
+            self._locals.clear()
+            self.refs.clear()
+            while True:
+                try:
+                    request = self.requests.get_nowait()
+                except _Empty:
+                    break
+                self._answer_running(request)
+
+    def uncaught(self, exc: BaseException) -> None:
+        """The program ends with ``exc``: with the "uncaught" filter, stop where it was
+        raised (the frames are those of its traceback) before it is reported."""
+        if "uncaught" not in self.exception_filters or isinstance(exc, (SystemExit, GeneratorExit)):
+            return
+        _settrace(None)  # the program is over: what runs while stopped must not trace
+        self.tracing = False
+        stack = []
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == FILENAME:
+                stack.append((tb.tb_frame, tb.tb_lineno))
+            tb = tb.tb_next
+        if not stack:
+            return
+        stack.reverse()
+        self._stop(
+            stack[0][0],
+            "exception",
+            "Paused on an uncaught exception",
+            text=_exc_text(exc),
+            stack=stack,
+        )
+
+    # -- requests --------------------------------------------------------------------------
+
+    def on_request(self, request: DebugRequest) -> None:
+        """A request from the host (the reader thread): queued for the stopped main thread,
+        or answered here while the program runs."""
+        with self.lock:
+            if self.stopped:
+                self.requests.put(request)
+                return
+            self._answer_running(request)
+
+    def _answer_running(self, request: DebugRequest) -> None:
+        """Answer while the program runs (the caller holds ``lock``)."""
+        command = request.command
+        if command == "threads":
+            self._reply(request, True, {"threads": [{"id": 1, "name": "MainThread"}]})
+        elif command == "setBreakpoints":
+            self._set_breakpoints(request)
+            if not self.finished:
+                self._trace_running_frames()
+                self.retrace_soon()
+        elif command == "setExceptionBreakpoints":
+            self._set_exception_filters(request)
+        elif command == "pause":
+            if self.finished:
+                self._reply(request, False, message="the program has finished")
+                return
+            self._reply(request, True)
+            # After the reply: the stopped event cannot overtake it (it waits for lock).
+            self.pausing = True
+            self._trace_running_frames()
+            self.retrace_soon()
+        elif command in _NEEDS_STOP:
+            message = "the program has finished" if self.finished else RUNNING
+            self._reply(request, False, message=message)
+        else:
+            self._reply(request, False, message=_unhandled(command))
+
+    def _answer_stopped(self, request: DebugRequest) -> bool:
+        """Answer on the stopped main thread; True when the request resumes the program."""
+        command = request.command
+        args = request.arguments
+        mode = _RESUMES.get(command)
+        if mode is not None:
+            self._resume_with(request, mode)
+            return True
+        if command == "threads":
+            self._reply(request, True, {"threads": [{"id": 1, "name": "MainThread"}]})
+        elif command == "setBreakpoints":
+            self._set_breakpoints(request)
+        elif command == "setExceptionBreakpoints":
+            self._set_exception_filters(request)
+        elif command == "pause":
+            self._reply(request, True)  # already stopped
+        elif command in _STOPPED_ONLY:
+            handler = _STOPPED_ONLY[command]
+            seconds = EVALUATE_SECONDS if command == "evaluate" else REQUEST_SECONDS
+            self.deadline.start(seconds)
+            try:
+                ok, body, message = handler(self, args)
+            except DeadlineExpired:
+                ok, body, message = False, {}, f"{command} ran out of time ({seconds:g} s)"
+            except BaseException as exc:
+                ok, body, message = False, {}, f"{command} failed: {_exc_text(exc)}"
+            finally:
+                self.deadline.stop()
+            self._reply(request, ok, body, message)
+        else:
+            self._reply(request, False, message=_unhandled(command))
+        return False
+
+    def _resume_with(self, request: DebugRequest, mode: int) -> None:
+        top = self.frames[0][1] if self.frames else None
+        if not self.tracing:  # after the program (an uncaught exception): it just ends
+            mode = _CONTINUE
+        if mode == _CONTINUE:
+            self._reply(request, True, {"allThreadsContinued": True})
+            return
+        self.mode = mode
+        self.step_frame = top
+        self._reply(request, True)
+
+    def _reply(
+        self,
+        request: DebugRequest,
+        success: bool,
+        body: dict[str, Any] | None = None,
+        message: str = "",
+    ) -> None:
+        """Answer ``request`` once, always within max_frame_bytes."""
+        body = body if body is not None else {}
+        try:
+            size = len(dumps(body).encode("utf-8"))
+        except BaseException as exc:
+            success, body, size = False, {}, 2
+            message = f"the reply could not be encoded: {_exc_text(exc)}"
+        if size > self.budget:
+            success, body = False, {}
+            message = (
+                f"the {request.command} reply would be {size} bytes, over the run's "
+                f"max_frame_bytes; ask for less (variables: a smaller count)"
+            )
+        self._send(DebugReply(request.seq, request.command, success, body, cap_text(message, 4000)))
+
+    def _send(self, event: Any) -> None:
+        try:
+            self.client.send(event)
+        except BaseException:
+            pass  # the run is over (its reply went out): nobody waits for this
+
+    # -- breakpoints -----------------------------------------------------------------------
+
+    def _parse_breakpoints(self, given: Any) -> tuple[dict[int, list[_Breakpoint]], list[Any]]:
+        breaks: dict[int, list[_Breakpoint]] = {}
+        out: list[dict[str, Any]] = []
+        for bp in given if type(given) is list else []:
+            if type(bp) is int:
+                bp = {"line": bp}
+            line = bp.get("line") if type(bp) is dict else None
+            if type(line) is not int or line < 1:
+                out.append(
+                    {
+                        "verified": False,
+                        "message": f"a breakpoint needs a line number, "
+                        f"got {bounded_repr(line, 80)}",
+                    }
+                )
+                continue
+            condition = bp.get("condition")
+            if bp.get("logMessage") is not None:
+                out.append(
+                    {
+                        "verified": False,
+                        "line": line,
+                        "message": "log points are not supported by kernelgate's debugger",
+                    }
+                )
+                continue
+            code = None
+            if condition is not None and condition != "":
+                if type(condition) is not str:
+                    out.append(
+                        {"verified": False, "line": line, "message": "a condition must be a string"}
+                    )
+                    continue
+                try:
+                    code = compile(condition, "<condition>", "eval", dont_inherit=True)
+                except (SyntaxError, ValueError) as exc:
+                    out.append(
+                        {
+                            "verified": False,
+                            "line": line,
+                            "message": f"the condition does not compile: {_exc_text(exc)}",
+                        }
+                    )
+                    continue
+            at = _next_line(self.lines, line)
+            if at is None:
+                out.append(
+                    {
+                        "verified": False,
+                        "line": line,
+                        "message": f"line {line} has no code the program runs",
+                    }
+                )
+                continue
+            b = _Breakpoint(self._next_bp, at, condition if code is not None else None, code)
+            self._next_bp += 1
+            breaks.setdefault(at, []).append(b)
+            out.append({"verified": True, "line": at, "id": b.id})
+        return breaks, out
+
+    def _set_breakpoints(self, request: DebugRequest) -> None:
+        args = request.arguments
+        source = args.get("source")
+        path = source.get("path") if type(source) is dict else None
+        given = args.get("breakpoints")
+        if given is None and type(args.get("lines")) is list:
+            given = [{"line": line} for line in args["lines"]]
+        if path != FILENAME:
+            n = len(given) if type(given) is list else 0
+            message = f"kernelgate's child knows only {FILENAME!r}, not {bounded_repr(path, 200)}"
+            self._reply(
+                request, True, {"breakpoints": [{"verified": False, "message": message}] * n}
+            )
+            return
+        breaks, out = self._parse_breakpoints(given)
+        self.breaks = breaks  # one assignment: the tracer sees the old set or the new
+        self._reply(request, True, {"breakpoints": out})
+
+    def _set_exception_filters(self, request: DebugRequest) -> None:
+        filters = request.arguments.get("filters")
+        if type(filters) is not list:
+            filters = []
+        self.exception_filters = frozenset(f for f in filters if f in _EXCEPTION_FILTERS)
+        if self.exception_filters and not self.finished:
+            self._trace_running_frames()
+        self._reply(request, True, {})
+
+    # -- what a stop shows (main thread, stopped) ------------------------------------------
+
+    def _frame(
+        self, args: dict[str, Any], key: str = "frameId"
+    ) -> tuple[types.FrameType, int, int]:
+        fid = args.get(key)
+        if fid is None and self.frames:
+            fid = self.frames[0][0]
+        got = self._frame_ids.get(fid) if type(fid) is int else None
+        if got is None:
+            raise _Refused(
+                f"frame {bounded_repr(fid, 40)} is not a frame of this stop (frame ids are "
+                "valid only until the program resumes)"
+            )
+        return got[0], got[1], fid  # type: ignore[return-value]
+
+    def _namespaces(self, frame: types.FrameType, fid: int) -> tuple[dict[str, Any], Any]:
+        """The frame's globals and locals, the same locals object for the whole stop (so an
+        assignment made by evaluate is what a later request sees)."""
+        if frame.f_code is self.main_code:
+            return frame.f_globals, frame.f_globals
+        loc = self._locals.get(fid)
+        if loc is None:
+            loc = self._locals[fid] = frame.f_locals
+        return frame.f_globals, loc
+
+    def stack_trace(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
+        start = args.get("startFrame") or 0
+        levels = args.get("levels") or 0
+        if type(start) is not int or type(levels) is not int or start < 0 or levels < 0:
+            return False, {}, "startFrame and levels must be integers from 0"
+        chosen = self.frames[start : start + levels] if levels else self.frames[start:]
+        frames = []
+        room = self.budget - 1024
+        for fid, f, line in chosen:
+            entry = {
+                "id": fid,
+                "name": "<module>"
+                if f.f_code is self.main_code
+                else cap_text(f.f_code.co_name, 200),
+                "line": line,
+                "column": 1,
+                "source": {"path": FILENAME, "name": FILENAME},
+            }
+            room -= len(dumps(entry).encode("utf-8")) + 1
+            if room < 0:
+                break  # a deep stack: the innermost frames that fit (totalFrames says all)
+            frames.append(entry)
+        return True, {"stackFrames": frames, "totalFrames": len(self.frames)}, ""
+
+    def scopes(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
+        frame, _line, fid = self._frame(args)
+        g, loc = self._namespaces(frame, fid)
+        glob = listing(program_globals(g, self.injected))
+        if loc is g:
+            local = glob
+        else:
+            local = listing([(str(k), v, str(k)) for k, v in list(dict(loc).items())])
+        scopes = [
+            {"name": "Locals", "variablesReference": self.refs.add(local), "expensive": False},
+            {"name": "Globals", "variablesReference": self.refs.add(glob), "expensive": False},
+        ]
+        return True, {"scopes": scopes}, ""
+
+    def variables(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
+        ref = args.get("variablesReference")
+        kids = self.refs.get(ref)
+        if kids is None:
+            return (
+                False,
+                {},
+                (
+                    f"variablesReference {bounded_repr(ref, 40)} is not one of this stop (they are "
+                    "valid only until the program resumes)"
+                ),
+            )
+        start, count = args.get("start") or 0, args.get("count") or 0
+        if type(start) is not int or type(count) is not int or start < 0 or count < 0:
+            return False, {}, "start and count must be integers from 0"
+        page = fit_page(kids, start, count, self.budget - 1024, self.refs, self.deadline)
+        return True, {"variables": page}, ""
+
+    def evaluate(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
+        expression = args.get("expression")
+        if type(expression) is not str:
+            return False, {}, "evaluate needs an expression (a string)"
+        frame, _line, fid = self._frame(args)
+        g, loc = self._namespaces(frame, fid)
+        try:
+            code = compile(expression, "<debug>", "eval", _ALLOW_AWAIT, dont_inherit=True)
+        except SyntaxError:
+            try:
+                code = compile(expression, "<debug>", "exec", _ALLOW_AWAIT, dont_inherit=True)
+            except (SyntaxError, ValueError) as exc:
+                return False, {}, _exc_text(exc)
+        except ValueError as exc:
+            return False, {}, _exc_text(exc)
+        if code.co_flags & _CO_COROUTINE:
+            return (
+                False,
+                {},
+                (
+                    "`await` cannot run while the program is stopped: its event loop is stopped "
+                    "with it. Step over the line that awaits instead (next), or evaluate "
+                    "without await"
+                ),
+            )
+        try:
+            value = self._as_program(eval, code, g, loc)
+        except DeadlineExpired:
+            raise
+        except BaseException as exc:
+            return False, {}, _exc_text(exc)
+        kids = children(value, expression if len(expression) <= 1000 else None)
+        return (
+            True,
+            {
+                "result": bounded_repr(value, 1000, self.deadline),
+                "type": type_label(value),
+                "variablesReference": self.refs.add(kids),
+            },
+            "",
+        )
+
+    def rich_inspect(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
+        name = args.get("variableName")
+        if type(name) is not str or not name.isidentifier():
+            return False, {}, "richInspectVariables needs a variableName (a name)"
+        frame, _line, fid = self._frame(args)
+        g, loc = self._namespaces(frame, fid)
+        missing = object()
+        value = loc.get(name, missing) if hasattr(loc, "get") else missing
+        if value is missing:
+            value = g.get(name, missing)
+        if value is missing:
+            return False, {}, f"no variable {name!r} in this frame"
+        data, metadata = self.deadline.run(display_bundle, value, self.budget - 1024, per_call=3.0)
+        return True, {"data": data, "metadata": metadata}, ""
+
+    def inspect_variables(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
+        glob = listing(program_globals(self.globals, self.injected))
+        page = fit_page(glob, 0, 0, self.budget - 1024, self.refs, self.deadline)
+        return True, {"variables": page}, ""
+
+
+class _Refused(Exception):
+    """A request that cannot be answered: its message is the reply's."""
+
+
+def _guard(
+    method: Callable[[Debugger, dict[str, Any]], tuple[bool, dict[str, Any], str]],
+) -> Callable[[Debugger, dict[str, Any]], tuple[bool, dict[str, Any], str]]:
+    def run(self: Debugger, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
+        try:
+            return method(self, args)
+        except _Refused as exc:
+            return False, {}, str(exc)
+
+    return run
+
+
+#: Requests only a stopped program answers.
+_STOPPED_ONLY: dict[str, Callable[[Debugger, dict[str, Any]], tuple[bool, dict[str, Any], str]]] = {
+    "stackTrace": _guard(Debugger.stack_trace),
+    "scopes": _guard(Debugger.scopes),
+    "variables": _guard(Debugger.variables),
+    "evaluate": _guard(Debugger.evaluate),
+    "richInspectVariables": _guard(Debugger.rich_inspect),
+    "inspectVariables": _guard(Debugger.inspect_variables),
+}
+#: What a running program refuses: the requests above, and the resumes.
+_NEEDS_STOP = frozenset(_STOPPED_ONLY) | frozenset(_RESUMES)
+
+
+def _unhandled(command: str) -> str:
+    return f"kernelgate's debugger does not handle {command}"
+
+
+def _exc_text(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+        if type(text) is not str:
+            text = ""
+    except BaseException:
+        text = "<str() failed>"
+    name = type_label(exc)
+    return cap_text(f"{name}: {text}" if text else name, 1000)
+
+
+def _code_lines(code: types.CodeType) -> list[int]:
+    """The lines where the program's code (nested functions too) starts a line, sorted."""
+    lines: set[int] = set()
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        for _start, _end, line in c.co_lines():
+            if line is not None:
+                lines.add(line)
+        todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return sorted(lines)
+
+
+def _next_line(lines: list[int], line: int) -> int | None:
+    """``line`` if code starts there, else the next line that has code (None: none)."""
+    i = _bisect_left(lines, line)
+    return lines[i] if i < len(lines) else None

@@ -1,0 +1,465 @@
+"""What the debugger shows of a stopped program's values: bounded reprs, the children of
+containers and objects, the program's own globals, pages of DAP variables that fit a frame.
+
+Imported only in a debugged run. Everything here runs the program's own code (``__repr__``,
+``__eq__`` of dict keys, properties): it never raises, a repr that fails says so, and a repr
+that hangs is cut off by :class:`Deadline`. Builtins are this module's own snapshot, taken at
+import (before the program runs): a program that rebinds ``builtins.repr`` or ``len`` does
+not change what the debugger shows.
+
+>>> bounded_repr("x" * 2000)[-35:]
+"[1040 more characters of 2000 cut]'"
+>>> bounded_repr(list(range(1000)), 40)
+'[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ...] (1000 items)'
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import signal
+import time
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kernelgate.model.text import cap_text, escape_text
+from kernelgate.wire.values import dumps
+
+from .namespace import Namespace
+
+# A snapshot of the builtins for every function defined below (a function takes its
+# builtins from its module's ``__builtins__`` when it is made): see the module's doc.
+__builtins__ = dict(builtins.__dict__)  # type: ignore[assignment]
+
+__all__ = [
+    "MAX_VALUE_CHARS",
+    "MAX_VARIABLES",
+    "Deadline",
+    "DeadlineExpired",
+    "References",
+    "bounded_repr",
+    "children",
+    "program_globals",
+    "type_label",
+    "variable",
+    "fit_page",
+]
+
+#: A value's repr is cut to this many characters (with a marker saying how many were cut).
+MAX_VALUE_CHARS = 1000
+#: At most this many variables per ``variables`` reply (ask again with ``start``).
+MAX_VARIABLES = 300
+#: A variable's name (a dict key's repr, an attribute) is cut to this many characters.
+MAX_NAME_CHARS = 200
+_MAX_DEPTH = 3  # nested containers shown inside a repr before "..."
+_MAX_INT_BITS = 10_000  # str() of a bigger int is slow (quadratic) and long: shown by size
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+_NO_CHILDREN = (
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.ModuleType,
+    types.CodeType,
+    types.FrameType,
+)
+_monotonic = time.monotonic
+_setitimer = signal.setitimer
+_signal = signal.signal
+_ITIMER_REAL, _SIGALRM = signal.ITIMER_REAL, signal.SIGALRM
+_sigmask = signal.pthread_sigmask
+_SIG_UNBLOCK, _SIG_SETMASK = signal.SIG_UNBLOCK, signal.SIG_SETMASK
+_object_getattribute = object.__getattribute__
+
+
+class DeadlineExpired(BaseException):
+    """Raised into the program's code (a repr, an evaluated expression) that ran past its
+    request's time. A BaseException, so ``except Exception`` in a repr does not swallow it."""
+
+
+class Deadline:
+    """The time of one request served while the program is stopped.
+
+    The program's code runs inside :meth:`run` only, each call with at most ``per_call``
+    seconds of the request's time: when that is up (SIGALRM, on the main thread, the only
+    one that serves stopped requests) the code is interrupted with
+    :class:`DeadlineExpired`; once the request's whole time is used, :attr:`expired` tells
+    the caller to show the rest as not computed. The program's own SIGALRM handler and
+    timer are put back after the request.
+    """
+
+    def __init__(self) -> None:
+        self._end = float("inf")
+        self._inside = False
+        self._armed = False
+        self._old_handler: Any = None
+        self._old_timer = (0.0, 0.0)
+        self._old_mask: set[int] | None = None
+        self._t0 = 0.0
+
+    @property
+    def expired(self) -> bool:
+        """The request's time is used up."""
+        return _monotonic() >= self._end
+
+    def _on_alarm(self, _signum: int, _frame: Any) -> None:
+        if self._inside:
+            raise DeadlineExpired
+
+    def start(self, seconds: float) -> None:
+        self._t0 = _monotonic()
+        self._end = self._t0 + seconds
+        try:
+            self._old_handler = _signal(_SIGALRM, self._on_alarm)
+        except (ValueError, OSError, TypeError):
+            return  # not the main thread, or no signals here: no interruption
+        self._armed = True
+        self._old_timer = _setitimer(_ITIMER_REAL, 0)
+        try:  # a program that blocked SIGALRM must not make its reprs uninterruptible
+            self._old_mask = _sigmask(_SIG_UNBLOCK, (_SIGALRM,))
+        except BaseException:
+            self._old_mask = None
+
+    def stop(self) -> None:
+        self._end = float("inf")
+        if not self._armed:
+            return
+        self._armed = False
+        self._inside = False
+        try:
+            _setitimer(_ITIMER_REAL, 0)
+            if self._old_mask is not None and _SIGALRM in self._old_mask:
+                _sigmask(_SIG_SETMASK, self._old_mask)
+            old = self._old_handler
+            _signal(_SIGALRM, old if old is not None else signal.SIG_DFL)
+            left, interval = self._old_timer
+            if left > 0:  # the program's own timer goes on where it was
+                _setitimer(_ITIMER_REAL, max(left - (_monotonic() - self._t0), 1e-3), interval)
+        except BaseException:
+            pass
+
+    def run(self, fn: Callable[..., Any], *args: Any, per_call: float = 1.0) -> Any:
+        """``fn(*args)`` as the program's code: interrupted after ``per_call`` seconds, or
+        when the request's time is up."""
+        left = self._end - _monotonic()
+        if left <= 0:
+            raise DeadlineExpired
+        if not self._armed:
+            return fn(*args)
+        # Repeating: code that swallows the first interruption gets another.
+        _setitimer(_ITIMER_REAL, min(per_call, left), 0.25)
+        self._inside = True
+        try:
+            return fn(*args)
+        finally:
+            self._inside = False
+            _setitimer(_ITIMER_REAL, 0)
+
+
+_NO_DEADLINE = Deadline()
+_TOO_SLOW = "<not shown: its repr took too long>"
+_OUT_OF_TIME = "<not shown: the request ran out of time (slow reprs)>"
+
+
+def _cut(text: str, limit: int, total: int | None = None) -> str:
+    """``text`` cut to about ``limit`` characters with a marker; lone surrogates escaped."""
+    if len(text) <= limit and total is None:
+        return escape_text(text)
+    whole = len(text) if total is None else total
+    keep = max(0, limit - 40)
+    quote = text[-1] if total is not None and text[-1:] in ("'", '"') else ""
+    return escape_text(f"{text[:keep]}... [{whole - keep} more characters of {whole} cut]{quote}")
+
+
+def bounded_repr(
+    value: Any, limit: int = MAX_VALUE_CHARS, deadline: Deadline = _NO_DEADLINE
+) -> str:
+    """``repr(value)`` cut to ``limit`` characters; never raises.
+
+    Builtin containers, strings, bytes and big ints are shown from their first items or
+    characters, so a huge value costs what is shown, not its size.
+    """
+    try:
+        return _repr(value, limit, 0, deadline)
+    except DeadlineExpired:
+        return _TOO_SLOW
+    except BaseException as exc:
+        return f"<repr() failed: {_exc_text(exc)}>"
+
+
+def _repr(value: Any, limit: int, depth: int, deadline: Deadline) -> str:
+    t = type(value)
+    if t is str or t is bytes or t is bytearray:
+        if len(value) > limit:
+            return _cut(repr(value[:limit]), limit, len(value))
+        return _cut(repr(value), limit)
+    if t is int and value.bit_length() > _MAX_INT_BITS:
+        return f"<int of {value.bit_length()} bits>"
+    if t in _CONTAINERS:
+        return _container_repr(value, limit, depth, deadline)
+    text = deadline.run(repr, value)
+    if type(text) is not str:
+        return "<repr() returned a non-string>"
+    return _cut(text, limit)
+
+
+def _container_repr(value: Any, limit: int, depth: int, deadline: Deadline) -> str:
+    t = type(value)
+    if t is dict:
+        opening, closing = "{", "}"
+    elif t is list:
+        opening, closing = "[", "]"
+    elif t is tuple:
+        opening, closing = "(", ",)" if len(value) == 1 else ")"
+    else:
+        opening, closing = f"{t.__name__}({{", "})"
+        if not value:
+            return f"{t.__name__}()"
+    if depth >= _MAX_DEPTH:
+        return f"{opening}...{closing}" if value else f"{opening}{closing}"
+    parts: list[str] = []
+    size = len(opening) + len(closing)
+    items: Iterator[Any] = iter(value.items()) if t is dict else iter(value)
+    shown = 0
+    for item in items:
+        if t is dict:
+            part = (
+                _repr(item[0], limit, depth + 1, deadline)
+                + ": "
+                + _repr(item[1], limit, depth + 1, deadline)
+            )
+        else:
+            part = _repr(item, limit, depth + 1, deadline)
+        if size + len(part) > limit and parts:
+            break
+        parts.append(part)
+        shown += 1
+        size += len(part) + 2
+    text = opening + ", ".join(parts)
+    if shown < len(value):
+        return _cut(f"{text}, ...{closing} ({len(value)} items)", limit + 40)
+    return _cut(text + closing, limit + 40)
+
+
+def type_label(value: Any) -> str:
+    """The name of ``value``'s class (qualified, cut); never raises."""
+    try:
+        name = type(value).__qualname__
+        return cap_text(name, MAX_NAME_CHARS) if type(name) is str else "object"
+    except BaseException:
+        return "object"
+
+
+def _exc_text(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+        if type(text) is not str:
+            text = ""
+    except BaseException:
+        text = "<str() failed>"
+    name = type_label(exc)
+    return cap_text(f"{name}: {text}" if text else name, 500)
+
+
+# -- children of a value ---------------------------------------------------------------------
+
+#: A variable's children, a page at a time: ``(start, count) -> (items, total)``; each item is
+#: ``(name, value, evaluateName or None)``; ``total`` is None when unknown.
+Children = Callable[[int, int], tuple[list[tuple[str, Any, str | None]], int | None]]
+
+
+def _sub(parent: str | None, child: str) -> str | None:
+    return None if parent is None else f"{parent}{child}"
+
+
+def children(value: Any, evaluate_name: str | None) -> Children | None:
+    """How to list ``value``'s children (None: it has none to show)."""
+    try:
+        if isinstance(value, Namespace):
+            bindings = _object_getattribute(value, "_kg_bindings")
+            names = sorted(bindings)
+
+            def page_namespace(start: int, count: int) -> Any:
+                return [
+                    (
+                        n,
+                        bindings[n],
+                        _sub(evaluate_name, f".{n}" if n.isidentifier() else f"[{n!r}]"),
+                    )
+                    for n in names[start : start + count]
+                ], len(names)
+
+            return page_namespace if names else None
+        if isinstance(value, (list, tuple)):
+            if not len(value):
+                return None
+
+            def page_sequence(start: int, count: int) -> Any:
+                return [
+                    (str(i), v, _sub(evaluate_name, f"[{i}]"))
+                    for i, v in enumerate(value[start : start + count], start)
+                ], len(value)
+
+            return page_sequence
+        if isinstance(value, dict):
+            if not len(value):
+                return None
+
+            def page_dict(start: int, count: int) -> Any:
+                got = []
+                for k, v in itertools.islice(iter(dict.items(value)), start, start + count):
+                    key = bounded_repr(k, MAX_NAME_CHARS)
+                    simple = type(k) in (str, int, float, bool) or k is None
+                    got.append((key, v, _sub(evaluate_name, f"[{key}]") if simple else None))
+                return got, len(value)
+
+            return page_dict
+        if isinstance(value, (set, frozenset)):
+            if not len(value):
+                return None
+
+            def page_set(start: int, count: int) -> Any:
+                items = itertools.islice(iter(value), start, start + count)
+                return [(str(i), v, None) for i, v in enumerate(items, start)], len(value)
+
+            return page_set
+        if isinstance(value, _NO_CHILDREN):
+            return None
+        try:
+            attrs = _object_getattribute(value, "__dict__")
+        except BaseException:
+            return None
+        if type(attrs) is not dict or not attrs:
+            return None
+
+        def page_attrs(start: int, count: int) -> Any:
+            items = itertools.islice(iter(list(attrs.items())), start, start + count)
+            return [
+                (
+                    cap_text(str(k), MAX_NAME_CHARS),
+                    v,
+                    _sub(evaluate_name, f".{k}") if type(k) is str and k.isidentifier() else None,
+                )
+                for k, v in items
+            ], len(attrs)
+
+        return page_attrs
+    except BaseException:
+        return None
+
+
+def listing(items: list[tuple[str, Any, str | None]]) -> Children:
+    """The children of a scope: a fixed list."""
+
+    def page(start: int, count: int) -> Any:
+        return items[start : start + count], len(items)
+
+    return page
+
+
+def program_globals(
+    g: dict[str, Any], injected: dict[str, Any]
+) -> list[tuple[str, Any, str | None]]:
+    """The program's own names in ``g``: not dunder names, not what kernelgate put there
+    (``display``, ``help``, ...) unless the program rebound them. Namespaces such as
+    ``tools`` show."""
+    missing = injected  # a sentinel no global can be
+    out = []
+    for name, value in list(g.items()):
+        if type(name) is not str or (name.startswith("__") and name.endswith("__")):
+            continue
+        if injected.get(name, missing) is value:
+            continue
+        out.append((name, value, name if name.isidentifier() else None))
+    return out
+
+
+# -- DAP variables ---------------------------------------------------------------------------
+
+
+class References:
+    """``variablesReference`` numbers of one stop: valid until the program resumes (never
+    reused within a run, so a stale one is refused, not answered with another value)."""
+
+    def __init__(self) -> None:
+        self._next = 1
+        self._kids: dict[int, Children] = {}
+
+    def add(self, kids: Children | None) -> int:
+        if kids is None:
+            return 0
+        ref = self._next
+        self._next += 1
+        self._kids[ref] = kids
+        return ref
+
+    def get(self, ref: Any) -> Children | None:
+        return self._kids.get(ref) if type(ref) is int else None
+
+    def clear(self) -> None:
+        self._kids.clear()
+
+
+def variable(
+    name: str, value: Any, evaluate_name: str | None, refs: References, deadline: Deadline
+) -> dict[str, Any]:
+    """One DAP variable: name, bounded repr, type, and a reference to its children."""
+    if deadline.expired:
+        shown = _OUT_OF_TIME
+        kids = None
+    else:
+        shown = bounded_repr(value, MAX_VALUE_CHARS, deadline)
+        kids = None if shown == _TOO_SLOW else children(value, evaluate_name)
+    out: dict[str, Any] = {
+        "name": cap_text(name, MAX_NAME_CHARS),
+        "value": shown,
+        "type": type_label(value),
+        "variablesReference": refs.add(kids),
+    }
+    if evaluate_name is not None and len(evaluate_name) <= 1000:
+        out["evaluateName"] = escape_text(evaluate_name)
+    return out
+
+
+def fit_page(
+    kids: Children,
+    start: int,
+    count: int,
+    budget: int,
+    refs: References,
+    deadline: Deadline,
+) -> list[dict[str, Any]]:
+    """The variables ``kids`` holds from ``start`` (at most ``count``, at most
+    :data:`MAX_VARIABLES`), fitting ``budget`` bytes as JSON. When fewer are given than
+    asked for, a last entry named ``...`` says how many more there are and how to ask."""
+    wanted = count if count > 0 else None
+    take = min(count, MAX_VARIABLES) if count > 0 else MAX_VARIABLES
+    try:
+        items, total = deadline.run(kids, start, take, per_call=3.0)
+    except DeadlineExpired:
+        return [_note("the request ran out of time listing these (a slow __iter__?)")]
+    out: list[dict[str, Any]] = []
+    used = 200  # the note's room
+    for name, value, evaluate_name in items:
+        var = variable(name, value, evaluate_name, refs, deadline)
+        size = len(dumps(var).encode("utf-8", "replace")) + 1
+        if used + size > budget:
+            break
+        used += size
+        out.append(var)
+    given = start + len(out)
+    short = total is not None and given < total and (wanted is None or len(out) < wanted)
+    if short:
+        assert total is not None
+        out.append(
+            _note(
+                f"{total - given} more not shown (at most {MAX_VARIABLES} variables, and "
+                f"what fits max_frame_bytes, per reply): ask with start={given}"
+            )
+        )
+    return out
+
+
+def _note(text: str) -> dict[str, Any]:
+    return {"name": "...", "value": text, "type": "", "variablesReference": 0}

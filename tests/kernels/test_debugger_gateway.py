@@ -1,0 +1,186 @@
+"""The child's debugger end to end through the gateway (``Gateway.run(debug=RunDebugger)``),
+at every sandbox level, warm and cold: the tracer, its reader thread and its SIGALRM timers
+add nothing the sandbox denies, and an undebugged run loads none of it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kernelgate import Gateway, Limits
+from kernelgate.gateway.debug import RunDebugger
+from tests.gateway.conftest import make_gateway, run_dir_base, warmed_up  # noqa: F401
+from tests.hardening.conftest import ALL_LEVELS
+
+pytestmark = pytest.mark.timeout(120)
+
+LIMITS = Limits(wall_seconds=30, kill_grace_seconds=0.5)
+
+PROGRAM = """\
+import os
+async def fetch(q):
+    got = await tools.search(q)
+    return got
+class Slow:
+    def __repr__(self):
+        import time; time.sleep(100)
+slow = Slow()
+tasks = len(os.listdir("/proc/self/task"))
+first = await fetch("a")
+n = 0
+while n < 3:
+    n += 1
+print(first, tasks)
+"""
+
+
+def search(q: str) -> list[str]:
+    return [q]
+
+
+class Session:
+    """A debugged run on its gateway: ``stopped`` events come through a queue."""
+
+    def __init__(self, gw: Gateway, program: str, breakpoints: list[Any]) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.stops: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.dbg = RunDebugger(breakpoints, on_event=self._on_event)
+        self.run = asyncio.create_task(gw.run(program, debug=self.dbg, limits=LIMITS))
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        if event["event"] == "stopped":
+            self.stops.put_nowait(event["body"])
+
+    async def stopped(self) -> dict[str, Any]:
+        waiter = asyncio.ensure_future(self.stops.get())
+        done, _ = await asyncio.wait({waiter, self.run}, timeout=30, return_when="FIRST_COMPLETED")
+        assert waiter in done, f"no stop: {self.run.result() if self.run.done() else 'timeout'}"
+        return waiter.result()
+
+    async def ok(self, command: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        reply = await self.dbg.request(command, arguments or {"threadId": 1})
+        assert reply["success"], reply
+        return reply["body"]
+
+    async def where(self) -> list[tuple[str, int]]:
+        body = await self.ok("stackTrace")
+        return [(f["name"], f["line"]) for f in body["stackFrames"]]
+
+    async def step(self, command: str) -> list[tuple[str, int]]:
+        await self.ok(command)
+        await self.stopped()
+        return await self.where()
+
+    async def globals_(self) -> dict[str, str]:
+        frames = (await self.ok("stackTrace"))["stackFrames"]
+        scopes = (await self.ok("scopes", {"frameId": frames[-1]["id"]}))["scopes"]
+        ref = next(s["variablesReference"] for s in scopes if s["name"] == "Globals")
+        got = await self.ok("variables", {"variablesReference": ref})
+        return {v["name"]: v["value"] for v in got["variables"]}
+
+
+async def _gateway(make: Callable[..., Gateway], level: str, warm: bool) -> Gateway:
+    gw = make(bindings={"search": search}, sandbox=level, limits=LIMITS, pool_size=1 if warm else 0)
+    if warm:
+        await warmed_up(gw)
+    return gw
+
+
+@ALL_LEVELS
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_debugged_run_at_every_level(make_gateway, level, warm):  # noqa: F811
+    async def main() -> None:
+        gw = await _gateway(make_gateway, level, warm)
+        s = Session(gw, PROGRAM, [{"line": 10}])
+        body = await s.stopped()
+        assert body["reason"] == "breakpoint"
+        assert await s.where() == [("<module>", 10)]
+        assert await s.step("stepIn") == [("fetch", 3), ("<module>", 10)]
+        assert await s.step("next") == [("fetch", 4), ("<module>", 10)]  # a real call
+        assert await s.step("stepOut") == [("<module>", 10)]
+        assert await s.step("next") == [("<module>", 11)]
+        shown = await s.globals_()
+        assert shown["first"] == "['a']"
+        assert shown["tasks"] == "2"  # the program's thread and the debugger's reader
+        assert shown["slow"] == "<not shown: its repr took too long>"  # SIGALRM works here
+        await s.ok("pause")  # already stopped: nothing to do
+        await s.ok("continue")
+        result = await s.run
+        assert result.ok, result.message
+        assert result.stdout == "['a'] 2\n"
+        names = [e["event"] for e in s.events]
+        assert names == ["stopped", "continued"] * 5 + ["terminated"], names
+        if warm:
+            assert result.usage["warm"]
+
+    asyncio.run(main())
+
+
+@ALL_LEVELS
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_pause_a_busy_program_at_every_level(make_gateway, level, warm):  # noqa: F811
+    async def main() -> None:
+        started = asyncio.Event()
+
+        async def ready() -> None:
+            started.set()
+
+        gw = make_gateway(
+            bindings={"ready": ready}, sandbox=level, limits=LIMITS, pool_size=1 if warm else 0
+        )
+        if warm:
+            await warmed_up(gw)
+        program = "await tools.ready()\nn = 0\nwhile 'stop' not in globals():\n    n += 1\nn >= 0"
+        s = Session(gw, program, [])
+        await asyncio.wait_for(started.wait(), 30)  # the program runs: pause it
+        await s.ok("pause")
+        assert (await s.stopped())["reason"] == "pause"
+        assert (await s.where())[0][1] in (2, 3, 4)  # the program's next line
+        reply = await s.dbg.request("evaluate", {"expression": "stop = 1"})
+        assert reply["success"], reply
+        await s.ok("continue")
+        result = await s.run
+        assert result.ok and result.value is True, result.message
+
+    asyncio.run(main())
+
+
+@ALL_LEVELS
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_an_undebugged_run_loads_nothing_of_the_debugger(make_gateway, level, warm):  # noqa: F811
+    program = (
+        "import sys, os\n"
+        "return [sorted(m for m in sys.modules if 'debug' in m), "
+        "len(os.listdir('/proc/self/task')), sys.gettrace() is None]"
+    )
+
+    async def main() -> Any:
+        gw = await _gateway(make_gateway, level, warm)
+        return await gw.run(program)
+
+    result = asyncio.run(main())
+    assert result.ok, result.message
+    assert result.value == [[], 1, True]
+
+
+@ALL_LEVELS
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_no_room_for_the_debuggers_thread_fails_clearly(make_gateway, level, warm):  # noqa: F811
+    """The reader thread is a task of the run: at ``max_processes=1`` there is no room for
+    it, and the run says so instead of running undebugged or hanging."""
+    limits = Limits(wall_seconds=30, kill_grace_seconds=0.5, max_processes=1)
+
+    async def main() -> Any:
+        gw = make_gateway(sandbox=level, limits=limits, pool_size=1 if warm else 0)
+        if warm:
+            await warmed_up(gw)
+        return await gw.run("1", debug=RunDebugger([1]))
+
+    result = asyncio.run(main())
+    assert result.status == "exception", result.message
+    assert result.error.ename == "DebuggerUnavailable"
+    assert "the debugger could not start" in result.error.evalue
