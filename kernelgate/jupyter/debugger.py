@@ -436,7 +436,13 @@ class DebugSession:
         shown = []
         for bp in breakpoints:
             verified = lines is None or bp["line"] <= lines
-            item: dict[str, Any] = {"verified": verified, "line": bp["line"]}
+            # With its source, as debugpy answers: JupyterLab's Breakpoints panel names
+            # each breakpoint by its source's path, and fails to draw without one.
+            item: dict[str, Any] = {
+                "verified": verified,
+                "line": bp["line"],
+                "source": {"path": path},
+            }
             if not verified:
                 item["message"] = f"the cell has {lines} lines"
             shown.append(item)
