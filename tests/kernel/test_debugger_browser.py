@@ -20,19 +20,16 @@ convention of test_workbench_browser.py).
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kernelgate.cli import main as kernelgate_main
-
 from . import test_browser
 from .conftest import NEEDS_CHROMIUM
+from .helpers import KERNEL_NAME
 from .test_browser import _APP_READY, Lab
 from .test_workbench_browser import _screenshot, _theme
 
@@ -44,14 +41,6 @@ pytestmark = [pytest.mark.timeout(300), NEEDS_CHROMIUM]
 
 #: One debugger step (a stop, a variable showing, a step's end): far more than it takes.
 WAIT_MS = 60_000
-
-#: The kernelgate kernelspec the debugger runs with: the demo bindings, and the metadata
-#: ``"debugger": true`` without which JupyterLab never offers its debugger.
-DEBUG_KERNEL_NAME = "kernelgate-debug"
-
-#: The kernel's side of the debugger (issue 24); until it is in, the kernelgate variant
-#: has nothing to drive.
-KERNEL_DEBUGGER = importlib.util.find_spec("kernelgate.jupyter.debugger") is not None
 
 
 @dataclass(frozen=True)
@@ -89,8 +78,8 @@ IPYKERNEL = Flow(
 )
 
 KERNELGATE = Flow(
-    kernel=DEBUG_KERNEL_NAME,
-    display_name="kernelgate (debugger)",
+    kernel=KERNEL_NAME,
+    display_name="kernelgate",
     source='topic = "jupyter"\ndocs = await tools.search("jupyter", limit=3)\n'
     'print(len(docs), "found")',
     first=("topic", "jupyter"),
@@ -102,33 +91,11 @@ KERNELGATE = Flow(
 )
 
 
-@pytest.fixture(scope="module")
-def debug_kernelspec(kernelspec: str) -> Iterator[str]:
-    """A kernelgate kernelspec with the demo bindings and ``"debugger": true``, next to the
-    package's test kernelspecs (``kernelgate kernel install --prefix``)."""
-    prefix = Path(kernelspec).parent.parent
-    code = kernelgate_main(
-        [
-            "kernel",
-            "install",
-            "--prefix",
-            str(prefix),
-            "--name",
-            DEBUG_KERNEL_NAME,
-            "--display-name",
-            KERNELGATE.display_name,
-            "--bindings",
-            "kernelgate.demo:BINDINGS",
-        ]
-    )
-    assert code == 0
-    path = Path(kernelspec) / "kernels" / DEBUG_KERNEL_NAME / "kernel.json"
-    spec = json.loads(path.read_text(encoding="utf-8"))
-    # JupyterLab shows the debugger's toggle only for a kernelspec saying so; say it here
-    # too in case `kernelgate kernel install` does not (yet).
-    spec.setdefault("metadata", {})["debugger"] = True
-    path.write_text(json.dumps(spec, indent=1), encoding="utf-8")
-    yield DEBUG_KERNEL_NAME
+def _kernelspec_offers_the_debugger(data_dir: str, name: str) -> None:
+    """JupyterLab shows the debugger's toggle only for a kernelspec whose metadata says
+    ``"debugger": true``: the one ``kernelgate kernel install`` wrote must."""
+    spec = json.loads((Path(data_dir) / "kernels" / name / "kernel.json").read_text("utf-8"))
+    assert spec["metadata"]["debugger"] is True, spec
 
 
 def _notebook(flow: Flow) -> dict[str, Any]:
@@ -291,6 +258,10 @@ def _debug_cell(lab: Lab, browser: Any, tmp: Path, flow: Flow, workspace: str) -
     (lab.root / name).write_text(json.dumps(_notebook(flow)), encoding="utf-8")
     page = browser.new_page()
     page.set_viewport_size({"width": 1280, "height": 800})
+    # What went wrong in the page, for the failure's message.
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
     try:
         page.goto(f"{lab.url}/lab/workspaces/{workspace}/tree/{name}?reset&token={lab.token}")
         page.wait_for_function(_APP_READY, timeout=WAIT_MS * 2)
@@ -336,9 +307,9 @@ def _debug_cell(lab: Lab, browser: Any, tmp: Path, flow: Flow, workspace: str) -
         page.wait_for_function(_APP_READY, timeout=WAIT_MS)  # the kernel is idle again
         assert dbg.cell.locator(".cm-line.jp-DebuggerEditor-highlight").count() == 0
         assert frame  # a frame was named while stopped
-    except Exception:
+    except Exception as exc:
         page.screenshot(path=str(tmp / f"{workspace}-failure.png"))
-        raise
+        raise AssertionError(f"{exc}\nthe page's errors: {errors}") from exc
     finally:
         page.close()
 
@@ -349,10 +320,10 @@ def test_ipykernel_debugs_a_cell_in_jupyterlab(lab: Lab, browser: Any, tmp_path:
     _debug_cell(lab, browser, tmp_path, IPYKERNEL, "debug-ipykernel")
 
 
-@pytest.mark.skipif(
-    not KERNEL_DEBUGGER, reason="the kernelgate kernel has no debugger yet (issue 24)"
-)
 def test_kernelgate_steps_over_a_binding_call_in_jupyterlab(
-    debug_kernelspec: str, lab: Lab, browser: Any, tmp_path: Path
+    kernelspec: str, lab: Lab, browser: Any, tmp_path: Path
 ) -> None:
+    """The package's kernelgate kernelspec (the demo bindings): the program stops in its
+    fresh child, and stepping over the binding call makes the call for real."""
+    _kernelspec_offers_the_debugger(kernelspec, KERNEL_NAME)
     _debug_cell(lab, browser, tmp_path, KERNELGATE, "debug-kernelgate")
