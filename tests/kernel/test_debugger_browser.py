@@ -21,6 +21,8 @@ convention of test_workbench_browser.py).
 from __future__ import annotations
 
 import json
+import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ import pytest
 from . import test_browser
 from .conftest import NEEDS_CHROMIUM
 from .helpers import KERNEL_NAME
-from .test_browser import _APP_READY, Lab
+from .test_browser import _APP_READY, Lab, playwright_sync
 from .test_workbench_browser import _screenshot, _theme
 
 # The same JupyterLab server and Chromium fixtures (a server of this module's own).
@@ -136,7 +138,7 @@ _GUTTER_INDEX = """(cell, n) => {
   return -1;
 }"""
 
-# The debugger's view of the notebook's kernel: stopped threads (the service's own model).
+# Stopped, as the page shows it: a frame in the Callstack panel, the notebook's overlay.
 _STOPPED = """() => {
   const frames = document.querySelectorAll('.jp-DebuggerCallstack .jp-DebuggerCallstackFrame');
   return frames.length > 0
@@ -154,6 +156,12 @@ class Debugging:
         self.callstack = self.sidebar.locator(".jp-DebuggerCallstack")
         self.variables = self.sidebar.locator(".jp-DebuggerVariables")
 
+    def open_sidebar(self) -> None:
+        """Show the debugger's sidebar (its tab in the right side bar), if hidden."""
+        if not self.sidebar.is_visible():
+            self.page.locator(".jp-SideBar.jp-mod-right [data-id='jp-debugger-sidebar']").click()
+        self.sidebar.wait_for(state="visible", timeout=WAIT_MS)
+
     def enable(self) -> None:
         """Press the notebook toolbar's bug toggle; open the debugger's sidebar."""
         bug = self.page.locator(".jp-NotebookPanel-toolbar .jp-DebuggerBugButton").first
@@ -169,9 +177,7 @@ class Debugging:
             ".jp-NotebookPanel-toolbar .jp-DebuggerBugButton[aria-pressed='true']",
             timeout=WAIT_MS,
         )
-        if not self.sidebar.is_visible():
-            self.page.locator(".jp-SideBar.jp-mod-right [data-id='jp-debugger-sidebar']").click()
-        self.sidebar.wait_for(state="visible", timeout=WAIT_MS)
+        self.open_sidebar()
         # The editor handler puts the breakpoint gutter on the cell once the session is up.
         self.cell.locator(".cm-gutter.cm-breakpoint-gutter").wait_for(
             state="visible", timeout=WAIT_MS
@@ -195,12 +201,23 @@ class Debugging:
         self.cell.locator(".cm-content").click()
         self.page.keyboard.press("Control+Enter")
 
-    def wait_stopped_at(self, text: str) -> None:
-        """Wait for the stop on the line holding ``text``: overlay, frame, highlight."""
+    def wait_stopped_at(self, line: int, text: str) -> None:
+        """Wait for the stop on the cell's ``line`` (which holds ``text``): the overlay, the
+        line highlighted, and the Callstack panel's one frame, the cell's, at that line
+        (no frame of the kernel's own, nor asyncio's)."""
         self.page.wait_for_function(_STOPPED, timeout=WAIT_MS)
         highlight = self.cell.locator(".cm-line.jp-DebuggerEditor-highlight")
         highlight.filter(has_text=text).wait_for(state="visible", timeout=WAIT_MS)
         assert highlight.count() == 1, "more than one line is highlighted"
+        frames = self.callstack.locator(".jp-DebuggerCallstackFrame")
+        at = self.page.locator(
+            ".jp-DebuggerCallstackFrame-location", has_text=re.compile(rf"^Cell \[.*\]:{line}$")
+        )
+        frames.filter(has=at).wait_for(state="visible", timeout=WAIT_MS)
+        shown = frames.all_inner_texts()
+        assert len(shown) == 1, f"frames other than the cell's: {shown}"
+        name = frames.locator(".jp-DebuggerCallstackFrame-name").inner_text()
+        assert name == "<module>", shown
 
     @staticmethod
     def _item(name: str) -> str:
@@ -212,18 +229,31 @@ class Debugging:
     def wait_variable(self, name: str, value: str, within: tuple[str, ...] = ()) -> str:
         """Wait for the Variables panel to show ``name`` with a value holding ``value``;
         ``within``: the variables it is inside, unfolded here in turn (each unfolding is a
-        ``variables`` request). Return the value shown."""
+        ``variables`` request). Return the value shown.
+
+        The panel draws a stop's variables more than once (the stop, then the selected
+        frame's), and an item drawn again is folded: what is folded is unfolded again
+        until the value shows."""
         tree = self.variables.locator("jp-tree-view").first
+        items = []
         for outer in within:
-            item = tree.locator(f"xpath=./{self._item(outer)}").first
-            item.locator("xpath=./span[contains(@class, 'jp-DebuggerVariables-name')]").click()
-            tree = item
-        item = tree.locator(f"xpath=./{self._item(name)}").first
-        detail = item.locator(
-            "xpath=./span[contains(@class, 'jp-DebuggerVariables-detail')]"
+            tree = tree.locator(f"xpath=./{self._item(outer)}").first
+            items.append(tree)
+        detail = tree.locator(
+            f"xpath=./{self._item(name)}/span[contains(@class, 'jp-DebuggerVariables-detail')]"
         ).filter(has_text=value)
-        detail.wait_for(state="visible", timeout=WAIT_MS)
-        return str(detail.inner_text())
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while True:
+            for item in items:
+                if item.get_attribute("aria-expanded", timeout=WAIT_MS) != "true":
+                    label = "xpath=./span[contains(@class, 'jp-DebuggerVariables-name')]"
+                    item.locator(label).click(timeout=WAIT_MS)
+            try:
+                detail.wait_for(state="visible", timeout=2_000)
+                return str(detail.inner_text())
+            except playwright_sync.TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
 
     def press(self, command: str) -> None:
         """Click the Callstack panel's toolbar button of ``command`` (debugger:next, ...).
@@ -241,6 +271,33 @@ class Debugging:
         return int(self.cell.locator(".jp-OutputArea-output details.kernelgate-call").count())
 
 
+def _widen(page: Any, sidebar: Any, width: int) -> None:
+    """Drag the handle between the main area and the right sidebar until ``sidebar`` is
+    ``width`` px wide (room for the variables' values in the pictures)."""
+    handle = page.evaluate(
+        """(panel) => {
+          const left = panel.closest('#jp-right-stack').getBoundingClientRect().left;
+          for (const h of document.querySelectorAll('#jp-main-split-panel > .lm-SplitPanel-handle')) {
+            const r = h.getBoundingClientRect();
+            if (r.width > 0 && Math.abs(r.right - left) < 8) return {x: r.left + r.width / 2, y: r.top + r.height / 2};
+          }
+          return null;
+        }""",
+        sidebar.element_handle(),
+    )
+    assert handle is not None, "no handle beside the right sidebar"
+    by = width - sidebar.bounding_box()["width"]
+    page.mouse.move(handle["x"], handle["y"])
+    page.mouse.down()
+    page.mouse.move(handle["x"] - by, handle["y"], steps=5)
+    page.mouse.up()
+    page.wait_for_function(
+        "([panel, width]) => panel.getBoundingClientRect().width >= width - 2",
+        arg=[sidebar.element_handle(), width],
+        timeout=WAIT_MS,
+    )
+
+
 def _shoot(page: Any, tmp: Path, name: str | None, stage: str) -> None:
     """Screenshots of the page in the light and the dark theme (back to light after); a
     flow without a docs name gets one picture in the test's tmp dir, never in docs/."""
@@ -251,6 +308,13 @@ def _shoot(page: Any, tmp: Path, name: str | None, stage: str) -> None:
         _theme(page, dark)
         _screenshot(page, tmp, f"{name}-{stage}-{'dark' if dark else 'light'}.png")
     _theme(page, False)
+
+
+def _shut_down(lab: Lab, name: str) -> None:
+    """End the notebook's kernel (its session), as closing it with "shut down" would."""
+    for session in lab.api("GET", "/api/sessions"):
+        if session.get("path") == name:
+            lab.api("DELETE", f"/api/sessions/{session['id']}")
 
 
 def _debug_cell(lab: Lab, browser: Any, tmp: Path, flow: Flow, workspace: str) -> None:
@@ -265,15 +329,22 @@ def _debug_cell(lab: Lab, browser: Any, tmp: Path, flow: Flow, workspace: str) -
     try:
         page.goto(f"{lab.url}/lab/workspaces/{workspace}/tree/{name}?reset&token={lab.token}")
         page.wait_for_function(_APP_READY, timeout=WAIT_MS * 2)
-        # Room for the debugger's sidebar in the pictures: the file browser folded away.
+        # Room for the variables' values in the pictures: the file browser folded away,
+        # the debugger's sidebar wider. Dragging the sidebar's handle takes the focus off
+        # the notebook, and JupyterLab's debugger follows the focused widget: done first,
+        # and the notebook focused again before the debugger is on.
         page.evaluate("() => window.jupyterapp.commands.execute('application:toggle-left-area')")
         dbg = Debugging(page)
+        dbg.open_sidebar()
+        _widen(page, dbg.sidebar, 400)
+        dbg.cell.locator(".cm-content").click()
+        page.wait_for_function(_APP_READY, timeout=WAIT_MS)
         dbg.enable()
         dbg.set_breakpoint(2)
 
         dbg.run_cell()
-        dbg.wait_stopped_at(flow.source.splitlines()[1])
-        frame = dbg.callstack.locator(".jp-DebuggerCallstackFrame").first.inner_text()
+        lines = flow.source.splitlines()
+        dbg.wait_stopped_at(2, lines[1])
         first = dbg.wait_variable(*flow.first)
         assert flow.first[1] in first, first
         if flow.calls:
@@ -282,7 +353,7 @@ def _debug_cell(lab: Lab, browser: Any, tmp: Path, flow: Flow, workspace: str) -
         _shoot(page, tmp, flow.shots, "stopped")
 
         dbg.press("debugger:next")
-        dbg.wait_stopped_at(flow.source.splitlines()[2])
+        dbg.wait_stopped_at(3, lines[2])
         second = dbg.wait_variable(*flow.second)
         assert flow.second[1] in second, second
         inside = dbg.wait_variable(*flow.inside[1], within=flow.inside[0])
@@ -306,12 +377,12 @@ def _debug_cell(lab: Lab, browser: Any, tmp: Path, flow: Flow, workspace: str) -
         )
         page.wait_for_function(_APP_READY, timeout=WAIT_MS)  # the kernel is idle again
         assert dbg.cell.locator(".cm-line.jp-DebuggerEditor-highlight").count() == 0
-        assert frame  # a frame was named while stopped
     except Exception as exc:
         page.screenshot(path=str(tmp / f"{workspace}-failure.png"))
         raise AssertionError(f"{exc}\nthe page's errors: {errors}") from exc
     finally:
         page.close()
+        _shut_down(lab, name)
 
 
 def test_ipykernel_debugs_a_cell_in_jupyterlab(lab: Lab, browser: Any, tmp_path: Path) -> None:
