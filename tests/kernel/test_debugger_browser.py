@@ -100,7 +100,7 @@ def _kernelspec_offers_the_debugger(data_dir: str, name: str) -> None:
     assert spec["metadata"]["debugger"] is True, spec
 
 
-def _notebook(flow: Flow) -> dict[str, Any]:
+def _notebook(kernel: str, display_name: str, source: str) -> dict[str, Any]:
     return {
         "cells": [
             {
@@ -109,15 +109,11 @@ def _notebook(flow: Flow) -> dict[str, Any]:
                 "id": "debugged",
                 "metadata": {},
                 "outputs": [],
-                "source": flow.source,
+                "source": source,
             }
         ],
         "metadata": {
-            "kernelspec": {
-                "name": flow.kernel,
-                "display_name": flow.display_name,
-                "language": "python",
-            },
+            "kernelspec": {"name": kernel, "display_name": display_name, "language": "python"},
             "language_info": {"name": "python"},
         },
         "nbformat": 4,
@@ -162,8 +158,20 @@ class Debugging:
             self.page.locator(".jp-SideBar.jp-mod-right [data-id='jp-debugger-sidebar']").click()
         self.sidebar.wait_for(state="visible", timeout=WAIT_MS)
 
-    def enable(self) -> None:
-        """Press the notebook toolbar's bug toggle; open the debugger's sidebar."""
+    def focus(self) -> None:
+        """Focus the notebook (its cell's editor) and wait for its kernel to be idle.
+
+        JupyterLab's debugger follows the focused notebook, and a focus that arrives after
+        the toggle is pressed moves the debugger's session onto a fresh connection: its
+        sidebar says "-" and the cell's gutter ignores clicks. So the focus comes first."""
+        self.cell.locator(".cm-content").click()
+        self.page.wait_for_function(_APP_READY, timeout=WAIT_MS)
+
+    def enable(self, notebook: str) -> None:
+        """Press the notebook toolbar's bug toggle (the debugger's sidebar open, the
+        notebook focused first); wait until the debugger is on for ``notebook``."""
+        self.open_sidebar()
+        self.focus()
         bug = self.page.locator(".jp-NotebookPanel-toolbar .jp-DebuggerBugButton").first
         # Enabled once the kernel's kernel_info says it has a debugger.
         self.page.wait_for_function(
@@ -177,7 +185,10 @@ class Debugging:
             ".jp-NotebookPanel-toolbar .jp-DebuggerBugButton[aria-pressed='true']",
             timeout=WAIT_MS,
         )
-        self.open_sidebar()
+        # The sidebar names the notebook once the debugger's session on it has started.
+        self.sidebar.locator("h2", has_text=notebook).first.wait_for(
+            state="visible", timeout=WAIT_MS
+        )
         # The editor handler puts the breakpoint gutter on the cell once the session is up.
         self.cell.locator(".cm-gutter.cm-breakpoint-gutter").wait_for(
             state="visible", timeout=WAIT_MS
@@ -319,7 +330,9 @@ def _shut_down(lab: Lab, name: str) -> None:
 
 def _debug_cell(lab: Lab, browser: Any, tmp: Path, flow: Flow, workspace: str) -> None:
     name = f"{workspace}.ipynb"
-    (lab.root / name).write_text(json.dumps(_notebook(flow)), encoding="utf-8")
+    (lab.root / name).write_text(
+        json.dumps(_notebook(flow.kernel, flow.display_name, flow.source)), encoding="utf-8"
+    )
     page = browser.new_page()
     page.set_viewport_size({"width": 1280, "height": 800})
     # What went wrong in the page, for the failure's message.
@@ -337,9 +350,7 @@ def _debug_cell(lab: Lab, browser: Any, tmp: Path, flow: Flow, workspace: str) -
         dbg = Debugging(page)
         dbg.open_sidebar()
         _widen(page, dbg.sidebar, 400)
-        dbg.cell.locator(".cm-content").click()
-        page.wait_for_function(_APP_READY, timeout=WAIT_MS)
-        dbg.enable()
+        dbg.enable(name)
         dbg.set_breakpoint(2)
 
         dbg.run_cell()
@@ -398,3 +409,115 @@ def test_kernelgate_steps_over_a_binding_call_in_jupyterlab(
     fresh child, and stepping over the binding call makes the call for real."""
     _kernelspec_offers_the_debugger(kernelspec, KERNEL_NAME)
     _debug_cell(lab, browser, tmp_path, KERNELGATE, "debug-kernelgate")
+
+
+# -- a program's variables, rendered by the debugger, run nothing -------------------------------
+
+# Marks the page (no double quotes: it goes into double-quoted attributes as it is).
+_MARK = "(window.__pwned=window.__pwned||[]).push('{}')"
+
+HOSTILE = f"""\
+class Evil:
+    def _repr_html_(self):
+        return ('<b>evil-bold</b><img src="missing-evil.png" onerror="'
+                + {_MARK.format("html")!r} + '">')
+    def _repr_javascript_(self):
+        return {_MARK.format("javascript")!r}
+    def __repr__(self):
+        return ('<img src="missing-repr.png" onerror="' + {_MARK.format("repr")!r}
+                + '">evil-repr')
+evil = Evil()
+done = True"""
+
+# Everything in the rendered variable that would run or fetch.
+_LIVE_MARKUP = """(root) => {
+  const found = [];
+  for (const el of root.querySelectorAll('*')) {
+    const tag = el.tagName.toLowerCase();
+    if (['script', 'iframe', 'object', 'embed', 'img', 'form'].includes(tag)) found.push(tag);
+    for (const a of el.attributes) if (a.name.startsWith('on')) found.push(tag + '[' + a.name + ']');
+  }
+  return found;
+}"""
+
+# A broken image of our own, added last: once its error event has run, so have those of
+# anything the page added before it (the browser queues them in order).
+_SETTLE = """() => new Promise(done => {
+  const img = document.createElement('img');
+  img.onerror = () => done(true);
+  img.src = 'kernelgate-debugger-control-missing.png';
+  document.body.appendChild(img);
+})"""
+
+
+def _render_hostile_variable(
+    lab: Lab, browser: Any, tmp: Path, kernel: str
+) -> tuple[list[str], str, list[str]]:
+    """Stop in the hostile cell; press the Variables panel's "Render variable" on ``evil``;
+    return what marked the page, the rendered variable's text, and its live markup."""
+    workspace = f"hostile-{kernel}"
+    name = f"{workspace}.ipynb"
+    (lab.root / name).write_text(json.dumps(_notebook(kernel, kernel, HOSTILE)), encoding="utf-8")
+    page = browser.new_page()
+    page.set_viewport_size({"width": 1280, "height": 800})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    try:
+        page.goto(f"{lab.url}/lab/workspaces/{workspace}/tree/{name}?reset&token={lab.token}")
+        page.wait_for_function(_APP_READY, timeout=WAIT_MS * 2)
+        dbg = Debugging(page)
+        dbg.enable(name)
+        lines = HOSTILE.splitlines()
+        dbg.set_breakpoint(len(lines))
+        dbg.run_cell()
+        dbg.wait_stopped_at(len(lines), lines[-1])
+        dbg.wait_variable("evil", "Evil")  # an object: the panel shows its type
+        item = dbg.variables.locator(f"xpath=.//{Debugging._item('evil')}").first
+        item.hover()
+        render = item.locator(".jp-DebuggerVariables-renderVariable")
+        render.click(timeout=WAIT_MS)
+        # The rendered variable: whichever renderer JupyterLab picked for its data.
+        shown = page.locator(
+            ".jp-DebuggerRichVariable .jp-RenderedText, "
+            ".jp-DebuggerRichVariable .jp-RenderedHTMLCommon, "
+            ".jp-DebuggerRichVariable .jp-RenderedJavaScript"
+        )
+        shown.first.wait_for(state="attached", timeout=WAIT_MS)
+        page.evaluate(_SETTLE)
+        pwned = list(page.evaluate("() => window.__pwned || []"))
+        panel = page.locator(".jp-DebuggerRichVariable").first
+        text = str(panel.inner_text())
+        live = list(panel.evaluate(_LIVE_MARKUP))
+        page.screenshot(path=str(tmp / f"{workspace}.png"))
+        # Back to the notebook, and on to the cell's end.
+        page.locator(".jp-NotebookPanel .jp-Cell").first.click()
+        dbg.press("debugger:continue")
+        page.wait_for_function(
+            "() => document.querySelectorAll('.jp-DebuggerCallstackFrame').length === 0",
+            timeout=WAIT_MS,
+        )
+        return pwned, text, live
+    except Exception as exc:
+        page.screenshot(path=str(tmp / f"{workspace}-failure.png"))
+        raise AssertionError(f"{exc}\nthe page's errors: {errors}") from exc
+    finally:
+        page.close()
+        _shut_down(lab, name)
+
+
+def test_ipykernel_s_rendered_variable_runs_in_the_page(
+    lab: Lab, browser: Any, tmp_path: Path
+) -> None:
+    """The control: JupyterLab renders a rich variable as trusted, with any mime type."""
+    pytest.importorskip("debugpy")
+    pwned, text, live = _render_hostile_variable(lab, browser, tmp_path, "python3")
+    assert pwned, f"the variable's HTML or script did not run: {text!r} {live}"
+
+
+def test_kernelgate_s_rendered_variable_is_text(
+    kernelspec: str, lab: Lab, browser: Any, tmp_path: Path
+) -> None:
+    pwned, text, live = _render_hostile_variable(lab, browser, tmp_path, KERNEL_NAME)
+    assert pwned == [], f"a program's variable ran in the page: {pwned}"
+    assert live == [], live
+    assert "evil-repr" in text and "<img" in text, text
