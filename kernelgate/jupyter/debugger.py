@@ -375,6 +375,9 @@ class DebugSession:
             if run.stopped:
                 run.stopped = False
                 _in_background(run.debugger.request("continue", {"threadId": 1}))
+                # The front end saw it stopped: say it goes on, as end_run does (JupyterLab's
+                # "Paused in Debugger" overlay leaves only on continued or terminated).
+                self._publish("continued", {"threadId": 1, "allThreadsContinued": True}, run.parent)
             run.attached = False
         return {}
 
