@@ -521,3 +521,51 @@ def test_kernelgate_s_rendered_variable_is_text(
     assert pwned == [], f"a program's variable ran in the page: {pwned}"
     assert live == [], live
     assert "evil-repr" in text and "<img" in text, text
+
+
+# -- leaving the debugger while stopped ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("flow", [IPYKERNEL, KERNELGATE], ids=["ipykernel", "kernelgate"])
+def test_stop_debugger_while_stopped_lets_the_cell_finish(
+    kernelspec: str, lab: Lab, browser: Any, tmp_path: Path, flow: Flow
+) -> None:
+    """The paused overlay's "Stop Debugger" (a ``disconnect``): the cell runs on to its end,
+    undebugged, and the kernel is idle again; nothing is left stopped."""
+    if flow is IPYKERNEL:
+        pytest.importorskip("debugpy")
+    workspace = f"stop-{flow.kernel}"
+    name = f"{workspace}.ipynb"
+    notebook = _notebook(flow.kernel, flow.display_name, flow.source)
+    (lab.root / name).write_text(json.dumps(notebook), encoding="utf-8")
+    page = browser.new_page()
+    page.set_viewport_size({"width": 1280, "height": 800})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    try:
+        page.goto(f"{lab.url}/lab/workspaces/{workspace}/tree/{name}?reset&token={lab.token}")
+        page.wait_for_function(_APP_READY, timeout=WAIT_MS * 2)
+        dbg = Debugging(page)
+        dbg.enable(name)
+        dbg.set_breakpoint(2)
+        dbg.run_cell()
+        lines = flow.source.splitlines()
+        dbg.wait_stopped_at(2, lines[1])
+        page.locator(".jp-NotebookPanel .jp-DebuggerPausedOverlay .jp-DebuggerStopButton").click(
+            timeout=WAIT_MS
+        )
+        printed = dbg.cell.locator(".jp-OutputArea-output", has_text=flow.printed)
+        printed.wait_for(state="visible", timeout=WAIT_MS)
+        page.wait_for_function(_APP_READY, timeout=WAIT_MS)
+        page.wait_for_selector(
+            ".jp-NotebookPanel .jp-DebuggerPausedOverlay", state="detached", timeout=WAIT_MS
+        )
+        assert dbg.cell.locator(".cm-line.jp-DebuggerEditor-highlight").count() == 0
+        if flow.calls:
+            assert dbg.calls_shown() == 1
+    except Exception as exc:
+        page.screenshot(path=str(tmp_path / f"{workspace}-failure.png"))
+        raise AssertionError(f"{exc}\nthe page's errors: {errors}") from exc
+    finally:
+        page.close()
+        _shut_down(lab, name)
