@@ -55,6 +55,7 @@ from kernelgate.wire.values import dumps
 
 from .client import CallClient
 from .debugvalues import (
+    ENDS_RUN,
     Deadline,
     DeadlineExpired,
     References,
@@ -80,6 +81,8 @@ REQUEST_SECONDS = 5.0
 #: Time for one ``evaluate`` (the expression is the program's code too).
 EVALUATE_SECONDS = 10.0
 
+#: How often a stopped main thread wakes to run the handlers of signals it was sent.
+_WAKE_SECONDS = 0.5
 _CONTINUE, _STEP_IN, _STEP_OVER, _STEP_OUT, _ANY_LINE = range(5)
 _CO_COROUTINE, _CO_ITERABLE_COROUTINE, _CO_ASYNC_GENERATOR = 0x80, 0x100, 0x200
 _SUSPENDS = _CO_COROUTINE | _CO_ITERABLE_COROUTINE | _CO_ASYNC_GENERATOR
@@ -146,7 +149,10 @@ class Debugger:
         self.budget = max(max_frame_bytes - FRAME_OVERHEAD, 1024)
         self.main_ident = _get_ident()
         self.lines = _code_lines(main_code)
-        self.breaks: dict[int, list[_Breakpoint]] = {}
+        # The breakpoints (line -> those at it) and, for each code object seen, whether its
+        # own lines hold one: replaced together, in one assignment the tracer reads once.
+        self._breaks_and_wants: tuple[dict[int, list[_Breakpoint]], dict[Any, bool]] = ({}, {})
+        self._own_lines: dict[types.CodeType, frozenset[int]] = {}
         self.exception_filters: frozenset[str] = frozenset()
         self.mode = _CONTINUE
         self.step_frame: types.FrameType | None = None
@@ -174,6 +180,15 @@ class Debugger:
         opts = options if type(options) is dict else {}
         self.breaks = self._parse_breakpoints(opts.get("breakpoints"))[0]
         self.entry = opts.get("stopOnEntry") is True
+
+    @property
+    def breaks(self) -> dict[int, list[_Breakpoint]]:
+        """The breakpoints: program line -> those at it."""
+        return self._breaks_and_wants[0]
+
+    @breaks.setter
+    def breaks(self, breaks: dict[int, list[_Breakpoint]]) -> None:
+        self._breaks_and_wants = (breaks, {})
 
     # -- installing ------------------------------------------------------------------------
 
@@ -231,6 +246,8 @@ class Debugger:
                     "kernelgate: sys.settrace() is ignored in a debugged run (the debugger "
                     "traces this program)\n"
                 )
+        except ENDS_RUN:
+            raise  # an interrupt, or the program's own exit: never swallowed
         except BaseException:
             pass
 
@@ -243,10 +260,23 @@ class Debugger:
 
     def _on_call(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         try:
-            if frame.f_code.co_filename != FILENAME:
+            code = frame.f_code
+            if code.co_filename != FILENAME:
                 return None
-            if self.breaks or self.mode or self.pausing or self.entry or self.exception_filters:
+            if self.mode or self.pausing or self.entry or self.exception_filters:
                 return self._on_event
+            breaks, wants = self._breaks_and_wants
+            if breaks:
+                # Only a frame whose own lines hold a breakpoint is traced: the others
+                # run at full speed (a loop elsewhere costs no trace call per line).
+                want = wants.get(code)
+                if want is None:
+                    own = self._own_lines.get(code)
+                    if own is None:
+                        own = self._own_lines[code] = _own_lines(code)
+                    want = wants[code] = any(line in own for line in breaks)
+                if want:
+                    return self._on_event
         except RecursionError:
             pass
         return None
@@ -321,6 +351,8 @@ class Debugger:
                 try:
                     if not eval(bp.code, frame.f_globals, frame.f_locals):
                         continue
+                except ENDS_RUN:
+                    raise  # an interrupt, or the program's own exit: never swallowed
                 except BaseException:
                     pass  # a condition that fails stops, as in pdb: the user sees why
             hit.append(bp.id)
@@ -334,12 +366,17 @@ class Debugger:
             caller = caller.f_back
         return None
 
-    def _trace_running_frames(self) -> None:
+    def _trace_running_frames(self, with_breaks_only: bool = False) -> None:
         """Trace the main thread's program frames now running (from any thread): frames
-        entered while nothing could stop in them are not traced yet."""
+        entered while nothing could stop in them are not traced yet. ``with_breaks_only``:
+        only those whose own lines hold a breakpoint."""
+        breaks = self.breaks
         frame = _current_frames().get(self.main_ident)
         while frame is not None:
-            if frame.f_code.co_filename == FILENAME:
+            code = frame.f_code
+            if code.co_filename == FILENAME and (
+                not with_breaks_only or any(line in _own_lines(code) for line in breaks)
+            ):
                 frame.f_trace_lines = True
                 frame.f_trace = self._on_event
             frame = frame.f_back
@@ -418,7 +455,13 @@ class Debugger:
     def _serve(self) -> None:
         get = self.requests.get
         while True:
-            request = get()
+            try:
+                # With a timeout: a signal handled just before a blocking wait (the C
+                # handler only flags it) would wake nobody; back in Python, its handler
+                # runs (an interrupt ends the stopped program).
+                request = get(True, _WAKE_SECONDS)
+            except _Empty:
+                continue
             if self._answer_stopped(request):
                 return
 
@@ -480,7 +523,7 @@ class Debugger:
         elif command == "setBreakpoints":
             self._set_breakpoints(request)
             if not self.finished:
-                self._trace_running_frames()
+                self._trace_running_frames(with_breaks_only=True)
                 self.retrace_soon()
         elif command == "setExceptionBreakpoints":
             self._set_exception_filters(request)
@@ -523,6 +566,8 @@ class Debugger:
                 ok, body, message = handler(self, args)
             except DeadlineExpired:
                 ok, body, message = False, {}, f"{command} ran out of time ({seconds:g} s)"
+            except ENDS_RUN:
+                raise  # an interrupt, or the program's own exit: never swallowed
             except BaseException as exc:
                 ok, body, message = False, {}, f"{command} failed: {_exc_text(exc)}"
             finally:
@@ -554,6 +599,8 @@ class Debugger:
         body = body if body is not None else {}
         try:
             size = len(dumps(body).encode("utf-8"))
+        except ENDS_RUN:
+            raise  # an interrupt, or the program's own exit: never swallowed
         except BaseException as exc:
             success, body, size = False, {}, 2
             message = f"the reply could not be encoded: {_exc_text(exc)}"
@@ -568,6 +615,8 @@ class Debugger:
     def _send(self, event: Any) -> None:
         try:
             self.client.send(event)
+        except ENDS_RUN:
+            raise  # an interrupt, or the program's own exit: never swallowed
         except BaseException:
             pass  # the run is over (its reply went out): nobody waits for this
 
@@ -771,6 +820,8 @@ class Debugger:
             value = self._as_program(eval, code, g, loc)
         except DeadlineExpired:
             raise
+        except ENDS_RUN:
+            raise  # an interrupt, or the program's own exit: never swallowed
         except BaseException as exc:
             return False, {}, _exc_text(exc)
         kids = children(value, expression if len(expression) <= 1000 else None)
@@ -843,6 +894,8 @@ def _exc_text(exc: BaseException) -> str:
         text = str(exc)
         if type(text) is not str:
             text = ""
+    except ENDS_RUN:
+        raise  # an interrupt, or the program's own exit: never swallowed
     except BaseException:
         text = "<str() failed>"
     name = type_label(exc)
@@ -860,6 +913,11 @@ def _code_lines(code: types.CodeType) -> list[int]:
                 lines.add(line)
         todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
     return sorted(lines)
+
+
+def _own_lines(code: types.CodeType) -> frozenset[int]:
+    """The lines of ``code`` itself (not of the functions defined in it)."""
+    return frozenset(line for _start, _end, line in code.co_lines() if line is not None)
 
 
 def _next_line(lines: list[int], line: int) -> int | None:
