@@ -5,7 +5,8 @@ add nothing the sandbox denies, and an undebugged run loads none of it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from kernelgate import Gateway, Limits
 from kernelgate.gateway.debug import RunDebugger
 from tests.gateway.conftest import make_gateway, run_dir_base, warmed_up  # noqa: F401
+from tests.hardening.asuser import AsUser, make_as_user, unavailable
 from tests.hardening.conftest import ALL_LEVELS
 
 pytestmark = pytest.mark.timeout(120)
@@ -184,3 +186,64 @@ def test_no_room_for_the_debuggers_thread_fails_clearly(make_gateway, level, war
     assert result.status == "exception", result.message
     assert result.error.ename == "DebuggerUnavailable"
     assert "the debugger could not start" in result.error.evalue
+
+
+@pytest.fixture(scope="module")
+def as_user() -> Iterator[AsUser]:
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    user, base = make_as_user()
+    yield user
+    shutil.rmtree(base, ignore_errors=True)
+
+
+_AS_USER_SCRIPT = """
+from kernelgate.gateway.debug import RunDebugger
+
+PROGRAM = ARGS["program"]
+
+
+async def main():
+    async with gateway(sandbox=ARGS["level"], pool_size=1 if ARGS["warm"] else 0,
+                       bindings={"search": lambda q: [q]}) as gw:
+        if ARGS["warm"]:
+            await warmed(gw)
+        stops = asyncio.Queue()
+        dbg = RunDebugger([{"line": 5}], on_event=lambda e: e["event"] == "stopped"
+                          and stops.put_nowait(e["body"]))
+        run = asyncio.create_task(gw.run(PROGRAM, debug=dbg))
+        seen = {"first": (await asyncio.wait_for(stops.get(), 30))["reason"]}
+        frames = (await dbg.request("stackTrace", {"threadId": 1}))["body"]["stackFrames"]
+        seen["where"] = [f["line"] for f in frames]
+        await dbg.request("next", {"threadId": 1})
+        await asyncio.wait_for(stops.get(), 30)
+        frames = (await dbg.request("stackTrace", {"threadId": 1}))["body"]["stackFrames"]
+        scopes = (await dbg.request("scopes", {"frameId": frames[0]["id"]}))["body"]["scopes"]
+        ref = scopes[1]["variablesReference"]
+        got = (await dbg.request("variables", {"variablesReference": ref}))["body"]
+        seen["vars"] = {v["name"]: v["value"] for v in got["variables"]}
+        await dbg.request("continue", {"threadId": 1})
+        seen["result"] = encode(await run)
+        return seen
+
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+@ALL_LEVELS
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_debugged_run_from_an_unprivileged_host(as_user, level, warm):
+    program = (
+        "class Slow:\n    def __repr__(self):\n        import time; time.sleep(100)\n"
+        "slow = Slow()\ngot = await tools.search('q')\ndone = 1\n"
+    )
+    seen = as_user.run_script(
+        _AS_USER_SCRIPT, {"program": program, "level": level, "warm": warm}, timeout=120
+    )
+    assert seen["first"] == "breakpoint" and seen["where"] == [5]
+    assert seen["vars"]["got"] == "['q']"
+    assert seen["vars"]["slow"] == "<not shown: its repr took too long>"
+    assert seen["result"]["status"] == "ok", seen["result"]
+    assert seen["result"]["warm"] is warm
