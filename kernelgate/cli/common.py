@@ -31,6 +31,7 @@ __all__ = [
     "run_stoppable",
     "parse_limit",
     "limits_from_args",
+    "shown",
 ]
 
 T = TypeVar("T")
@@ -459,3 +460,16 @@ def positive_seconds(text: str) -> float:
             f"expected a positive number of seconds (finite, e.g. 30 or 2.5), got {text!r}"
         )
     return value
+
+
+# -- text for a terminal ---------------------------------------------------------------
+
+# Characters a terminal acts on: shown as escapes (newline and tab are kept).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """``text`` safe for a terminal: control characters (ANSI escapes, OSC, bells) and
+    lone surrogates written as Python escapes, newlines and tabs kept."""
+    text = _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -18,6 +18,7 @@ from .common import (
     limits_from_args,
     load_bindings,
     run_stoppable,
+    shown,
 )
 
 __all__ = ["register"]
@@ -60,6 +61,21 @@ def register(subparsers: Any) -> None:
     add_limit_arguments(rp, "replay")
     rp.add_argument("--python", metavar="PATH", help="interpreter for the child")
     rp.add_argument("--json", action="store_true", help="print the report as JSON")
+    rp.add_argument(
+        "--debug",
+        action="store_true",
+        help="step through the replay in a terminal debugger (pdb's commands: n, s, r, c, "
+        "p EXPR, locals, bt, l, b LINE, q; 'help' lists them), reading commands from stdin; "
+        "it stops at each --break LINE, or at the first statement without one",
+    )
+    rp.add_argument(
+        "--break",
+        dest="breaks",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="with --debug: stop before this program line (repeat for more)",
+    )
     rp.set_defaults(func=_cmd_replay)
 
     tl = subparsers.add_parser(
@@ -138,14 +154,16 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             "--bindings is only used with --live; without --live, calls are answered from "
             "the recording"
         )
+    _check_debug(args)
     runs = [_load(args)] if _chosen(args) else _load_all(args.notebook)
     if len(runs) == 1 and isinstance(runs[0], Exception):
         raise UsageError(str(runs[0]))  # one run, and it cannot be read back: say why
-    if len(runs) > 1 and args.program:
-        raise UsageError(
-            f"--program replays one run, and {args.notebook} holds {len(runs)}: choose it "
-            "with --cell N, --cell-id ID or --position P"
-        )
+    for option, given in (("--program", args.program), ("--debug", args.debug)):
+        if len(runs) > 1 and given:
+            raise UsageError(
+                f"{option} replays one run, and {args.notebook} holds {len(runs)}: choose "
+                "it with --cell N, --cell-id ID or --position P"
+            )
     program = None
     if args.program:
         try:
@@ -154,6 +172,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot read program {args.program!r}: {exc.strerror}") from None
         except UnicodeDecodeError:
             raise UsageError(f"program {args.program!r} is not UTF-8 text") from None
+    if args.debug:
+        return _debug(args, runs[0], program)
     live = (
         load_bindings(args.bindings, bindings_search(args), fallback=[os.getcwd()])
         if args.live
@@ -182,9 +202,41 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
         else:
-            print(report.format())
+            # The report quotes the recording (its stdout, a crafted file's anything):
+            # what a terminal would act on is shown escaped.
+            print(shown(report.format()))
         return 1 if report.diverged else 0
     return _print_all(args, reports)
+
+
+def _check_debug(args: argparse.Namespace) -> None:
+    """--debug and --break: what they go with, said before anything is read."""
+    if args.breaks and not args.debug:
+        raise UsageError("--break LINE goes with --debug: it is where the debugger stops")
+    if not args.debug:
+        return
+    for option, given in (("--live", args.live), ("--json", args.json)):
+        if given:
+            raise UsageError(
+                f"--debug does not go with {option}: a debugged replay answers every call "
+                "from the recording and prints its report as text"
+            )
+
+
+def _debug(args: argparse.Namespace, recorded: Any, program: str | None) -> int:
+    from .replaydebug import debug_replay
+
+    try:
+        return debug_replay(
+            recorded,
+            program,
+            args.breaks,
+            limits=limits_from_args(args),
+            python=args.python,
+            run=run_stoppable,
+        )
+    except ValueError as exc:  # a --break that is not a line of the program
+        raise UsageError(f"--break: {exc}") from None
 
 
 def _print_all(args: argparse.Namespace, reports: list[Any]) -> int:
@@ -208,7 +260,7 @@ def _print_all(args: argparse.Namespace, reports: list[Any]) -> int:
         print(json.dumps(out, indent=2, ensure_ascii=False))
     else:
         for r in reports:
-            print(f"cannot replay: {r}" if isinstance(r, Exception) else r.format())
+            print(shown(f"cannot replay: {r}" if isinstance(r, Exception) else r.format()))
             print()
         print(summary)
     return 1 if diverged or bad else 0

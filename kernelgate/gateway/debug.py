@@ -42,6 +42,8 @@ from typing import Any, Protocol
 from kernelgate.wire.errors import ProtocolError
 from kernelgate.wire.events import DebugEvent, DebugReply, DebugRequest
 
+from .outcome import Verdict
+
 __all__ = ["RunDebugger", "RESUME_COMMANDS", "STOP_REASONS", "PROGRAM_PATH"]
 
 log = logging.getLogger("kernelgate.debug")
@@ -83,6 +85,16 @@ class _Link(Protocol):
     def resume_clock(self) -> None: ...
 
     def debug_violation(self, detail: str) -> None: ...
+
+
+def pause_timeout(seconds: float) -> Verdict:
+    """How a run ends whose program stayed stopped longer than ``max_pause_seconds``."""
+    return Verdict(
+        "timeout",
+        "Timeout",
+        f"the debugged program stayed stopped at a line for max_pause_seconds={seconds:g} "
+        "and was ended; continue it sooner, or raise RunDebugger(max_pause_seconds=...)",
+    )
 
 
 def _breakpoint(bp: Any) -> dict[str, Any]:

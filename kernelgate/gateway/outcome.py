@@ -131,15 +131,6 @@ def wall_timeout(limits: Limits) -> Verdict:
     )
 
 
-def pause_timeout(seconds: float) -> Verdict:
-    return Verdict(
-        "timeout",
-        "Timeout",
-        f"the debugged program stayed stopped at a line for max_pause_seconds={seconds:g} "
-        "and was ended; continue it sooner, or raise RunDebugger(max_pause_seconds=...)",
-    )
-
-
 def protocol(detail: str) -> Verdict:
     return Verdict(
         "protocol",

@@ -44,7 +44,7 @@ from kernelgate.wire.messages import iso_now
 from .calls import CallDispatcher
 from .cgroups import MemoryUse, RunCgroup
 from .channel import ChildChannel
-from .debug import RunDebugger
+from .debug import RunDebugger, pause_timeout
 from .outcome import (
     Ending,
     Verdict,
@@ -52,7 +52,6 @@ from .outcome import (
     build_result,
     interpreter_failed,
     interrupted,
-    pause_timeout,
     protocol,
     reply_verdict,
     sandbox_unavailable,

@@ -13,6 +13,8 @@ Every cell is one single-shot program in a fresh child, run through the same cor
 - :mod:`.comms` -- that comm's messages, and the kernel's placeholders for client bindings;
 - :mod:`.clients` -- telling a kernel's clients apart: the owner secret of private runs and
   client bindings, and request ids no client may reuse;
+- :mod:`.debugger` -- JupyterLab's debugger: the notebook's debug session, runs under the
+  gateway's ``RunDebugger``; :mod:`.dap` -- its cell paths, line mapping and inert replies;
 - :mod:`.calls` -- a binding call as a ``display_data`` output;
 - :mod:`.introspect` -- ``complete``, ``inspect`` and ``is_complete``;
 - :mod:`.spec` -- the kernelspec (the command is :mod:`kernelgate.cli.kernel`).

@@ -69,6 +69,25 @@ class Program:
     text: str
     #: (name, number of lines) of each part, in order; the cell's part is ``<cell>``.
     parts: tuple[tuple[str, int], ...] = ()
+    #: Each part's source as the front end has it (a setup cell's text before the newline
+    #: added to end it), aligned with :attr:`parts`: the debugger names a part by its hash.
+    sources: tuple[str, ...] = ()
+
+    def segments(self) -> list[tuple[str, str, int, int]]:
+        """``(part name, source, first program line, number of lines)`` of each part; a
+        program made of one text alone (a private run, a replay cell) is one ``<cell>``.
+
+        >>> Setup({1: "a = 1"}).program("b = a\\nprint(b)").segments()
+        [('<setup cell 1>', 'a = 1', 1, 1), ('<cell>', 'b = a\\nprint(b)', 2, 2)]
+        """
+        if not self.parts or len(self.sources) != len(self.parts):
+            return [("<cell>", self.text, 1, self.text.count("\n") + 1)]
+        out: list[tuple[str, str, int, int]] = []
+        start = 1
+        for (name, count), source in zip(self.parts, self.sources, strict=True):
+            out.append((name, source, start, count))
+            start += count
+        return out
 
     def where(self, line: int) -> tuple[str, int]:
         """``(part name, line within it)`` for line ``line`` (1-based) of :attr:`text`."""
@@ -129,7 +148,8 @@ class Setup:
             chunks.append(body)
             parts.append((f"<setup cell {number}>", body.count("\n")))
         parts.append(("<cell>", code.count("\n") + 1))
-        return Program("".join(chunks) + code, tuple(parts))
+        sources = (*self.cells.values(), code)
+        return Program("".join(chunks) + code, tuple(parts), sources)
 
 
 def help_requests(code: str) -> tuple[list[str], int, str]:

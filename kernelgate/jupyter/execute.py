@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from kernelgate.gateway.debug import RunDebugger
 from kernelgate.gateway.gateway import Gateway
 from kernelgate.model.codec import encode_metadata
 from kernelgate.model.limits import Limits
@@ -35,6 +36,8 @@ from .calls import call_display
 from .cells import Program
 from .channels import Channels, Message
 from .clients import claims_owner, owner_of, same_owner
+from .debugger import DebugSession
+from .replaycell import replay_body, replay_marker, run_replay_cell
 from .workbench import Plan, Workbench
 
 __all__ = ["Cell", "Executor", "error_reply"]
@@ -55,7 +58,7 @@ class Cell:
     notebook's setup cells, history and hints.
     """
 
-    __slots__ = ("count", "error_sent", "gateway", "owner", "parent", "program")
+    __slots__ = ("count", "error_sent", "gateway", "owner", "parent", "program", "run_gateway")
 
     def __init__(
         self, parent: Message, count: int, gateway: Gateway, owner: str | None = None
@@ -66,6 +69,9 @@ class Cell:
         self.gateway = gateway
         self.owner = owner
         self.program: Program | None = None
+        #: The gateway a replay cell's program runs on (the replay's own, with the
+        #: recording's answers for bindings), once it is made: interrupts go there.
+        self.run_gateway: Gateway | None = None
 
 
 class Executor:
@@ -81,10 +87,13 @@ class Executor:
         channels: Channels,
         limits: Limits,
         gateway_for: Callable[[str | None], Gateway],
+        debugger: DebugSession | None = None,
     ) -> None:
         self.channels = channels
         self.limits = limits
         self.gateway_for = gateway_for
+        #: The notebook's debug session: while it is started, notebook cells run debugged.
+        self.debugger = debugger
         self.execution_count = 0
         #: Setup cells, history and assigned names: the notebook, not program state.
         self.bench = Workbench()
@@ -166,8 +175,10 @@ class Executor:
 
     def _interrupt_cell(self, cell: Cell) -> None:
         # The cell may be between its request and its run's start (the gateway has no
-        # live run yet): try again shortly, until the run is stopped or the cell is over.
-        if self.cell is cell and cell.gateway.interrupt() == 0:
+        # live run yet, or a replay cell's gateway is not made yet): try again shortly,
+        # until the run is stopped or the cell is over.
+        gateway = cell.run_gateway or cell.gateway
+        if self.cell is cell and gateway.interrupt() == 0:
             asyncio.get_running_loop().call_later(_INTERRUPT_RETRY, self._interrupt_cell, cell)
 
     # -- one cell ----------------------------------------------------------------------------
@@ -238,11 +249,12 @@ class Executor:
             if plan.program is None:  # only obj? lines: answered by the pager
                 self._reply(msg, idents, cell, RunResult(status="ok"), plan.payload)
                 return True
-            result = await self._run(msg, cell, plan.program, silent)
+            result = await self._run(msg, cell, plan.program, silent, plan)
             if owner is None:
                 self.bench.ran(code, cell.count)
             if not silent:
-                record = run_record_output(result, plan.program.text, code)
+                # What ran: a bare replay marker ran the recording's program after it.
+                record = run_record_output(result, result.program or plan.program.text, code)
                 data = display_data_content(record["data"], record["metadata"])
                 publish("display_data", data, parent)
             self._reply(msg, idents, cell, result, plan.payload)
@@ -257,6 +269,13 @@ class Executor:
             # A private run is the program as sent, whatever its first line: never kept as
             # a setup cell, never given the notebook's setup cells, never read for `obj?`.
             return Plan(program=Program(code))
+        try:
+            marker = replay_marker(code)
+        except ValueError as exc:
+            return Plan(refusal=("ValueError", str(exc)))
+        if marker is not None:
+            # Run as it is, no setup cells before it: the cell's lines are the program's.
+            return Plan(program=Program(code), replay=marker)
         namespaces = cell.gateway.registry.namespaces
         meta = msg.get("metadata")
         helped = self.bench.help_plan(code, namespaces)
@@ -264,20 +283,67 @@ class Executor:
             return helped
         return self.bench.plan(code, cell.count, meta if isinstance(meta, dict) else {})
 
-    async def _run(self, msg: Message, cell: Cell, program: Program, silent: bool) -> RunResult:
+    async def _run(
+        self, msg: Message, cell: Cell, program: Program, silent: bool, plan: Plan
+    ) -> RunResult:
         self.cell = cell
         cell.program = program
+        debug: RunDebugger | None = None
+        on_output = None if silent else lambda out: self._on_output(cell, out)
+        on_call = None if silent else lambda rec: self._on_call(cell, rec)
         try:
+            bare = plan.replay is not None and not replay_body(plan.replay, program.text).strip()
+            # A bare replay marker has no lines of the program to break in.
+            debug = None if bare else self._debugger_for(cell, program, silent)
+            limits = self.limits_for(msg)
+            if plan.replay is not None:
+                return await self._run_replay(cell, plan, limits, on_output, on_call, debug)
             return await cell.gateway.run(
-                program.text,
-                limits=self.limits_for(msg),
-                on_output=None if silent else lambda out: self._on_output(cell, out),
-                on_call=None if silent else lambda rec: self._on_call(cell, rec),
+                program.text, limits=limits, on_output=on_output, on_call=on_call, debug=debug
             )
         except (TypeError, ValueError, RuntimeError) as exc:
             return RunResult(status="exception", error=ErrorInfo(type(exc).__name__, str(exc)))
         finally:
             self.cell = None
+            if debug is not None and self.debugger is not None:
+                self.debugger.end_run(debug)
+
+    async def _run_replay(
+        self,
+        cell: Cell,
+        plan: Plan,
+        limits: Limits | None,
+        on_output: Any,
+        on_call: Any,
+        debug: RunDebugger | None,
+    ) -> RunResult:
+        """A replay cell's run: its program against the recording's answers."""
+        assert plan.program is not None
+
+        def on_gateway(gateway: Gateway) -> None:
+            cell.run_gateway = gateway
+
+        return await run_replay_cell(
+            plan.replay,
+            plan.program.text,
+            # Never more than the kernelspec's: a recording's own limits do not apply.
+            limits=limits or self.limits,
+            debug=debug,
+            on_output=on_output,
+            on_call=on_call,
+            python=cell.gateway.python,
+            payload=plan.payload,
+            on_gateway=on_gateway,
+            like=cell.gateway,  # the kernel's sandbox level, pool and paths
+        )
+
+    def _debugger_for(self, cell: Cell, program: Program, silent: bool) -> RunDebugger | None:
+        """The run's debugger when the notebook's debug session is started: notebook cells
+        only (a private run is never debugged: the session is the notebook's, and no
+        client may reach another's run), and not silent ones (nothing of them is shown)."""
+        if self.debugger is None or cell.owner is not None or silent:
+            return None
+        return self.debugger.begin_run(program, cell.parent)
 
     def _reply(
         self,

@@ -27,6 +27,7 @@ from kernelgate.wire.messages import BINDINGS_TARGET, PROTOCOL_VERSION
 from .channels import Channels, Message
 from .clients import RecentIds, claims_owner, owner_of, same_owner
 from .comms import ClientBindings, ready_data
+from .debugger import DebugSession
 from .execute import Executor, error_reply
 from .history import history_reply
 from .introspect import complete, inspect_code, is_complete
@@ -38,6 +39,9 @@ log = logging.getLogger("kernelgate.kernel")
 
 _SHUTDOWN_GRACE = 10.0
 _PARENT_POLL = 1.0
+#: Debug requests forwarded to a running cell and not answered yet, at most: a client that
+#: floods control gets a refusal, never an unbounded pile of tasks.
+_MAX_DEBUG_IN_FLIGHT = 64
 
 
 def kernel_info_content() -> dict[str, Any]:
@@ -54,7 +58,9 @@ def kernel_info_content() -> dict[str, Any]:
             "fresh program in its own child process; bindings are 'await tools.name(...)'."
         ),
         "help_links": [],
-        "debugger": False,
+        # JupyterLab's debugger (docs/kernel.md, "Debugging"; jupyter/debugger.py).
+        "debugger": True,
+        "supported_features": ["debugger"],
     }
 
 
@@ -93,7 +99,8 @@ class KernelServer:
     its own over a ``kernelgate.bindings`` comm (see :mod:`.comms`) for the cells it runs.
     ``bindings_error``: the kernelspec's bindings could not be loaded; the kernel serves
     anyway (a kernel that exits at start is restarted in a loop) and every cell's reply is
-    a ``BindingsError`` with this message.
+    a ``BindingsError`` with this message. ``sandbox`` and ``pool_size`` are
+    :class:`~kernelgate.Gateway`'s (the kernelspec's kernel leaves them to their defaults).
     """
 
     def __init__(
@@ -104,14 +111,23 @@ class KernelServer:
         limits: Limits | None = None,
         python: str | None = None,
         bindings_error: str | None = None,
+        sandbox: str | None = None,
+        pool_size: int = 4,
     ) -> None:
         self.channels = Channels(dict(connection_info))
         self.connection_info = self.channels.connection_info
         self.namespaces = {ns: dict(t) for ns, t in (namespaces or {"tools": {}}).items()}
         self.limits = limits or Limits()
         self.python = python
-        self.gateway = Gateway(namespaces=self.namespaces, limits=self.limits, python=python)
-        self.executor = Executor(self.channels, self.limits, self._gateway_for)
+        #: What every gateway of this kernel gets besides its bindings (``sandbox``: a level,
+        #: or None for the strongest here; ``pool_size`` 0 for cold children only).
+        self._gateway_options: dict[str, Any] = {"sandbox": sandbox, "pool_size": pool_size}
+        self.gateway = Gateway(
+            namespaces=self.namespaces, limits=self.limits, python=python, **self._gateway_options
+        )
+        self.debugger = DebugSession(self._publish_debug_event)
+        self.executor = Executor(self.channels, self.limits, self._gateway_for, self.debugger)
+        self._debug_tasks: set[asyncio.Task[None]] = set()
         if bindings_error is not None:
             # The kernelspec's bindings did not load: every cell is refused, saying why.
             self.executor.refusal = ("BindingsError", bindings_error)
@@ -172,6 +188,9 @@ class KernelServer:
 
     async def _shut_down(self) -> None:
         await self.executor.close(_SHUTDOWN_GRACE)
+        for task in list(self._debug_tasks):
+            task.cancel()
+        await asyncio.gather(*self._debug_tasks, return_exceptions=True)
         for client in self._clients.values():
             client.bindings.close("the kernel is shutting down")
         gateways = [self.gateway, *(c.gateway for c in self._clients.values())]
@@ -235,6 +254,8 @@ class KernelServer:
                 # never stops another client's cell); without one, whatever runs, as Jupyter.
                 self.executor.interrupt(_owner(msg))
                 self.channels.reply("control", "interrupt_reply", {"status": "ok"}, msg, idents)
+            elif msg_type == "debug_request":
+                self._debug_request(msg, idents)
             else:
                 self._handle_request("control", msg_type, msg, idents)
         finally:
@@ -310,6 +331,53 @@ class KernelServer:
         else:
             log.info("ignored %s on %s", msg_type, channel)
 
+    # -- the debugger --------------------------------------------------------------------------
+
+    def _debug_request(self, msg: Message, idents: list[bytes]) -> None:
+        """Answer a ``debug_request``: the session's own requests at once, a running cell's
+        in a task (a stopped or slow child never holds up control: interrupt and shutdown
+        are read meanwhile)."""
+        content = msg.get("content")
+        request = content if isinstance(content, dict) else {}
+
+        def reply(answer: dict[str, Any]) -> None:
+            self.channels.reply("control", "debug_reply", answer, msg, idents)
+
+        if claims_owner(msg):
+            # The session and its runs are the notebook's; private runs are never debugged.
+            reply(
+                self.debugger.refusal(
+                    request,
+                    "the debugger is the notebook's: a request with an owner secret (a "
+                    "private client's) reaches no debug session, and private runs are never "
+                    "debugged",
+                )
+            )
+            return
+        answer = self.debugger.answer_now(request)
+        if answer is not None:
+            reply(answer)
+            return
+        if len(self._debug_tasks) >= _MAX_DEBUG_IN_FLIGHT:
+            reply(
+                self.debugger.refusal(
+                    request,
+                    f"{_MAX_DEBUG_IN_FLIGHT} debug requests are waiting for the program "
+                    "already; wait for their replies",
+                )
+            )
+            return
+
+        async def forward() -> None:
+            reply(await self.debugger.forward(request))
+
+        task = asyncio.create_task(forward())
+        self._debug_tasks.add(task)
+        task.add_done_callback(self._debug_tasks.discard)
+
+    def _publish_debug_event(self, event: dict[str, Any], parent: Message | None) -> None:
+        self.channels.publish("debug_event", event, parent)
+
     # -- client-answered bindings ------------------------------------------------------------
 
     def _owned(self, msg: Message) -> _Client | None:
@@ -371,6 +439,7 @@ class KernelServer:
                 namespaces={**self.namespaces, **bindings.namespaces},
                 limits=self.limits,
                 python=self.python,
+                **self._gateway_options,
             )
         except (ValueError, TypeError) as exc:
             refuse(str(exc))

@@ -61,7 +61,8 @@ def kernel_json(
         "language": "python",
         "interrupt_mode": interrupt_mode,
         "env": {},
-        "metadata": {"debugger": False, "kernelgate": {"bindings": bindings}},
+        # JupyterLab offers its debugger only for a kernelspec whose metadata says so.
+        "metadata": {"debugger": True, "kernelgate": {"bindings": bindings}},
     }
 
 

@@ -45,12 +45,15 @@ __all__ = ["Plan", "Workbench", "pager_text"]
 @dataclass
 class Plan:
     """What to do with one cell: exactly one of ``setup``, ``refusal``, or a ``program``
-    to run (``None`` when the cell only asked for help); ``payload`` goes on the reply."""
+    to run (``None`` when the cell only asked for help; with ``replay``, against a
+    recording's answers); ``payload`` goes on the reply."""
 
     setup: bool = False
     refusal: tuple[str, str] | None = None
     program: Program | None = None
     payload: list[dict[str, Any]] = field(default_factory=list)
+    #: A replay cell's marker (``#| replay PATH``): the program runs against a recording.
+    replay: Any = None
 
 
 def pager_text(names: list[str], code: str, namespaces: Namespaces) -> str:

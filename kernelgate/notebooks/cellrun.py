@@ -33,11 +33,14 @@ from kernelgate.model.result import RunResult
 
 from ._values import fmt_duration
 from .render import timeline_img
+from .report import ReplayReport
 
 __all__ = [
+    "REPLAY_ROLE",
     "RUN_ROLE",
     "SETUP_ROLE",
     "record_of_cell",
+    "replay_output",
     "run_record_output",
     "run_summary",
     "setup_output",
@@ -48,6 +51,9 @@ __all__ = [
 RUN_ROLE = "run"
 #: ``metadata.kernelgate.role`` of a setup cell's note.
 SETUP_ROLE = "setup"
+#: ``metadata.kernelgate.role`` of a replay cell's report (``#| replay``): the kernel's
+#: words about the run, never the program's output.
+REPLAY_ROLE = "replay"
 
 
 def source_digest(source: str) -> str:
@@ -164,6 +170,30 @@ def setup_output(number: int) -> dict[str, Any]:
         "output_type": "display_data",
         "data": {"text/html": _small(text, "kernelgate-setup"), "text/plain": text},
         "metadata": {"kernelgate": {"role": SETUP_ROLE, "setup_cell": number}},
+    }
+
+
+def replay_output(report: ReplayReport) -> dict[str, Any]:
+    """A replay's report as a ``display_data`` output: its verdict line (``MATCHES`` or
+    ``DIVERGED: n differences``) opening onto the whole report. The report quotes the
+    program's output and the recording, so the HTML is escaped text in inert tags."""
+    text = report.format()
+    verdict = text.rsplit("\n", 1)[-1]
+    body = html.escape(text)
+    return {
+        "output_type": "display_data",
+        "data": {
+            "text/html": f'<details class="kernelgate-replay"><summary>'
+            f'{_small(verdict, "kernelgate-replay")}</summary><pre>{body}</pre></details>',
+            "text/plain": text,
+        },
+        "metadata": {
+            "kernelgate": {
+                "role": REPLAY_ROLE,
+                "diverged": report.diverged,
+                "differences": report.difference_count,
+            }
+        },
     }
 
 

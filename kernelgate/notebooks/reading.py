@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -29,7 +30,14 @@ from kernelgate.model.text import strip_ansi
 from kernelgate.wire.messages import CALL_MIME
 from kernelgate.wire.values import MAX_DEPTH
 
-from .cellrun import RUN_ROLE, SETUP_ROLE, is_setup_record, record_of_cell, source_digest
+from .cellrun import (
+    REPLAY_ROLE,
+    RUN_ROLE,
+    SETUP_ROLE,
+    is_setup_record,
+    record_of_cell,
+    source_digest,
+)
 
 __all__ = [
     "MAX_RECORDING_BYTES",
@@ -101,8 +109,19 @@ def _nesting(value: Any) -> int:
 
 
 def _read_bytes(name: str) -> bytes:
-    with open(name, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    # O_NONBLOCK: opening a FIFO for reading would wait for a writer, and nothing can
+    # interrupt that (a replay cell reads its recording in a thread). Only a regular file
+    # is read: a device (/dev/zero) would feed the size cap's worth before being refused.
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotARunError(
+                f"{name} is not a regular file (a FIFO, a device or a directory); a recording "
+                f"is a notebook file: {HOW_TO_RECORD}"
+            )
+        os.set_blocking(fd, True)
+        size = info.st_size
         if size > MAX_RECORDING_BYTES:
             raise RecordingError(
                 f"{name} is {size} bytes; recordings over {MAX_RECORDING_BYTES} bytes are "
@@ -306,7 +325,7 @@ def _outputs_and_calls(
         data = output.get("data")
         if role == "call" and isinstance(data, dict) and CALL_MIME in data:
             calls.append(call_from_json(data[CALL_MIME], where, len(outputs)))
-        elif role not in ("timeline", RUN_ROLE, SETUP_ROLE):
+        elif role not in ("timeline", RUN_ROLE, SETUP_ROLE, REPLAY_ROLE):
             outputs.append(output)
     ids = [c.id for c in calls]
     if len(set(ids)) != len(ids):

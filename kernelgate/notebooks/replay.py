@@ -27,7 +27,7 @@ import os
 import threading
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelgate.gateway.bindings import BindingRegistry
 from kernelgate.model.limits import Limits
@@ -39,7 +39,14 @@ from .matching import NOT_RECORDED, CallKey, call_key, match_calls
 from .reading import RecordedRun, load_run
 from .report import CallMatch, Difference, ReplayReport, compare_runs
 
+if TYPE_CHECKING:  # the runtime (gateway.run) loads only when a replay runs
+    from kernelgate.gateway.debug import RunDebugger
+    from kernelgate.gateway.gateway import Gateway as _Gateway
+    from kernelgate.gateway.output import OutputListener
+    from kernelgate.gateway.plan import CallListener
+
 __all__ = [
+    "GATEWAY_OPTIONS",
     "replay_budget",
     "CallMatch",
     "Difference",
@@ -244,6 +251,43 @@ def _namespaces(live: Mapping[str, Any]) -> dict[str, dict[str, Callable[..., An
     )
 
 
+#: The settings a replay's gateway may be given (``replay_async(gateway_options=...)``).
+GATEWAY_OPTIONS = frozenset({"sandbox", "strict", "pool_size", "env", "tmp_dir", "read_paths"})
+
+
+def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
+    options = dict(given or {})
+    unknown = sorted(str(k) for k in set(options) - GATEWAY_OPTIONS)
+    if unknown:
+        raise ValueError(
+            f"gateway_options {unknown} are not a replay gateway's settings; it takes "
+            f"{', '.join(sorted(GATEWAY_OPTIONS))} (bindings, limits and recording are the "
+            "replay's own)"
+        )
+    return options
+
+
+def _live_bindings(
+    recorded: RunResult, live: Mapping[str, Any], live_any: bool
+) -> tuple[dict[str, dict[str, Callable[..., Any]]], Callable[..., CallKey]]:
+    """The live bindings a replay calls (gated to the recorded calls unless
+    ``live_any``), and the call key they match by."""
+    registry = BindingRegistry.from_arguments(None, "tools", _namespaces(live))
+    signatures = {
+        (ns, name): b.signature for ns, t in registry.namespaces.items() for name, b in t.items()
+    }
+    key = call_key(signatures)
+    if live_any:
+        return {
+            ns: {name: b.fn for name, b in t.items()} for ns, t in registry.namespaces.items()
+        }, key
+    gate = _LiveGate(recorded, key)
+    return {
+        ns: {name: gate.wrap(ns, name, b) for name, b in t.items()}
+        for ns, t in registry.namespaces.items()
+    }, key
+
+
 async def replay_async(
     source: str | os.PathLike[str] | RunResult,
     *,
@@ -255,8 +299,23 @@ async def replay_async(
     python: str | os.PathLike[str] | None = None,
     limits: Any = None,
     live_any: bool = False,
+    debug: RunDebugger | None = None,
+    on_output: OutputListener | None = None,
+    on_call: CallListener | None = None,
+    on_gateway: Callable[[_Gateway], Any] | None = None,
+    gateway_options: Mapping[str, Any] | None = None,
 ) -> ReplayReport:
-    """:func:`replay` for async callers."""
+    """:func:`replay` for async callers.
+
+    ``debug`` (a :class:`kernelgate.gateway.debug.RunDebugger`), ``on_output`` and
+    ``on_call`` go to :meth:`Gateway.run <kernelgate.Gateway.run>` as they would for a live
+    run: a replay can be stepped through, and its outputs and calls seen as they happen.
+    ``on_gateway`` is given the gateway the replay runs on before it runs, so the caller
+    can ``interrupt()`` it (the Jupyter kernel's interrupt button does).
+    ``gateway_options`` are more of that gateway's settings (:data:`GATEWAY_OPTIONS`:
+    ``sandbox``, ``strict``, ``pool_size``, ``env``, ``tmp_dir``, ``read_paths``), e.g. a
+    kernel's own; never its bindings, limits or recorder, which are the replay's.
+    """
     # Imported here, pointing down, for speed: ``import kernelgate.notebooks`` (reading,
     # rendering) must not load the runtime (pool, sandbox, run) that only a replay needs.
     from kernelgate.gateway.gateway import Gateway
@@ -275,29 +334,16 @@ async def replay_async(
     if live_any and live is None:
         raise ValueError("live_any=True needs live= bindings to call")
     if live is not None:
-        registry = BindingRegistry.from_arguments(None, "tools", _namespaces(live))
-        signatures = {
-            (ns, name): b.signature
-            for ns, t in registry.namespaces.items()
-            for name, b in t.items()
-        }
-        key = call_key(signatures)
-        if live_any:
-            namespaces = {
-                ns: {name: b.fn for name, b in t.items()} for ns, t in registry.namespaces.items()
-            }
-        else:
-            gate = _LiveGate(recorded, key)
-            namespaces = {
-                ns: {name: gate.wrap(ns, name, b) for name, b in t.items()}
-                for ns, t in registry.namespaces.items()
-            }
-        gw = Gateway(namespaces=namespaces, limits=run_limits, python=python)
+        namespaces, key = _live_bindings(recorded, live, live_any)
     else:
         namespaces, key = recorded_bindings(recorded)
-        gw = Gateway(namespaces=namespaces, limits=run_limits, python=python)
+    gw = Gateway(
+        namespaces=namespaces, limits=run_limits, python=python, **_options(gateway_options)
+    )
+    if on_gateway is not None:
+        on_gateway(gw)
     async with gw:
-        result = await gw.run(code)
+        result = await gw.run(code, on_output=on_output, on_call=on_call, debug=debug)
     pairs, unrecorded, unused = match_calls(recorded.calls, result.calls, key)
     differences, note = _outcome(recorded, result, run_limits, followed=limits is None)
     return ReplayReport(
@@ -349,6 +395,9 @@ def replay(
     python: str | os.PathLike[str] | None = None,
     limits: Any = None,
     live_any: bool = False,
+    debug: RunDebugger | None = None,
+    on_output: OutputListener | None = None,
+    on_call: CallListener | None = None,
 ) -> ReplayReport:
     """Re-run a recorded program in a fresh child and compare with the recording.
 
@@ -366,6 +415,11 @@ def replay(
     budgets lowered to follow the recorded duration): never the recording's limits, which a
     crafted file could set to anything. A damaged or crafted recording raises
     :class:`~kernelgate.notebooks.store.RecordingError` (a ``ValueError``) naming the field.
+
+    ``on_output`` and ``on_call`` see the replay's outputs and calls as they happen, and
+    ``debug`` (a :class:`kernelgate.gateway.debug.RunDebugger`) lets the replay be stepped
+    through, as for :meth:`Gateway.run <kernelgate.Gateway.run>`; its requests come from
+    other tasks on the loop the replay runs on (``kernelgate replay --debug`` is one).
 
     >>> import tempfile
     >>> from kernelgate import Gateway
@@ -394,5 +448,8 @@ def replay(
             python=python,
             limits=limits,
             live_any=live_any,
+            debug=debug,
+            on_output=on_output,
+            on_call=on_call,
         )
     )

@@ -382,6 +382,7 @@ def test_kernel_info_and_history(kc: BlockingKernelClient) -> None:
     assert info["protocol_version"] == "5.3"
     assert info["implementation"] == "kernelgate"
     assert info["language_info"]["name"] == "python"
+    assert info["debugger"] is True and info["supported_features"] == ["debugger"]
     execute(kc, "'history check'")
     kc.history(hist_access_type="tail", n=1)
     reply = kc.get_shell_msg(timeout=10)["content"]

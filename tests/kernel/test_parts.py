@@ -308,6 +308,8 @@ def test_kernel_json() -> None:
         "5.0",
     ]
     assert spec["language"] == "python" and spec["interrupt_mode"] == "message"
+    # JupyterLab shows its debugger only for a kernelspec whose metadata says so.
+    assert spec["metadata"] == {"debugger": True, "kernelgate": {"bindings": "m:B"}}
     with pytest.raises(ValueError):
         kernel_json(interrupt_mode="sometimes")
 
