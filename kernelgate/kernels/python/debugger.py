@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import _thread
 import ast
+import asyncio
 import bisect
 import builtins
 import opcode
@@ -97,6 +98,7 @@ _RESUMES = {"continue": _CONTINUE, "next": _STEP_OVER, "stepIn": _STEP_IN, "step
 _EXCEPTION_FILTERS = frozenset({"raised", "uncaught"})
 
 _settrace = sys.settrace
+_all_tasks = asyncio.all_tasks
 _gettrace = sys.gettrace
 _getpid = os.getpid
 _register_at_fork = os.register_at_fork
@@ -211,12 +213,54 @@ class Debugger:
 
     def retrace_soon(self) -> None:
         """From the reader thread: :meth:`retrace` when the program's loop next runs."""
+        self._soon(self.retrace)
+
+    def _soon(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the main thread when the program's loop next runs."""
         loop = self.client.loop
         if loop is not None and self.tracing:
             try:
-                loop.call_soon_threadsafe(self.retrace)
+                loop.call_soon_threadsafe(callback)
             except RuntimeError:
                 pass  # the loop is closed: the program is over
+
+    def _pause_waiting(self) -> None:
+        """A pause the program's lines have not taken: the loop runs, so no program code
+        does (it waits, e.g. for a binding call's answer). Stop where it waits: at the
+        ``await`` of its suspended coroutines."""
+        if not self.pausing or not self.tracing:
+            return
+        stack = self._waiting_stack()
+        if not stack:
+            return  # nothing of the program waits here (e.g. it blocks in another thread)
+        _settrace(None)  # this stop is not inside a trace call: what it runs is not traced
+        try:
+            self._stop(stack[0][0], "pause", "Paused while waiting", stack=stack)
+        finally:
+            if self.tracing:
+                _settrace(self._on_call)
+
+    def _waiting_stack(self) -> list[tuple[types.FrameType, int]]:
+        """The program frames of the suspended coroutine chains of the loop's tasks,
+        innermost first: the chain that holds the program's ``<module>`` if one does."""
+        loop = self.client.loop
+        found: list[tuple[types.FrameType, int]] = []
+        for task in _all_tasks(loop):
+            chain = []
+            coro: Any = task.get_coro()
+            for _depth in range(1000):
+                if coro is None:
+                    break
+                frame = _suspended_frame(coro)
+                if frame is not None and frame.f_code.co_filename == FILENAME:
+                    chain.append((frame, frame.f_lineno))
+                coro = _awaited(coro)
+            if chain:
+                chain.reverse()
+                if chain[-1][0].f_code is self.main_code:
+                    return chain
+                found = found or chain
+        return found
 
     def _forked(self) -> None:
         """The program forked: the new process has no reader thread and must never stop
@@ -536,6 +580,7 @@ class Debugger:
             self.pausing = True
             self._trace_running_frames()
             self.retrace_soon()
+            self._soon(self._pause_waiting)
         elif command in _NEEDS_STOP:
             message = "the program has finished" if self.finished else RUNNING
             self._reply(request, False, message=message)
@@ -913,6 +958,27 @@ def _code_lines(code: types.CodeType) -> list[int]:
                 lines.add(line)
         todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
     return sorted(lines)
+
+
+def _suspended_frame(coro: Any) -> types.FrameType | None:
+    """The frame of a suspended coroutine or generator (None for other awaitables: a
+    binding call, a future). Only the native types are asked: a program's own awaitable
+    never runs code here."""
+    if type(coro) is types.CoroutineType:
+        return coro.cr_frame
+    if type(coro) is types.GeneratorType:
+        return coro.gi_frame
+    return None
+
+
+def _awaited(coro: Any) -> Any:
+    """What a suspended native coroutine or generator waits on (None: nothing, or not
+    native)."""
+    if type(coro) is types.CoroutineType:
+        return coro.cr_await
+    if type(coro) is types.GeneratorType:
+        return coro.gi_yieldfrom
+    return None
 
 
 def _own_lines(code: types.CodeType) -> frozenset[int]:
