@@ -253,7 +253,7 @@ class Debugger:
                     break
                 frame = _suspended_frame(coro)
                 if frame is not None and frame.f_code.co_filename == FILENAME:
-                    chain.append((frame, frame.f_lineno))
+                    chain.append((frame, _line_of(frame)))
                 coro = _awaited(coro)
             if chain:
                 chain.reverse()
@@ -456,7 +456,7 @@ class Debugger:
             f: types.FrameType | None = frame
             while f is not None:
                 if f.f_code.co_filename == FILENAME:
-                    stack.append((f, f.f_lineno))
+                    stack.append((f, _line_of(f)))
                     f.f_trace = self._on_event  # stepping may return into it
                 f = f.f_back
         for f, line in stack:
@@ -958,6 +958,11 @@ def _code_lines(code: types.CodeType) -> list[int]:
                 lines.add(line)
         todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
     return sorted(lines)
+
+
+def _line_of(frame: types.FrameType) -> int:
+    """The frame's line (its first line when CPython has none for where it is)."""
+    return frame.f_lineno or frame.f_code.co_firstlineno
 
 
 def _suspended_frame(coro: Any) -> types.FrameType | None:
