@@ -5,6 +5,7 @@ add nothing the sandbox denies, and an undebugged run loads none of it."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -248,3 +249,31 @@ def test_a_debugged_run_from_an_unprivileged_host(as_user, level, warm):
     assert seen["vars"]["slow"] == "<not shown: its repr took too long>"
     assert seen["result"]["status"] == "ok", seen["result"]
     assert seen["result"]["warm"] is warm
+
+
+def test_the_zygote_writes_the_debuggers_bytecode_once(make_gateway):  # noqa: F811
+    """A debugged run's child imports the debugger writing no bytecode: the zygote writes
+    it beforehand (as the host), so debugged runs do not compile it each time."""
+    import importlib.util
+
+    from kernelgate.kernels.python import runner
+
+    here = os.path.dirname(runner.__file__)
+    cached = [
+        importlib.util.cache_from_source(os.path.join(here, f"{name}.py"))
+        for name in runner.DEBUGGER_MODULES
+    ]
+    if not os.access(os.path.dirname(cached[0]), os.W_OK):
+        pytest.skip("the package's __pycache__ is not writable here (an installed package)")
+    for path in cached:
+        if os.path.exists(path):
+            os.unlink(path)
+
+    async def main() -> Any:
+        gw = make_gateway(pool_size=1, limits=LIMITS)
+        await warmed_up(gw)
+        return await gw.run("import sys\nreturn 'py_compile' in sys.modules")
+
+    result = asyncio.run(main())
+    assert result.ok and result.value is False, result.message
+    assert all(os.path.exists(path) for path in cached)
