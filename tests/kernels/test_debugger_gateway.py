@@ -5,6 +5,7 @@ add nothing the sandbox denies, and an undebugged run loads none of it."""
 from __future__ import annotations
 
 import asyncio
+import glob
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -277,3 +278,38 @@ def test_the_zygote_writes_the_debuggers_bytecode_once(make_gateway):  # noqa: F
     result = asyncio.run(main())
     assert result.ok and result.value is False, result.message
     assert all(os.path.exists(path) for path in cached)
+
+
+@pytest.mark.parametrize("minor", [10, 13])
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_debugged_run_on_another_python(make_gateway, minor, warm):  # noqa: F811
+    """The gateway's child on 3.10 and 3.13 (its zygote writes that interpreter's bytecode
+    of the debugger): breakpoint, a step into the program's coroutine over a real call."""
+    python = _python(minor)
+
+    async def main() -> None:
+        gw = make_gateway(
+            python=python, bindings={"search": search}, limits=LIMITS, pool_size=1 if warm else 0
+        )
+        if warm:
+            await warmed_up(gw)
+        s = Session(gw, "import sys\n" + PROGRAM, [{"line": 11}])
+        await s.stopped()
+        assert await s.where() == [("<module>", 11)]
+        assert await s.step("stepIn") == [("fetch", 4), ("<module>", 11)]
+        assert await s.step("next") == [("fetch", 5), ("<module>", 11)]
+        reply = await s.dbg.request("evaluate", {"expression": "sys.version_info[1]"})
+        assert reply["body"]["result"] == str(minor)
+        await s.ok("continue")
+        result = await s.run
+        assert result.ok, result.message
+        assert bool(result.usage["warm"]) is warm
+
+    asyncio.run(main())
+
+
+def _python(minor: int) -> str:
+    found = sorted(glob.glob(f"/root/.pyenv/versions/3.{minor}.*/bin/python3.{minor}"))
+    if not found:
+        pytest.skip(f"python3.{minor} is not installed here")
+    return found[-1]
