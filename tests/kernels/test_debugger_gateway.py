@@ -48,10 +48,10 @@ def search(q: str) -> list[str]:
 class Session:
     """A debugged run on its gateway: ``stopped`` events come through a queue."""
 
-    def __init__(self, gw: Gateway, program: str, breakpoints: list[Any]) -> None:
+    def __init__(self, gw: Gateway, program: str, breakpoints: list[Any], **debug: Any) -> None:
         self.events: list[dict[str, Any]] = []
         self.stops: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.dbg = RunDebugger(breakpoints, on_event=self._on_event)
+        self.dbg = RunDebugger(breakpoints, on_event=self._on_event, **debug)
         self.run = asyncio.create_task(gw.run(program, debug=self.dbg, limits=LIMITS))
 
     def _on_event(self, event: dict[str, Any]) -> None:
@@ -313,3 +313,28 @@ def _python(minor: int) -> str:
     if not found:
         pytest.skip(f"python3.{minor} is not installed here")
     return found[-1]
+
+
+def test_exception_filters_given_with_the_run_stop_where_it_raises(make_gateway):  # noqa: F811
+    """``RunDebugger(exception_filters=...)`` reaches the child with its program, so even an
+    exception on the program's first line stops; ``setExceptionBreakpoints`` turns it off."""
+    gw = make_gateway(bindings={"search": search}, limits=LIMITS)
+    program = "def f(x):\n    return {}[x]\nf('missing')\n"
+
+    async def main() -> tuple[Any, ...]:
+        async with gw:
+            s = Session(gw, program, [], exception_filters=["uncaught"])
+            stop = await s.stopped()
+            where = await s.where()
+            off = await s.dbg.request("setExceptionBreakpoints", {"filters": []})
+            await s.ok("continue")
+            result = await s.run
+            return stop, where, off, result
+
+    stop, where, off, result = asyncio.run(main())
+    assert stop["reason"] == "exception" and "KeyError" in stop.get("text", ""), stop
+    assert where[0] == ("f", 2), where
+    assert off["success"]
+    assert result.status == "exception" and result.error.ename == "KeyError"
+    with pytest.raises(ValueError, match="exception filter must be one of"):
+        RunDebugger(exception_filters=["everything"])

@@ -166,6 +166,9 @@ class Debugger(StopView):
         opts = options if type(options) is dict else {}
         self.breaks = self._parse(opts.get("breakpoints"))[0]
         self.entry = opts.get("stopOnEntry") is True
+        filters = opts.get("exceptionFilters")
+        if type(filters) is list:  # "raised", "uncaught": as setExceptionBreakpoints takes
+            self.exception_filters = frozenset(f for f in filters if f in _EXCEPTION_FILTERS)
 
     @property
     def breaks(self) -> dict[int, list[Breakpoint]]:
