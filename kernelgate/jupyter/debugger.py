@@ -393,6 +393,9 @@ class DebugSession:
             if run.stopped:
                 run.stopped = False
                 _in_background(run.debugger.request("continue", {"threadId": 1}))
+                # The front end saw it stopped: say it goes on, as end_run does (JupyterLab's
+                # "Paused in Debugger" overlay leaves only on continued or terminated).
+                self._publish("continued", {"threadId": 1, "allThreadsContinued": True}, run.parent)
             run.attached = False
         return {}
 
@@ -454,7 +457,13 @@ class DebugSession:
         shown = []
         for bp in breakpoints:
             verified = lines is None or bp["line"] <= lines
-            item: dict[str, Any] = {"verified": verified, "line": bp["line"]}
+            # With its source, as debugpy answers: JupyterLab's Breakpoints panel names
+            # each breakpoint by its source's path, and fails to draw without one.
+            item: dict[str, Any] = {
+                "verified": verified,
+                "line": bp["line"],
+                "source": {"path": path},
+            }
             if not verified:
                 item["message"] = f"the cell has {lines} lines"
             shown.append(item)

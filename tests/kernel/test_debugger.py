@@ -212,6 +212,9 @@ def test_breakpoints_are_kept_per_cell_and_reported(session: BlockingKernelClien
     assert reply["success"], reply
     shown = reply["body"]["breakpoints"]
     assert [(b["line"], b["verified"]) for b in shown] == [(2, True), (9, False)]
+    # Each with its source, as debugpy answers: JupyterLab's Breakpoints panel draws
+    # nothing without it (tests/kernel/test_debugger_browser.py).
+    assert all(b["source"] == {"path": path} for b in shown), shown
     assert "3 lines" in shown[1]["message"]
     info = debug(session, "debugInfo")["body"]
     assert info["breakpoints"] == [{"source": path, "breakpoints": [{"line": 2}, {"line": 9}]}]

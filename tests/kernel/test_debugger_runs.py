@@ -240,6 +240,29 @@ def test_interrupt_while_stopped_ends_the_run_cleanly(tmp_path: pathlib.Path) ->
     in_process_kernel(tmp_path, body)
 
 
+def test_disconnect_while_stopped_says_continued_and_the_cell_finishes(
+    tmp_path: pathlib.Path,
+) -> None:
+    """JupyterLab's "Stop Debugger" while stopped (a ``disconnect``): the cell runs on,
+    undebugged, to its end, and the front end is told it goes on (JupyterLab's "Paused in
+    Debugger" overlay leaves only on ``continued``; tests/kernel/test_debugger_browser.py)."""
+    code = "x = 1\nx = 2\nprint('done', x)"
+
+    def body(kc: BlockingKernelClient, server: KernelServer) -> None:
+        start(kc)
+        dump_and_break(kc, code, 2)
+        msg_id = kc.execute(code)
+        wait_event(kc, "stopped")
+        assert debug(kc, "disconnect", {"restart": False, "terminateDebuggee": True})["success"]
+        cell = collect(kc, msg_id)
+        assert cell.status == "ok" and cell.stdout() == "done 2\n", cell.events
+        said = [m["content"]["event"] for m in cell.outputs("debug_event")]
+        assert said[-1:] == ["continued"], said
+        assert debug(kc, "debugInfo")["body"]["stoppedThreads"] == []
+
+    in_process_kernel(tmp_path, body)
+
+
 def test_shutdown_while_stopped_leaves_nothing_behind() -> None:
     km, kc = start_new_kernel(kernel_name=KERNEL_NAME, startup_timeout=30)
     try:
