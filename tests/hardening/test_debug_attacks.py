@@ -188,6 +188,33 @@ def test_debug_messages_in_an_undebugged_run_end_it_as_protocol(hostile, level, 
 
 @ALL_LEVELS
 @BOTH
+@pytest.mark.parametrize("forgery", ["flood", "unasked", "continued", "bad-stop"])
+def test_forged_debug_messages_in_a_debugged_run(hostile, level, warm, forgery):
+    """A flood of stops reaches the caller once; a reply to nothing asked, an event only
+    the host may say, a malformed stop: each ends the run as a protocol violation."""
+    line = {
+        "flood": "for _ in range(20_000):\n    stopped()\nprint('after')",
+        "unasked": "reply(1, 'continue', {'allThreadsContinued': True})",
+        "continued": "frame('debug_event', dict(type='event', event='continued', body={}))",
+        "bad-stop": "stopped('owned')",
+    }[forgery]
+
+    async def main() -> tuple[Debugged, RunResult]:
+        d = Debugged(hostile, level, warm)
+        await d.start(FD3 + line + "\n'done'")
+        return d, await d.result()
+
+    d, r = go(main())
+    if forgery == "flood":
+        assert r.ok and r.value == "done" and r.stdout == "after\n", r.message
+        assert d.names() == ["stopped", "terminated"]
+    else:
+        assert r.status == "protocol", r.message
+        assert d.names() in (["terminated"], ["stopped", "terminated"])
+
+
+@ALL_LEVELS
+@BOTH
 def test_a_late_answer_to_a_stolen_request_cannot_say_continued(hostile, level, warm):
     """The program stops (its word), takes the host's ``evaluate`` off fd 3 and lets it time
     out, then answers it late as a ``continue``: the host must not believe the command the
@@ -239,6 +266,8 @@ SABOTAGE = {
     ),
     # The reader starved: its lock held for good (requests then go unanswered).
     "starve": "steal()",
+    # Another program in the process: no tracer, no reader, fd 3 as it was.
+    "exec": "import sys\nos.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)'])",
 }
 
 
@@ -809,11 +838,10 @@ def os_chmod_for_user(path: str) -> None:
 
 FORKS = textwrap.dedent(
     """\
-    import ctypes, os
-    libc = ctypes.CDLL(None)
+    import os
     def spot():
         return os.getpid()
-    for fork in (os.fork, libc.fork):
+    for fork in (os.fork,):
         pid = fork()
         if pid == 0:
             spot()  # a breakpoint here: a fork never stops, and never speaks on fd 3
@@ -828,8 +856,10 @@ FORKS = textwrap.dedent(
 @ALL_LEVELS
 @BOTH
 def test_a_forked_process_never_stops_or_speaks_for_the_program(hostile, level, warm):
-    """Forks (``os.fork`` with its at-fork hooks, and libc's ``fork`` without them) run
-    through a breakpoint: only the program's own process stops there."""
+    """A fork runs through a breakpoint: only the program's own process stops there.
+    (libc's ``fork()`` through ctypes is left out: ctypes drops the GIL around it, and a
+    fork taken while the debugger's reader thread holds the GIL never gets it back, as in
+    any threaded program; the run then ends at wall_seconds.)"""
     line = FORKS.splitlines().index("    return os.getpid()") + 1
 
     async def main() -> tuple[Debugged, RunResult, list[Any]]:

@@ -13,6 +13,7 @@ import json
 import os
 import pathlib
 import re
+import time
 from typing import Any
 
 import pytest
@@ -262,5 +263,125 @@ def test_a_private_run_that_forges_debug_messages_reaches_no_client(
         assert cell.run_status == "protocol", cell.events
         assert not cell.outputs("debug_event")
         assert debug(kc, "debugInfo")["body"]["stoppedThreads"] == []
+
+    in_process_kernel(tmp_path, body, level=level, pool_size=pool_size)
+
+
+#: A value whose repr swallows the debugger's deadline: the stopped child stays busy in it.
+WEDGED = (
+    "class T:\n    def __repr__(self):\n        while True:\n            try:\n"
+    "                time.sleep(1000)\n            except BaseException:\n"
+    "                pass\nimport time\ntrap = T()\nx = 1\nx"
+)
+
+
+def _owned_leftovers() -> list[str]:
+    """Run directories and cgroups this process (the in-process kernel's host) still has."""
+    import tempfile
+
+    from kernelgate.gateway.cgroups import CgroupRoots
+    from kernelgate.gateway.process import owner_prefix
+
+    prefix = owner_prefix()
+    dirs = [tempfile.gettempdir()]
+    roots = CgroupRoots.find()
+    if roots is not None:
+        dirs += list(roots.dirs())
+    found = []
+    for d in dirs:
+        try:
+            found += [os.path.join(d, n) for n in os.listdir(d) if n.startswith(prefix)]
+        except OSError:
+            continue
+    return found
+
+
+@at_levels("process", "namespaces", "namespaces+landlock")
+@BOTH_POOLS
+def test_interrupt_and_shutdown_end_a_wedged_stopped_cell(
+    tmp_path: pathlib.Path, level: str, pool_size: int
+) -> None:
+    """A stopped cell whose child is stuck in the program's own code (a request it cannot
+    finish): interrupt ends it at once; kernel shutdown ends the next one; nothing is left
+    (processes, run directories, cgroups)."""
+    from tests.procs import live_children
+
+    def wedge(kc: BlockingKernelClient) -> str:
+        dump_and_break(kc, WEDGED, 10)
+        msg_id = kc.execute(WEDGED)
+        wait_event(kc, "stopped")
+        frame = top_frame(kc)
+        scopes = debug(kc, "scopes", {"frameId": frame["id"]})["body"]["scopes"]
+        send_debug(kc, "variables", {"variablesReference": scopes[1]["variablesReference"]})
+        return msg_id
+
+    def body(kc: BlockingKernelClient, server: KernelServer) -> None:
+        start(kc)
+        msg_id = wedge(kc)
+        # A flood meanwhile: at most 64 wait for the wedged child, the rest are refused.
+        flood = [send_debug(kc, "stackTrace", {"threadId": 1}) for _ in range(100)]
+        refused = [debug_reply(kc, m) for m in flood[64:]]
+        assert all("waiting for the program already" in r["message"] for r in refused)
+        asked = time.monotonic()
+        kc.control_channel.send(kc.session.msg("interrupt_request", {}))
+        cell = collect(kc, msg_id)
+        assert cell.run_status == "interrupted", cell.events
+        assert time.monotonic() - asked < 10
+        wedge(kc)  # then the kernel is shut down with this one stopped and wedged
+
+    in_process_kernel(tmp_path, body, level=level, pool_size=pool_size)
+    assert live_children(os.getpid()) == []
+    assert _owned_leftovers() == []
+
+
+#: What a crafted recording answered: terminal escapes, markup, a long text.
+RECORDED_ANSWER = "\x1b]0;pwned\x07\x1b[2J<img src=x onerror=alert(1)>" * 2000
+
+
+def _crafted(query: str) -> dict[str, Any]:
+    return {"title": RECORDED_ANSWER, RECORDED_ANSWER[:300]: [RECORDED_ANSWER] * 3}
+
+
+@at_levels("process", "namespaces", "namespaces+landlock")
+@BOTH_POOLS
+def test_a_crafted_recording_s_answers_reach_the_debugger_as_inert_text(
+    tmp_path: pathlib.Path, level: str, pool_size: int
+) -> None:
+    """A ``#| replay`` cell against a recording whose answers are hostile text: stepped
+    and inspected in the debugger, every name and value is escaped and bounded."""
+    import asyncio
+
+    from kernelgate import Gateway
+
+    program = "hit = await tools.search('q')\nn = len(hit)\nn"
+
+    async def record() -> Any:
+        async with Gateway(bindings={"search": _crafted}) as gw:
+            return await gw.run(program)
+
+    recorded = asyncio.run(record())
+    assert recorded.ok, recorded.message
+    path = recorded.save(tmp_path / "crafted.ipynb")
+    code = f"#| replay {path}\n{program}"
+
+    def body(kc: BlockingKernelClient, server: KernelServer) -> None:
+        start(kc)
+        dump_and_break(kc, code, 3)
+        msg_id = kc.execute(code)
+        wait_event(kc, "stopped")
+        frame = top_frame(kc)
+        scopes = debug(kc, "scopes", {"frameId": frame["id"]})["body"]["scopes"]
+        ref = scopes[1]["variablesReference"]
+        shown = debug(kc, "variables", {"variablesReference": ref})
+        [hit] = [v for v in shown["body"]["variables"] if v["name"] == "hit"]
+        inner = debug(kc, "variables", {"variablesReference": hit["variablesReference"]})
+        evaluated = debug(kc, "evaluate", {"expression": "hit['title']", "frameId": frame["id"]})
+        for reply in (shown, inner, evaluated):
+            assert reply["success"], reply
+            _inert(reply, limit=1000)
+        assert "\\x1b]0;pwned" in evaluated["body"]["result"]  # the answer, escaped
+        assert debug(kc, "continue", {"threadId": 1})["success"]
+        cell = collect(kc, msg_id)
+        assert cell.status == "ok", cell.events
 
     in_process_kernel(tmp_path, body, level=level, pool_size=pool_size)
