@@ -58,8 +58,10 @@ def _kernel_bindings(
         # --bindings-path is searched, never the working directory.
         return load_bindings(args.bindings, bindings_search(args)), None
     except Exception as exc:  # the module's own import may raise anything
-        why = str(exc) if isinstance(exc, UsageError) else (
-            f"--bindings {args.bindings!r}: importing it raised {type(exc).__name__}: {exc}"
+        why = (
+            str(exc)
+            if isinstance(exc, UsageError)
+            else (f"--bindings {args.bindings!r}: importing it raised {type(exc).__name__}: {exc}")
         )
     return {"tools": {}}, (
         f"the kernel's bindings could not be loaded, so no cell runs: {why}. Fix the module "

@@ -45,7 +45,7 @@ from kernelgate.wire.events import DebugEvent, DebugReply, DebugRequest
 
 from .outcome import Verdict
 
-__all__ = ["RunDebugger", "RESUME_COMMANDS", "STOP_REASONS", "PROGRAM_PATH"]
+__all__ = ["RunDebugger", "RESUME_COMMANDS", "STOP_REASONS", "PROGRAM_PATH", "EXCEPTION_FILTERS"]
 
 log = logging.getLogger("kernelgate.debug")
 
@@ -69,6 +69,9 @@ STOP_REASONS = frozenset(
         "instruction breakpoint",
     }
 )
+#: The exception filters a run's debugger takes: stop where an exception is raised in the
+#: program's code, or where one is about to end the program.
+EXCEPTION_FILTERS = ("raised", "uncaught")
 _MAX_TEXT = 2000
 _MAX_BREAKPOINTS = 10_000
 _DEFAULT_TIMEOUT = 30.0
@@ -114,6 +117,18 @@ def _breakpoint(bp: Any) -> dict[str, Any]:
             raise TypeError(f"a breakpoint's condition must be a string, got {condition!r:.80}")
         checked["condition"] = condition
     return checked
+
+
+def _filters(filters: Iterable[Any]) -> tuple[str, ...]:
+    if isinstance(filters, str):
+        raise TypeError(f"exception filters are a list of names, got the string {filters!r:.80}")
+    chosen = tuple(dict.fromkeys(filters))
+    for name in chosen:
+        if name not in EXCEPTION_FILTERS:
+            raise ValueError(
+                f"exception filter must be one of {list(EXCEPTION_FILTERS)}, got {name!r:.80}"
+            )
+    return chosen
 
 
 def _breakpoints(bps: Iterable[Any]) -> list[dict[str, Any]]:
@@ -179,11 +194,13 @@ class RunDebugger:
         on_event: EventListener | None = None,
         timeout: float = _DEFAULT_TIMEOUT,
         max_pause_seconds: float = 3600.0,
+        exception_filters: Iterable[str] = (),
     ) -> None:
         if not max_pause_seconds > 0:
             raise ValueError(f"max_pause_seconds must be above 0, got {max_pause_seconds!r}")
         self.max_pause_seconds = float(max_pause_seconds)
         self._breakpoints = _breakpoints(breakpoints)
+        self._exception_filters = _filters(exception_filters)
         self.on_event = on_event
         self.timeout = timeout
         self._link: _Link | None = None
@@ -220,7 +237,10 @@ class RunDebugger:
 
     def options(self) -> dict[str, Any]:
         """What the child's ``execute_request`` carries as ``options["debug"]``."""
-        return {"breakpoints": self.breakpoints}
+        options: dict[str, Any] = {"breakpoints": self.breakpoints}
+        if self._exception_filters:
+            options["exceptionFilters"] = list(self._exception_filters)
+        return options
 
     async def request(
         self,
@@ -243,6 +263,14 @@ class RunDebugger:
                 # Kept for the run to come (or none): verified when the child has them.
                 bps = [{"verified": True, **bp} for bp in self._breakpoints]
                 return _response(command, True, {"breakpoints": bps})
+        elif command == "setExceptionBreakpoints":
+            try:
+                self._exception_filters = _filters(args.get("filters") or ())
+            except (TypeError, ValueError) as exc:
+                return _failure(command, str(exc))
+            args = {"filters": list(self._exception_filters)}
+            if not self.running:
+                return _response(command, True, {})
         link = self._link
         if link is None or self._ended:
             why = "the run has ended" if self._ended else "no program is running yet"

@@ -92,9 +92,23 @@ MAX_BREAKPOINTS = 1000
 MAX_ALL_BREAKPOINTS = 10_000
 MAX_CONDITION = 1000
 
-#: The ``exceptionBreakpointFilters`` the front end may offer: none yet (a run's debugger is
-#: made with its line breakpoints only; pausing on exceptions is left out).
-EXCEPTION_FILTERS: tuple[dict[str, Any], ...] = ()
+#: The ``exceptionBreakpointFilters`` the front end offers (JupyterLab's "pause on
+#: exceptions" menu): the run's debugger takes them with its breakpoints, and at once while
+#: it runs.
+EXCEPTION_FILTERS: tuple[dict[str, Any], ...] = (
+    {
+        "filter": "raised",
+        "label": "Raised Exceptions",
+        "description": "Stop where an exception is raised in the program's code",
+        "default": False,
+    },
+    {
+        "filter": "uncaught",
+        "label": "Uncaught Exceptions",
+        "description": "Stop where an exception is about to end the program",
+        "default": False,
+    },
+)
 
 
 class DebugRequestError(ValueError):
@@ -234,7 +248,11 @@ class DebugSession:
             if run is not None:
                 self._on_run_event(run, event)
 
-        debugger = RunDebugger(where.program_breakpoints(self.breakpoints), on_event=on_event)
+        debugger = RunDebugger(
+            where.program_breakpoints(self.breakpoints),
+            on_event=on_event,
+            exception_filters=self.exception_filters,
+        )
         run = _Run(debugger, where, parent)
         self.run = run
         return debugger
@@ -450,6 +468,10 @@ class DebugSession:
                 f"setExceptionBreakpoints: filters must be a list of {sorted(known)}"
             )
         self.exception_filters = list(dict.fromkeys(filters))
+        run = self.run
+        if run is not None and run.attached:
+            filters_now = {"filters": list(self.exception_filters)}
+            _in_background(run.debugger.request("setExceptionBreakpoints", filters_now))
         return {}
 
     def _configuration_done(self, arguments: Mapping[str, Any]) -> dict[str, Any]:

@@ -132,14 +132,14 @@ def _details_html(result: RunResult, summary: str) -> str:
     timeline picture (when the run made calls) and the facts. Escaped text, a data-URI
     image and inert tags only (``details`` opens without script)."""
     rows = "".join(
-        f"<tr><th style=\"text-align:left;padding-right:1em\">{html.escape(k)}</th>"
-        f"<td style=\"text-align:left\">{html.escape(v)}</td></tr>"
+        f'<tr><th style="text-align:left;padding-right:1em">{html.escape(k)}</th>'
+        f'<td style="text-align:left">{html.escape(v)}</td></tr>'
         for k, v in _facts(result)
     )
     picture = timeline_img(result) if result.calls else ""
     return (
         f'<details class="kernelgate-run"><summary>{_small(summary, "kernelgate-run")}'
-        f"</summary>{picture}<table class=\"kernelgate-run-facts\"><tbody>{rows}</tbody>"
+        f'</summary>{picture}<table class="kernelgate-run-facts"><tbody>{rows}</tbody>'
         "</table></details>"
     )
 
@@ -184,7 +184,7 @@ def replay_output(report: ReplayReport) -> dict[str, Any]:
         "output_type": "display_data",
         "data": {
             "text/html": f'<details class="kernelgate-replay"><summary>'
-            f'{_small(verdict, "kernelgate-replay")}</summary><pre>{body}</pre></details>',
+            f"{_small(verdict, 'kernelgate-replay')}</summary><pre>{body}</pre></details>",
             "text/plain": text,
         },
         "metadata": {

@@ -161,15 +161,17 @@ def test_requests_before_and_after_the_run_fail_with_a_reason(make_gateway):
     async def main():
         before = await dbg.request("stackTrace", {"threadId": 1})
         bps = await dbg.request("setBreakpoints", {"breakpoints": [{"line": 1}, {"line": 3}]})
+        options = dbg.options()
+        await dbg.request("setBreakpoints", {"breakpoints": []})  # the run must not stop
         async with gw:
             r = await _run(gw, "1", dbg)
         after = await dbg.request("continue", {"threadId": 1})
-        return before, bps, r, after
+        return before, bps, options, r, after
 
-    before, bps, r, after = asyncio.run(main())
+    before, bps, options, r, after = asyncio.run(main())
     assert not before["success"] and "no program is running yet" in before["message"]
     assert bps["success"] and [b["line"] for b in bps["body"]["breakpoints"]] == [1, 3]
-    assert dbg.options() == {"breakpoints": [{"line": 1}, {"line": 3}]}
+    assert options == {"breakpoints": [{"line": 1}, {"line": 3}]}
     assert r.ok
     assert not after["success"] and "the run has ended" in after["message"]
     with pytest.raises(RuntimeError, match="serves one run"):

@@ -489,3 +489,29 @@ def test_a_replay_cell_is_debugged_against_the_recording(tmp_path: pathlib.Path)
         assert collect(kc, msg_id).run_status == "interrupted"
 
     in_process_kernel(tmp_path, body)
+
+
+def test_pause_on_uncaught_exceptions_as_jupyterlab_offers_it(kc: BlockingKernelClient) -> None:
+    """initialize offers the exception filters; setExceptionBreakpoints with "uncaught"
+    stops a cell where its exception is about to end it, in the frame that raised."""
+    code = "def lookup(k):\n    return {}[k]\n\nlookup('gone')\n"
+    try:
+        reply = start(kc)
+        offered = [f["filter"] for f in reply["body"]["exceptionBreakpointFilters"]]
+        assert offered == ["raised", "uncaught"], reply
+        assert debug(kc, "setExceptionBreakpoints", {"filters": ["uncaught"]})["success"]
+        path = str(debug(kc, "dumpCell", {"code": code})["body"]["sourcePath"])
+        msg_id = kc.execute(code)
+        stopped = wait_event(kc, "stopped")
+        assert stopped["body"]["reason"] == "exception", stopped
+        assert "KeyError" in stopped["body"].get("text", ""), stopped
+        frame = top_frame(kc)
+        assert (frame["name"], frame["line"], frame["source"]["path"]) == ("lookup", 2, path)
+        assert variables(kc, frame["id"])["k"]["value"] == "'gone'"
+        assert debug(kc, "continue", {"threadId": 1})["success"]
+        cell = collect(kc, msg_id)
+        assert cell.status == "error", cell.events
+        assert debug(kc, "setExceptionBreakpoints", {"filters": []})["success"]
+        assert collect(kc, kc.execute(code)).status == "error"  # no stop: it just ends
+    finally:
+        debug(kc, "disconnect", {"restart": False, "terminateDebuggee": False})

@@ -232,6 +232,33 @@ def test_pause_inside_a_function_shows_the_whole_program_stack(child):
     assert [name for name, _ in where] == ["spin", "<module>"] and where[1][1] == 5
 
 
+def test_pause_while_the_program_waits_for_a_call(child):
+    """A program waiting for a binding call's answer runs no line: the pause stops it where
+    it waits, at the ``await`` of its suspended coroutines; stepping goes on from there
+    when the answer comes."""
+    c = child(AWAITS, [], hold_calls=True)
+    c.pump(lambda: bool(c.held))  # waiting at line 5 for tools.search("a")
+    c.ok("pause", {"threadId": 1})
+    assert c.wait_stopped()["reason"] == "pause"
+    assert c.where() == [("<module>", 5)]
+    c.ok("next", {"threadId": 1})
+    c.answer_held()
+    c.wait_stopped()
+    assert c.where() == [("<module>", 6)]
+    c.ok("continue")
+    c.pump(lambda: bool(c.held))  # now inside fetch("b"), line 3
+    c.ok("pause", {"threadId": 1})
+    c.wait_stopped()
+    assert c.where() == [("fetch", 3), ("<module>", 6)]
+    assert c.scope_vars()["q"]["value"] == "'b'"
+    c.ok("stepOut")
+    c.answer_held()
+    c.wait_stopped()
+    assert c.where() == [("<module>", 6)]
+    c.ok("continue")
+    assert c.wait_done().status == "ok"
+
+
 # -- values -----------------------------------------------------------------------------------
 
 

@@ -5,7 +5,10 @@ add nothing the sandbox denies, and an undebugged run loads none of it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import glob
+import os
+import shutil
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +16,7 @@ import pytest
 from kernelgate import Gateway, Limits
 from kernelgate.gateway.debug import RunDebugger
 from tests.gateway.conftest import make_gateway, run_dir_base, warmed_up  # noqa: F401
+from tests.hardening.asuser import AsUser, make_as_user, unavailable
 from tests.hardening.conftest import ALL_LEVELS
 
 pytestmark = pytest.mark.timeout(120)
@@ -44,10 +48,10 @@ def search(q: str) -> list[str]:
 class Session:
     """A debugged run on its gateway: ``stopped`` events come through a queue."""
 
-    def __init__(self, gw: Gateway, program: str, breakpoints: list[Any]) -> None:
+    def __init__(self, gw: Gateway, program: str, breakpoints: list[Any], **debug: Any) -> None:
         self.events: list[dict[str, Any]] = []
         self.stops: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.dbg = RunDebugger(breakpoints, on_event=self._on_event)
+        self.dbg = RunDebugger(breakpoints, on_event=self._on_event, **debug)
         self.run = asyncio.create_task(gw.run(program, debug=self.dbg, limits=LIMITS))
 
     def _on_event(self, event: dict[str, Any]) -> None:
@@ -139,7 +143,8 @@ def test_pause_a_busy_program_at_every_level(make_gateway, level, warm):  # noqa
         await asyncio.wait_for(started.wait(), 30)  # the program runs: pause it
         await s.ok("pause")
         assert (await s.stopped())["reason"] == "pause"
-        assert (await s.where())[0][1] in (2, 3, 4)  # the program's next line
+        # The program's next line, or its await if it still waits for the call.
+        assert (await s.where())[0][1] in (1, 2, 3, 4)
         reply = await s.dbg.request("evaluate", {"expression": "stop = 1"})
         assert reply["success"], reply
         await s.ok("continue")
@@ -184,3 +189,152 @@ def test_no_room_for_the_debuggers_thread_fails_clearly(make_gateway, level, war
     assert result.status == "exception", result.message
     assert result.error.ename == "DebuggerUnavailable"
     assert "the debugger could not start" in result.error.evalue
+
+
+@pytest.fixture(scope="module")
+def as_user() -> Iterator[AsUser]:
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    user, base = make_as_user()
+    yield user
+    shutil.rmtree(base, ignore_errors=True)
+
+
+_AS_USER_SCRIPT = """
+from kernelgate.gateway.debug import RunDebugger
+
+PROGRAM = ARGS["program"]
+
+
+async def main():
+    async with gateway(sandbox=ARGS["level"], pool_size=1 if ARGS["warm"] else 0,
+                       bindings={"search": lambda q: [q]}) as gw:
+        if ARGS["warm"]:
+            await warmed(gw)
+        stops = asyncio.Queue()
+        dbg = RunDebugger([{"line": 5}], on_event=lambda e: e["event"] == "stopped"
+                          and stops.put_nowait(e["body"]))
+        run = asyncio.create_task(gw.run(PROGRAM, debug=dbg))
+        seen = {"first": (await asyncio.wait_for(stops.get(), 30))["reason"]}
+        frames = (await dbg.request("stackTrace", {"threadId": 1}))["body"]["stackFrames"]
+        seen["where"] = [f["line"] for f in frames]
+        await dbg.request("next", {"threadId": 1})
+        await asyncio.wait_for(stops.get(), 30)
+        frames = (await dbg.request("stackTrace", {"threadId": 1}))["body"]["stackFrames"]
+        scopes = (await dbg.request("scopes", {"frameId": frames[0]["id"]}))["body"]["scopes"]
+        ref = scopes[1]["variablesReference"]
+        got = (await dbg.request("variables", {"variablesReference": ref}))["body"]
+        seen["vars"] = {v["name"]: v["value"] for v in got["variables"]}
+        await dbg.request("continue", {"threadId": 1})
+        seen["result"] = encode(await run)
+        return seen
+
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+@ALL_LEVELS
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_debugged_run_from_an_unprivileged_host(as_user, level, warm):
+    program = (
+        "class Slow:\n    def __repr__(self):\n        import time; time.sleep(100)\n"
+        "slow = Slow()\ngot = await tools.search('q')\ndone = 1\n"
+    )
+    seen = as_user.run_script(
+        _AS_USER_SCRIPT, {"program": program, "level": level, "warm": warm}, timeout=120
+    )
+    assert seen["first"] == "breakpoint" and seen["where"] == [5]
+    assert seen["vars"]["got"] == "['q']"
+    assert seen["vars"]["slow"] == "<not shown: its repr took too long>"
+    assert seen["result"]["status"] == "ok", seen["result"]
+    assert seen["result"]["warm"] is warm
+
+
+def test_the_zygote_writes_the_debuggers_bytecode_once(make_gateway):  # noqa: F811
+    """A debugged run's child imports the debugger writing no bytecode: the zygote writes
+    it beforehand (as the host), so debugged runs do not compile it each time."""
+    import importlib.util
+
+    from kernelgate.kernels.python import runner
+
+    here = os.path.dirname(runner.__file__)
+    cached = [
+        importlib.util.cache_from_source(os.path.join(here, f"{name}.py"))
+        for name in runner.DEBUGGER_MODULES
+    ]
+    if not os.access(os.path.dirname(cached[0]), os.W_OK):
+        pytest.skip("the package's __pycache__ is not writable here (an installed package)")
+    for path in cached:
+        if os.path.exists(path):
+            os.unlink(path)
+
+    async def main() -> Any:
+        gw = make_gateway(pool_size=1, limits=LIMITS)
+        await warmed_up(gw)
+        return await gw.run("import sys\nreturn 'py_compile' in sys.modules")
+
+    result = asyncio.run(main())
+    assert result.ok and result.value is False, result.message
+    assert all(os.path.exists(path) for path in cached)
+
+
+@pytest.mark.parametrize("minor", [10, 13])
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_debugged_run_on_another_python(make_gateway, minor, warm):  # noqa: F811
+    """The gateway's child on 3.10 and 3.13 (its zygote writes that interpreter's bytecode
+    of the debugger): breakpoint, a step into the program's coroutine over a real call."""
+    python = _python(minor)
+
+    async def main() -> None:
+        gw = make_gateway(
+            python=python, bindings={"search": search}, limits=LIMITS, pool_size=1 if warm else 0
+        )
+        if warm:
+            await warmed_up(gw)
+        s = Session(gw, "import sys\n" + PROGRAM, [{"line": 11}])
+        await s.stopped()
+        assert await s.where() == [("<module>", 11)]
+        assert await s.step("stepIn") == [("fetch", 4), ("<module>", 11)]
+        assert await s.step("next") == [("fetch", 5), ("<module>", 11)]
+        reply = await s.dbg.request("evaluate", {"expression": "sys.version_info[1]"})
+        assert reply["body"]["result"] == str(minor)
+        await s.ok("continue")
+        result = await s.run
+        assert result.ok, result.message
+        assert bool(result.usage["warm"]) is warm
+
+    asyncio.run(main())
+
+
+def _python(minor: int) -> str:
+    found = sorted(glob.glob(f"/root/.pyenv/versions/3.{minor}.*/bin/python3.{minor}"))
+    if not found:
+        pytest.skip(f"python3.{minor} is not installed here")
+    return found[-1]
+
+
+def test_exception_filters_given_with_the_run_stop_where_it_raises(make_gateway):  # noqa: F811
+    """``RunDebugger(exception_filters=...)`` reaches the child with its program, so even an
+    exception on the program's first line stops; ``setExceptionBreakpoints`` turns it off."""
+    gw = make_gateway(bindings={"search": search}, limits=LIMITS)
+    program = "def f(x):\n    return {}[x]\nf('missing')\n"
+
+    async def main() -> tuple[Any, ...]:
+        async with gw:
+            s = Session(gw, program, [], exception_filters=["uncaught"])
+            stop = await s.stopped()
+            where = await s.where()
+            off = await s.dbg.request("setExceptionBreakpoints", {"filters": []})
+            await s.ok("continue")
+            result = await s.run
+            return stop, where, off, result
+
+    stop, where, off, result = asyncio.run(main())
+    assert stop["reason"] == "exception" and "KeyError" in stop.get("text", ""), stop
+    assert where[0] == ("f", 2), where
+    assert off["success"]
+    assert result.status == "exception" and result.error.ename == "KeyError"
+    with pytest.raises(ValueError, match="exception filter must be one of"):
+        RunDebugger(exception_filters=["everything"])

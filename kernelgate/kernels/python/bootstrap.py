@@ -8,7 +8,8 @@ The rooms:
 - :mod:`.runner`: one run (the request, the sandbox, the program on its event loop);
 - :mod:`.report`: the value or exception, ``execute_reply`` and the exit;
 - :mod:`.sandbox`: the isolation, in order; :mod:`.rehome`: frames that hide host paths;
-- :mod:`.debugger` (with :mod:`.debugvalues`, :mod:`.debugchannel`): only in a debugged run.
+- :mod:`.debugger` (with :mod:`.debugstop`, :mod:`.debugvalues`, :mod:`.debugbreaks`,
+  :mod:`.debugchannel`): only in a debugged run.
 
 Everything the reporting path and the binding calls need is bound before the program runs
 (the program may rebind builtins or module globals such as ``os.read``); if reporting still

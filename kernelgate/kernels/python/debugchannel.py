@@ -17,6 +17,7 @@ from __future__ import annotations
 import _thread
 import os
 import select
+import signal
 from typing import Any
 
 from kernelgate.wire.events import CallReply, DebugRequest
@@ -30,6 +31,9 @@ _os_read = os.read
 _os_exit = os._exit
 _select = select.select
 _start_new_thread = _thread.start_new_thread
+_sigmask = signal.pthread_sigmask
+_SIG_BLOCK = signal.SIG_BLOCK
+_ALL_SIGNALS = signal.valid_signals()
 
 
 def start_reader(client: CallClient, debugger: Debugger) -> None:
@@ -41,6 +45,9 @@ def start_reader(client: CallClient, debugger: Debugger) -> None:
 
 def _read_forever(client: CallClient, debugger: Debugger) -> None:
     try:
+        # Signals are the program's (an interrupt, its timers, the debugger's SIGALRM):
+        # delivered here, they would not wake the main thread blocked in a stop.
+        _sigmask(_SIG_BLOCK, _ALL_SIGNALS)
         conn = client.conn
         fd = client.fd
         lock = client._rlock

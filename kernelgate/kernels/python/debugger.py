@@ -31,14 +31,15 @@ started with are in force (its own come back when it resumes, and for ``evaluate
 'the program is running; pause it first'
 """
 
-# long: the tracer's events, stops and the requests served while stopped share the stop's
-# state (its frames, references, deadline): kept in one class, values in .debugvalues.
+# long: the tracer's events, its stops and the requests that move it (resume, pause,
+# breakpoints) share one state machine, read by the reader thread and the main thread under
+# one lock: kept in one class. What a stop shows is in .debugstop, values in .debugvalues,
+# breakpoints in .debugbreaks.
 
 from __future__ import annotations
 
 import _thread
-import ast
-import bisect
+import asyncio
 import builtins
 import opcode
 import os
@@ -54,18 +55,15 @@ from kernelgate.wire.events import DebugEvent, DebugReply, DebugRequest
 from kernelgate.wire.values import dumps
 
 from .client import CallClient
+from .debugbreaks import Breakpoint, code_lines, exc_text, own_lines, parse_breakpoints
+from .debugstop import STOPPED_ONLY, StopView
 from .debugvalues import (
+    ENDS_RUN,
     Deadline,
     DeadlineExpired,
     References,
     bounded_repr,
-    children,
-    fit_page,
-    listing,
-    program_globals,
-    type_label,
 )
-from .display import display_bundle
 from .program import FILENAME
 from .report import restore_builtins
 
@@ -80,6 +78,8 @@ REQUEST_SECONDS = 5.0
 #: Time for one ``evaluate`` (the expression is the program's code too).
 EVALUATE_SECONDS = 10.0
 
+#: How often a stopped main thread wakes to run the handlers of signals it was sent.
+_WAKE_SECONDS = 0.5
 _CONTINUE, _STEP_IN, _STEP_OVER, _STEP_OUT, _ANY_LINE = range(5)
 _CO_COROUTINE, _CO_ITERABLE_COROUTINE, _CO_ASYNC_GENERATOR = 0x80, 0x100, 0x200
 _SUSPENDS = _CO_COROUTINE | _CO_ITERABLE_COROUTINE | _CO_ASYNC_GENERATOR
@@ -89,11 +89,11 @@ _SUSPENDS = _CO_COROUTINE | _CO_ITERABLE_COROUTINE | _CO_ASYNC_GENERATOR
 _SUSPEND_OPS = frozenset({"YIELD_VALUE", "YIELD_FROM", "LOAD_CONST", "RESUME"})
 #: Exceptions that are the machinery of generators and awaits, not the program's errors.
 _MECHANICS = (StopIteration, StopAsyncIteration, GeneratorExit)
-_ALLOW_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 _RESUMES = {"continue": _CONTINUE, "next": _STEP_OVER, "stepIn": _STEP_IN, "stepOut": _STEP_OUT}
 _EXCEPTION_FILTERS = frozenset({"raised", "uncaught"})
 
 _settrace = sys.settrace
+_all_tasks = asyncio.all_tasks
 _gettrace = sys.gettrace
 _getpid = os.getpid
 _register_at_fork = os.register_at_fork
@@ -102,21 +102,10 @@ _current_frames = sys._current_frames
 _get_ident = _thread.get_ident
 _Empty = queue.Empty
 _SimpleQueue = queue.SimpleQueue
-_bisect_left = bisect.bisect_left
 _OPNAME = list(opcode.opname)
 
 
-class _Breakpoint:
-    __slots__ = ("id", "line", "condition", "code")
-
-    def __init__(self, bp_id: int, line: int, condition: str | None, code: Any) -> None:
-        self.id = bp_id
-        self.line = line
-        self.condition = condition
-        self.code = code
-
-
-class Debugger:
+class Debugger(StopView):
     """The debugger of one run (the main thread is the program's).
 
     ``client``: fd 3; ``main_code``: the program's code (its frame is ``<module>``);
@@ -145,8 +134,11 @@ class Debugger:
         self.injected = injected
         self.budget = max(max_frame_bytes - FRAME_OVERHEAD, 1024)
         self.main_ident = _get_ident()
-        self.lines = _code_lines(main_code)
-        self.breaks: dict[int, list[_Breakpoint]] = {}
+        self.lines = code_lines(main_code)
+        # The breakpoints (line -> those at it) and, for each code object seen, whether its
+        # own lines hold one: replaced together, in one assignment the tracer reads once.
+        self._breaks_and_wants: tuple[dict[int, list[Breakpoint]], dict[Any, bool]] = ({}, {})
+        self._own_lines: dict[types.CodeType, frozenset[int]] = {}
         self.exception_filters: frozenset[str] = frozenset()
         self.mode = _CONTINUE
         self.step_frame: types.FrameType | None = None
@@ -172,8 +164,20 @@ class Debugger:
         self._stderr = client.streams[1] if len(client.streams) > 1 else None
         self._saved_hooks: tuple[Any, Any] = (sys.settrace, sys.breakpointhook)
         opts = options if type(options) is dict else {}
-        self.breaks = self._parse_breakpoints(opts.get("breakpoints"))[0]
+        self.breaks = self._parse(opts.get("breakpoints"))[0]
         self.entry = opts.get("stopOnEntry") is True
+        filters = opts.get("exceptionFilters")
+        if type(filters) is list:  # "raised", "uncaught": as setExceptionBreakpoints takes
+            self.exception_filters = frozenset(f for f in filters if f in _EXCEPTION_FILTERS)
+
+    @property
+    def breaks(self) -> dict[int, list[Breakpoint]]:
+        """The breakpoints: program line -> those at it."""
+        return self._breaks_and_wants[0]
+
+    @breaks.setter
+    def breaks(self, breaks: dict[int, list[Breakpoint]]) -> None:
+        self._breaks_and_wants = (breaks, {})
 
     # -- installing ------------------------------------------------------------------------
 
@@ -196,12 +200,54 @@ class Debugger:
 
     def retrace_soon(self) -> None:
         """From the reader thread: :meth:`retrace` when the program's loop next runs."""
+        self._soon(self.retrace)
+
+    def _soon(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the main thread when the program's loop next runs."""
         loop = self.client.loop
         if loop is not None and self.tracing:
             try:
-                loop.call_soon_threadsafe(self.retrace)
+                loop.call_soon_threadsafe(callback)
             except RuntimeError:
                 pass  # the loop is closed: the program is over
+
+    def _pause_waiting(self) -> None:
+        """A pause the program's lines have not taken: the loop runs, so no program code
+        does (it waits, e.g. for a binding call's answer). Stop where it waits: at the
+        ``await`` of its suspended coroutines."""
+        if not self.pausing or not self.tracing:
+            return
+        stack = self._waiting_stack()
+        if not stack:
+            return  # nothing of the program waits here (e.g. it blocks in another thread)
+        _settrace(None)  # this stop is not inside a trace call: what it runs is not traced
+        try:
+            self._stop(stack[0][0], "pause", "Paused while waiting", stack=stack)
+        finally:
+            if self.tracing:
+                _settrace(self._on_call)
+
+    def _waiting_stack(self) -> list[tuple[types.FrameType, int]]:
+        """The program frames of the suspended coroutine chains of the loop's tasks,
+        innermost first: the chain that holds the program's ``<module>`` if one does."""
+        loop = self.client.loop
+        found: list[tuple[types.FrameType, int]] = []
+        for task in _all_tasks(loop):
+            chain = []
+            coro: Any = task.get_coro()
+            for _depth in range(1000):
+                if coro is None:
+                    break
+                frame = _suspended_frame(coro)
+                if frame is not None and frame.f_code.co_filename == FILENAME:
+                    chain.append((frame, _line_of(frame)))
+                coro = _awaited(coro)
+            if chain:
+                chain.reverse()
+                if chain[-1][0].f_code is self.main_code:
+                    return chain
+                found = found or chain
+        return found
 
     def _forked(self) -> None:
         """The program forked: the new process has no reader thread and must never stop
@@ -231,6 +277,8 @@ class Debugger:
                     "kernelgate: sys.settrace() is ignored in a debugged run (the debugger "
                     "traces this program)\n"
                 )
+        except ENDS_RUN:
+            raise  # an interrupt, or the program's own exit: never swallowed
         except BaseException:
             pass
 
@@ -243,10 +291,23 @@ class Debugger:
 
     def _on_call(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         try:
-            if frame.f_code.co_filename != FILENAME:
+            code = frame.f_code
+            if code.co_filename != FILENAME:
                 return None
-            if self.breaks or self.mode or self.pausing or self.entry or self.exception_filters:
+            if self.mode or self.pausing or self.entry or self.exception_filters:
                 return self._on_event
+            breaks, wants = self._breaks_and_wants
+            if breaks:
+                # Only a frame whose own lines hold a breakpoint is traced: the others
+                # run at full speed (a loop elsewhere costs no trace call per line).
+                want = wants.get(code)
+                if want is None:
+                    own = self._own_lines.get(code)
+                    if own is None:
+                        own = self._own_lines[code] = own_lines(code)
+                    want = wants[code] = any(line in own for line in breaks)
+                if want:
+                    return self._on_event
         except RecursionError:
             pass
         return None
@@ -297,7 +358,7 @@ class Debugger:
                     self.unwinding = frame
                     tb = arg[2]
                     if "raised" in self.exception_filters and (tb is None or tb.tb_next is None):
-                        self._stop(frame, "exception", "Paused on exception", text=_exc_text(exc))
+                        self._stop(frame, "exception", "Paused on exception", text=exc_text(exc))
                 return self._on_event
             return self._on_event
         except RecursionError:
@@ -314,13 +375,15 @@ class Debugger:
         at = frame.f_lasti
         return not (0 <= at < len(ops) and _OPNAME[ops[at]] in _SUSPEND_OPS)
 
-    def _hits(self, bps: list[_Breakpoint], frame: types.FrameType) -> list[int]:
+    def _hits(self, bps: list[Breakpoint], frame: types.FrameType) -> list[int]:
         hit = []
         for bp in bps:
             if bp.code is not None:
                 try:
                     if not eval(bp.code, frame.f_globals, frame.f_locals):
                         continue
+                except ENDS_RUN:
+                    raise  # an interrupt, or the program's own exit: never swallowed
                 except BaseException:
                     pass  # a condition that fails stops, as in pdb: the user sees why
             hit.append(bp.id)
@@ -334,12 +397,17 @@ class Debugger:
             caller = caller.f_back
         return None
 
-    def _trace_running_frames(self) -> None:
+    def _trace_running_frames(self, with_breaks_only: bool = False) -> None:
         """Trace the main thread's program frames now running (from any thread): frames
-        entered while nothing could stop in them are not traced yet."""
+        entered while nothing could stop in them are not traced yet. ``with_breaks_only``:
+        only those whose own lines hold a breakpoint."""
+        breaks = self.breaks
         frame = _current_frames().get(self.main_ident)
         while frame is not None:
-            if frame.f_code.co_filename == FILENAME:
+            code = frame.f_code
+            if code.co_filename == FILENAME and (
+                not with_breaks_only or any(line in own_lines(code) for line in breaks)
+            ):
                 frame.f_trace_lines = True
                 frame.f_trace = self._on_event
             frame = frame.f_back
@@ -375,7 +443,7 @@ class Debugger:
             f: types.FrameType | None = frame
             while f is not None:
                 if f.f_code.co_filename == FILENAME:
-                    stack.append((f, f.f_lineno))
+                    stack.append((f, _line_of(f)))
                     f.f_trace = self._on_event  # stepping may return into it
                 f = f.f_back
         for f, line in stack:
@@ -418,7 +486,13 @@ class Debugger:
     def _serve(self) -> None:
         get = self.requests.get
         while True:
-            request = get()
+            try:
+                # With a timeout: a signal handled just before a blocking wait (the C
+                # handler only flags it) would wake nobody; back in Python, its handler
+                # runs (an interrupt ends the stopped program).
+                request = get(True, _WAKE_SECONDS)
+            except _Empty:
+                continue
             if self._answer_stopped(request):
                 return
 
@@ -457,7 +531,7 @@ class Debugger:
             stack[0][0],
             "exception",
             "Paused on an uncaught exception",
-            text=_exc_text(exc),
+            text=exc_text(exc),
             stack=stack,
         )
 
@@ -480,7 +554,7 @@ class Debugger:
         elif command == "setBreakpoints":
             self._set_breakpoints(request)
             if not self.finished:
-                self._trace_running_frames()
+                self._trace_running_frames(with_breaks_only=True)
                 self.retrace_soon()
         elif command == "setExceptionBreakpoints":
             self._set_exception_filters(request)
@@ -493,6 +567,7 @@ class Debugger:
             self.pausing = True
             self._trace_running_frames()
             self.retrace_soon()
+            self._soon(self._pause_waiting)
         elif command in _NEEDS_STOP:
             message = "the program has finished" if self.finished else RUNNING
             self._reply(request, False, message=message)
@@ -515,16 +590,18 @@ class Debugger:
             self._set_exception_filters(request)
         elif command == "pause":
             self._reply(request, True)  # already stopped
-        elif command in _STOPPED_ONLY:
-            handler = _STOPPED_ONLY[command]
+        elif command in STOPPED_ONLY:
+            handler = STOPPED_ONLY[command]
             seconds = EVALUATE_SECONDS if command == "evaluate" else REQUEST_SECONDS
             self.deadline.start(seconds)
             try:
                 ok, body, message = handler(self, args)
             except DeadlineExpired:
                 ok, body, message = False, {}, f"{command} ran out of time ({seconds:g} s)"
+            except ENDS_RUN:
+                raise  # an interrupt, or the program's own exit: never swallowed
             except BaseException as exc:
-                ok, body, message = False, {}, f"{command} failed: {_exc_text(exc)}"
+                ok, body, message = False, {}, f"{command} failed: {exc_text(exc)}"
             finally:
                 self.deadline.stop()
             self._reply(request, ok, body, message)
@@ -554,9 +631,11 @@ class Debugger:
         body = body if body is not None else {}
         try:
             size = len(dumps(body).encode("utf-8"))
+        except ENDS_RUN:
+            raise  # an interrupt, or the program's own exit: never swallowed
         except BaseException as exc:
             success, body, size = False, {}, 2
-            message = f"the reply could not be encoded: {_exc_text(exc)}"
+            message = f"the reply could not be encoded: {exc_text(exc)}"
         if size > self.budget:
             success, body = False, {}
             message = (
@@ -568,69 +647,15 @@ class Debugger:
     def _send(self, event: Any) -> None:
         try:
             self.client.send(event)
+        except ENDS_RUN:
+            raise  # an interrupt, or the program's own exit: never swallowed
         except BaseException:
             pass  # the run is over (its reply went out): nobody waits for this
 
     # -- breakpoints -----------------------------------------------------------------------
 
-    def _parse_breakpoints(self, given: Any) -> tuple[dict[int, list[_Breakpoint]], list[Any]]:
-        breaks: dict[int, list[_Breakpoint]] = {}
-        out: list[dict[str, Any]] = []
-        for bp in given if type(given) is list else []:
-            if type(bp) is int:
-                bp = {"line": bp}
-            line = bp.get("line") if type(bp) is dict else None
-            if type(line) is not int or line < 1:
-                out.append(
-                    {
-                        "verified": False,
-                        "message": f"a breakpoint needs a line number, "
-                        f"got {bounded_repr(line, 80)}",
-                    }
-                )
-                continue
-            condition = bp.get("condition")
-            if bp.get("logMessage") is not None:
-                out.append(
-                    {
-                        "verified": False,
-                        "line": line,
-                        "message": "log points are not supported by kernelgate's debugger",
-                    }
-                )
-                continue
-            code = None
-            if condition is not None and condition != "":
-                if type(condition) is not str:
-                    out.append(
-                        {"verified": False, "line": line, "message": "a condition must be a string"}
-                    )
-                    continue
-                try:
-                    code = compile(condition, "<condition>", "eval", dont_inherit=True)
-                except (SyntaxError, ValueError) as exc:
-                    out.append(
-                        {
-                            "verified": False,
-                            "line": line,
-                            "message": f"the condition does not compile: {_exc_text(exc)}",
-                        }
-                    )
-                    continue
-            at = _next_line(self.lines, line)
-            if at is None:
-                out.append(
-                    {
-                        "verified": False,
-                        "line": line,
-                        "message": f"line {line} has no code the program runs",
-                    }
-                )
-                continue
-            b = _Breakpoint(self._next_bp, at, condition if code is not None else None, code)
-            self._next_bp += 1
-            breaks.setdefault(at, []).append(b)
-            out.append({"verified": True, "line": at, "id": b.id})
+    def _parse(self, given: Any) -> tuple[dict[int, list[Breakpoint]], list[dict[str, Any]]]:
+        breaks, out, self._next_bp = parse_breakpoints(given, self.lines, self._next_bp)
         return breaks, out
 
     def _set_breakpoints(self, request: DebugRequest) -> None:
@@ -647,7 +672,7 @@ class Debugger:
                 request, True, {"breakpoints": [{"verified": False, "message": message}] * n}
             )
             return
-        breaks, out = self._parse_breakpoints(given)
+        breaks, out = self._parse(given)
         self.breaks = breaks  # one assignment: the tracer sees the old set or the new
         self._reply(request, True, {"breakpoints": out})
 
@@ -660,209 +685,36 @@ class Debugger:
             self._trace_running_frames()
         self._reply(request, True, {})
 
-    # -- what a stop shows (main thread, stopped) ------------------------------------------
 
-    def _frame(
-        self, args: dict[str, Any], key: str = "frameId"
-    ) -> tuple[types.FrameType, int, int]:
-        fid = args.get(key)
-        if fid is None and self.frames:
-            fid = self.frames[0][0]
-        got = self._frame_ids.get(fid) if type(fid) is int else None
-        if got is None:
-            raise _Refused(
-                f"frame {bounded_repr(fid, 40)} is not a frame of this stop (frame ids are "
-                "valid only until the program resumes)"
-            )
-        return got[0], got[1], fid  # type: ignore[return-value]
-
-    def _namespaces(self, frame: types.FrameType, fid: int) -> tuple[dict[str, Any], Any]:
-        """The frame's globals and locals, the same locals object for the whole stop (so an
-        assignment made by evaluate is what a later request sees)."""
-        if frame.f_code is self.main_code:
-            return frame.f_globals, frame.f_globals
-        loc = self._locals.get(fid)
-        if loc is None:
-            loc = self._locals[fid] = frame.f_locals
-        return frame.f_globals, loc
-
-    def stack_trace(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
-        start = args.get("startFrame") or 0
-        levels = args.get("levels") or 0
-        if type(start) is not int or type(levels) is not int or start < 0 or levels < 0:
-            return False, {}, "startFrame and levels must be integers from 0"
-        chosen = self.frames[start : start + levels] if levels else self.frames[start:]
-        frames = []
-        room = self.budget - 1024
-        for fid, f, line in chosen:
-            entry = {
-                "id": fid,
-                "name": "<module>"
-                if f.f_code is self.main_code
-                else cap_text(f.f_code.co_name, 200),
-                "line": line,
-                "column": 1,
-                "source": {"path": FILENAME, "name": FILENAME},
-            }
-            room -= len(dumps(entry).encode("utf-8")) + 1
-            if room < 0:
-                break  # a deep stack: the innermost frames that fit (totalFrames says all)
-            frames.append(entry)
-        return True, {"stackFrames": frames, "totalFrames": len(self.frames)}, ""
-
-    def scopes(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
-        frame, _line, fid = self._frame(args)
-        g, loc = self._namespaces(frame, fid)
-        glob = listing(program_globals(g, self.injected))
-        if loc is g:
-            local = glob
-        else:
-            local = listing([(str(k), v, str(k)) for k, v in list(dict(loc).items())])
-        scopes = [
-            {"name": "Locals", "variablesReference": self.refs.add(local), "expensive": False},
-            {"name": "Globals", "variablesReference": self.refs.add(glob), "expensive": False},
-        ]
-        return True, {"scopes": scopes}, ""
-
-    def variables(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
-        ref = args.get("variablesReference")
-        kids = self.refs.get(ref)
-        if kids is None:
-            return (
-                False,
-                {},
-                (
-                    f"variablesReference {bounded_repr(ref, 40)} is not one of this stop (they are "
-                    "valid only until the program resumes)"
-                ),
-            )
-        start, count = args.get("start") or 0, args.get("count") or 0
-        if type(start) is not int or type(count) is not int or start < 0 or count < 0:
-            return False, {}, "start and count must be integers from 0"
-        page = fit_page(kids, start, count, self.budget - 1024, self.refs, self.deadline)
-        return True, {"variables": page}, ""
-
-    def evaluate(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
-        expression = args.get("expression")
-        if type(expression) is not str:
-            return False, {}, "evaluate needs an expression (a string)"
-        frame, _line, fid = self._frame(args)
-        g, loc = self._namespaces(frame, fid)
-        try:
-            code = compile(expression, "<debug>", "eval", _ALLOW_AWAIT, dont_inherit=True)
-        except SyntaxError:
-            try:
-                code = compile(expression, "<debug>", "exec", _ALLOW_AWAIT, dont_inherit=True)
-            except (SyntaxError, ValueError) as exc:
-                return False, {}, _exc_text(exc)
-        except ValueError as exc:
-            return False, {}, _exc_text(exc)
-        if code.co_flags & _CO_COROUTINE:
-            return (
-                False,
-                {},
-                (
-                    "`await` cannot run while the program is stopped: its event loop is stopped "
-                    "with it. Step over the line that awaits instead (next), or evaluate "
-                    "without await"
-                ),
-            )
-        try:
-            value = self._as_program(eval, code, g, loc)
-        except DeadlineExpired:
-            raise
-        except BaseException as exc:
-            return False, {}, _exc_text(exc)
-        kids = children(value, expression if len(expression) <= 1000 else None)
-        return (
-            True,
-            {
-                "result": bounded_repr(value, 1000, self.deadline),
-                "type": type_label(value),
-                "variablesReference": self.refs.add(kids),
-            },
-            "",
-        )
-
-    def rich_inspect(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
-        name = args.get("variableName")
-        if type(name) is not str or not name.isidentifier():
-            return False, {}, "richInspectVariables needs a variableName (a name)"
-        frame, _line, fid = self._frame(args)
-        g, loc = self._namespaces(frame, fid)
-        missing = object()
-        value = loc.get(name, missing) if hasattr(loc, "get") else missing
-        if value is missing:
-            value = g.get(name, missing)
-        if value is missing:
-            return False, {}, f"no variable {name!r} in this frame"
-        data, metadata = self.deadline.run(display_bundle, value, self.budget - 1024, per_call=3.0)
-        return True, {"data": data, "metadata": metadata}, ""
-
-    def inspect_variables(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
-        glob = listing(program_globals(self.globals, self.injected))
-        page = fit_page(glob, 0, 0, self.budget - 1024, self.refs, self.deadline)
-        return True, {"variables": page}, ""
-
-
-class _Refused(Exception):
-    """A request that cannot be answered: its message is the reply's."""
-
-
-def _guard(
-    method: Callable[[Debugger, dict[str, Any]], tuple[bool, dict[str, Any], str]],
-) -> Callable[[Debugger, dict[str, Any]], tuple[bool, dict[str, Any], str]]:
-    def run(self: Debugger, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:
-        try:
-            return method(self, args)
-        except _Refused as exc:
-            return False, {}, str(exc)
-
-    return run
-
-
-#: Requests only a stopped program answers.
-_STOPPED_ONLY: dict[str, Callable[[Debugger, dict[str, Any]], tuple[bool, dict[str, Any], str]]] = {
-    "stackTrace": _guard(Debugger.stack_trace),
-    "scopes": _guard(Debugger.scopes),
-    "variables": _guard(Debugger.variables),
-    "evaluate": _guard(Debugger.evaluate),
-    "richInspectVariables": _guard(Debugger.rich_inspect),
-    "inspectVariables": _guard(Debugger.inspect_variables),
-}
-#: What a running program refuses: the requests above, and the resumes.
-_NEEDS_STOP = frozenset(_STOPPED_ONLY) | frozenset(_RESUMES)
+#: What a running program refuses: the requests a stop answers, and the resumes.
+_NEEDS_STOP = frozenset(STOPPED_ONLY) | frozenset(_RESUMES)
 
 
 def _unhandled(command: str) -> str:
     return f"kernelgate's debugger does not handle {command}"
 
 
-def _exc_text(exc: BaseException) -> str:
-    try:
-        text = str(exc)
-        if type(text) is not str:
-            text = ""
-    except BaseException:
-        text = "<str() failed>"
-    name = type_label(exc)
-    return cap_text(f"{name}: {text}" if text else name, 1000)
+def _line_of(frame: types.FrameType) -> int:
+    """The frame's line (its first line when CPython has none for where it is)."""
+    return frame.f_lineno or frame.f_code.co_firstlineno
 
 
-def _code_lines(code: types.CodeType) -> list[int]:
-    """The lines where the program's code (nested functions too) starts a line, sorted."""
-    lines: set[int] = set()
-    todo = [code]
-    while todo:
-        c = todo.pop()
-        for _start, _end, line in c.co_lines():
-            if line is not None:
-                lines.add(line)
-        todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-    return sorted(lines)
+def _suspended_frame(coro: Any) -> types.FrameType | None:
+    """The frame of a suspended coroutine or generator (None for other awaitables: a
+    binding call, a future). Only the native types are asked: a program's own awaitable
+    never runs code here."""
+    if type(coro) is types.CoroutineType:
+        return coro.cr_frame
+    if type(coro) is types.GeneratorType:
+        return coro.gi_frame
+    return None
 
 
-def _next_line(lines: list[int], line: int) -> int | None:
-    """``line`` if code starts there, else the next line that has code (None: none)."""
-    i = _bisect_left(lines, line)
-    return lines[i] if i < len(lines) else None
+def _awaited(coro: Any) -> Any:
+    """What a suspended native coroutine or generator waits on (None: nothing, or not
+    native)."""
+    if type(coro) is types.CoroutineType:
+        return coro.cr_await
+    if type(coro) is types.GeneratorType:
+        return coro.gi_yieldfrom
+    return None

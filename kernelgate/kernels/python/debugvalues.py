@@ -33,6 +33,7 @@ from .namespace import Namespace
 __builtins__ = dict(builtins.__dict__)  # type: ignore[assignment]
 
 __all__ = [
+    "ENDS_RUN",
     "MAX_VALUE_CHARS",
     "MAX_VARIABLES",
     "Deadline",
@@ -71,6 +72,9 @@ _ITIMER_REAL, _SIGALRM = signal.ITIMER_REAL, signal.SIGALRM
 _sigmask = signal.pthread_sigmask
 _SIG_UNBLOCK, _SIG_SETMASK = signal.SIG_UNBLOCK, signal.SIG_SETMASK
 _object_getattribute = object.__getattribute__
+#: What ends the run wherever it is raised (a SIGINT, the program's own exit): the debugger's
+#: catch-alls let it through.
+ENDS_RUN = (KeyboardInterrupt, SystemExit)
 
 
 class DeadlineExpired(BaseException):
@@ -118,6 +122,8 @@ class Deadline:
         self._old_timer = _setitimer(_ITIMER_REAL, 0)
         try:  # a program that blocked SIGALRM must not make its reprs uninterruptible
             self._old_mask = _sigmask(_SIG_UNBLOCK, (_SIGALRM,))
+        except ENDS_RUN:
+            raise  # an interrupt, or the program's own exit: never swallowed
         except BaseException:
             self._old_mask = None
 
@@ -136,6 +142,8 @@ class Deadline:
             left, interval = self._old_timer
             if left > 0:  # the program's own timer goes on where it was
                 _setitimer(_ITIMER_REAL, max(left - (_monotonic() - self._t0), 1e-3), interval)
+        except ENDS_RUN:
+            raise  # an interrupt, or the program's own exit: never swallowed
         except BaseException:
             pass
 
@@ -184,6 +192,8 @@ def bounded_repr(
         return _repr(value, limit, 0, deadline)
     except DeadlineExpired:
         return _TOO_SLOW
+    except ENDS_RUN:
+        raise  # an interrupt, or the program's own exit: never swallowed
     except BaseException as exc:
         return f"<repr() failed: {_exc_text(exc)}>"
 
@@ -247,6 +257,8 @@ def type_label(value: Any) -> str:
     try:
         name = type(value).__qualname__
         return cap_text(name, MAX_NAME_CHARS) if type(name) is str else "object"
+    except ENDS_RUN:
+        raise  # an interrupt, or the program's own exit: never swallowed
     except BaseException:
         return "object"
 
@@ -256,6 +268,8 @@ def _exc_text(exc: BaseException) -> str:
         text = str(exc)
         if type(text) is not str:
             text = ""
+    except ENDS_RUN:
+        raise  # an interrupt, or the program's own exit: never swallowed
     except BaseException:
         text = "<str() failed>"
     name = type_label(exc)
@@ -328,6 +342,8 @@ def children(value: Any, evaluate_name: str | None) -> Children | None:
             return None
         try:
             attrs = _object_getattribute(value, "__dict__")
+        except ENDS_RUN:
+            raise  # an interrupt, or the program's own exit: never swallowed
         except BaseException:
             return None
         if type(attrs) is not dict or not attrs:
@@ -345,6 +361,8 @@ def children(value: Any, evaluate_name: str | None) -> Children | None:
             ], len(attrs)
 
         return page_attrs
+    except ENDS_RUN:
+        raise  # an interrupt, or the program's own exit: never swallowed
     except BaseException:
         return None
 

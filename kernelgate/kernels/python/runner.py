@@ -37,7 +37,10 @@ from .sandbox import enter as enter_sandbox
 from .sitehook import install as site_on_demand
 from .streams import OutputLedger, OutputStream
 
-__all__ = ["Child"]
+__all__ = ["Child", "DEBUGGER_MODULES", "precompile_debugger"]
+
+#: The modules only a debugged run imports (writing no bytecode: see ``Child._debugger``).
+DEBUGGER_MODULES = ("debugvalues", "debugbreaks", "debugstop", "debugger", "debugchannel")
 
 _monotonic = time.monotonic
 
@@ -256,6 +259,39 @@ class Child:
         )
         start_reader(self.client, debugger)
         return debugger
+
+
+def precompile_debugger() -> None:
+    """Write the debugger's bytecode where it is missing or older than its source: the
+    zygote does this once, as the host (before any program), since a debugged run's child
+    imports the modules without writing any and would otherwise compile them each run.
+    Nothing is imported (py_compile only when something is stale, and not kept); a
+    package directory the host may not write is left as it is."""
+    import importlib.util
+
+    here = os.path.dirname(__file__)
+    stale = []
+    for name in DEBUGGER_MODULES:
+        source = os.path.join(here, f"{name}.py")
+        try:
+            cached = importlib.util.cache_from_source(source)
+            if os.stat(cached).st_mtime >= os.stat(source).st_mtime:
+                continue
+        except (OSError, NotImplementedError, ValueError):
+            pass
+        stale.append(source)
+    if not stale:
+        return
+    had = "py_compile" in sys.modules
+    import py_compile
+
+    for source in stale:
+        try:
+            py_compile.compile(source, doraise=True)
+        except Exception:
+            pass  # read-only install, or no source: the child compiles in memory
+    if not had:
+        sys.modules.pop("py_compile", None)  # the warm children's modules stay as they were
 
 
 class DisplayHandle:

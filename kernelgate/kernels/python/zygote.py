@@ -78,6 +78,7 @@ from .display import plain_repr
 from .namespace import Binding, Namespace
 from .program import bind_globals, compile_program, forget_source
 from .report import cache_fallback, restore_builtins, with_usage
+from .runner import precompile_debugger
 from .streams import OutputLedger, OutputStream
 
 __all__ = ["main", "warm_up", "rehearse", "rehearsal_frames"]
@@ -503,6 +504,7 @@ def warm_up() -> None:
     cache_fallback()
     rehearsal_frames()
     sandbox.warm_sandbox()
+    precompile_debugger()  # bytecode only: no child imports the debugger unless debugged
     bootstrap.rehome_code()  # the zygote's own functions are defined by now
 
 
