@@ -90,6 +90,8 @@ HOSTILE: list[tuple[str, Any]] = [
     ("richInspectVariables", {"variableName": "../../etc/passwd"}),
     ("\x1b[31mnotACommand", {}),
     ("setExceptionBreakpoints", {"filters": ["raised", {"x": 1}]}),
+    ("setExceptionBreakpoints", {"filters": [{"x": 1}]}),
+    ("setExceptionBreakpoints", {"filters": [["raised"]]}),
 ]
 
 
