@@ -545,19 +545,18 @@ def test_a_repr_that_exits_ends_the_run_as_the_program_s_exit(hostile, level, wa
     assert d.names() == ["stopped", "terminated"]
 
 
-#: The child's debugger runs program code beyond the reach of its deadline (findings of this
-#: suite; kernelgate/kernels/python/debugvalues.py, the tracer's part):
-#: - ``children()`` and ``type_label()`` run outside :class:`Deadline`: ``isinstance`` asks
-#:   the object's ``__class__`` (and so its ``__getattribute__``), ``len()`` a list
-#:   subclass's ``__len__``, ``object.__getattribute__(v, "__dict__")`` a ``__dict__``
-#:   property, ``type(v).__qualname__`` a metaclass's ``__getattribute__``;
-#: - a repr that catches the deadline's ``DeadlineExpired`` (``except BaseException``) and
-#:   goes on is interrupted every 0.25 s for ever: nothing ends the request.
-#: Each wedges the stopped program: every later request times out at the host (which stays
-#: responsive: the request fails after its timeout, interrupt ends the run).
+#: Program code the variables view could reach beyond repr, each a trap that never returns:
+#: ``isinstance`` asks the object's ``__class__`` (its ``__getattribute__``), ``len()`` a
+#: list subclass's ``__len__``, a ``__dict__`` property, a metaclass's ``__qualname__``.
+#: Before this suite's fix (kernelgate/kernels/python/debugvalues.py) each ran outside the
+#: request's deadline and wedged the stopped program for good. And a repr that catches the
+#: deadline's interruption (``except BaseException``) and goes on: still a finding (the
+#: deadline interrupts it every 0.25 s for ever; nothing ends the request).
 _WEDGES = (
-    "the child's debugger runs this program code outside its deadline (a finding of "
-    "tests/hardening/test_debug_attacks.py; kernelgate/kernels/python/debugvalues.py)"
+    "a repr that swallows the deadline's DeadlineExpired and loops never returns: the "
+    "stopped program answers nothing more (a finding of tests/hardening/test_debug_attacks.py; "
+    "kernelgate/kernels/python/debugvalues.py). The host stays responsive: requests fail "
+    "after their timeout, interrupt ends the run"
 )
 HOOK_TRAPS = {
     "len": "class T(list):\n    def __len__(self):\n        time.sleep(1000)\ntrap = T([1])",
@@ -585,7 +584,10 @@ HOOK_TRAPS = {
 HOOKS = pytest.mark.parametrize(
     "hook",
     [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=_WEDGES))
+        pytest.param(
+            name,
+            marks=[pytest.mark.xfail(strict=True, reason=_WEDGES)] if name == "swallow" else [],
+        )
         for name in sorted(HOOK_TRAPS)
     ],
 )
@@ -612,7 +614,7 @@ def test_a_trap_beyond_repr_does_not_wedge_the_debugger(hostile, level, warm, ho
         shown = await d.request("variables", {"variablesReference": ref})
         after = {"success": False, "message": "not asked: variables was not answered"}
         if shown["success"]:
-            after = await d.request("evaluate", {"expression": "x", "frameId": frame})
+            after = await d.request("evaluate", {"expression": "trap", "frameId": frame})
         if d.run is not None and not d.run.done():
             d.gw.interrupt()
         return d, await d.result(), shown, after
@@ -620,7 +622,7 @@ def test_a_trap_beyond_repr_does_not_wedge_the_debugger(hostile, level, warm, ho
     _, r, shown, after = go(main())
     assert r.status in ("ok", "interrupted"), r.message  # never hung past the interrupt
     assert shown["success"], shown  # answered within its time, the trap shown as cut off
-    assert after["success"] and after["body"]["result"] == "1", after
+    assert after["success"] and after["body"]["result"], after
 
 
 # -- 3. time: a stopped clock, CPU while "stopped", interrupt while stopped -------------------
