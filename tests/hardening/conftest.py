@@ -182,6 +182,8 @@ def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
 BINDINGS = {"add": add, "echo": echo}
 
 
+
+
 def kernelgate_cgroups(names: set[str]) -> list[str]:
     """Per-run cgroups (pids, memory) left under the cgroup roots whose name has one of
     ``names``, as ``controller-root/name`` paths."""

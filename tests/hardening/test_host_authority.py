@@ -59,14 +59,8 @@ def test_call_flood_past_max_calls_ends_as_protocol_and_is_not_kept(hostile, war
         return sent
         """
     )
-    limits = Limits(
-        wall_seconds=30,
-        kill_grace_seconds=0.3,
-        cpu_seconds=20,
-        max_calls=5,
-        max_frame_bytes=5 << 20,
-        memory_bytes=2 << 30,
-    )
+    limits = Limits(wall_seconds=30, kill_grace_seconds=0.3, cpu_seconds=20,
+                    max_calls=5, max_frame_bytes=5 << 20, memory_bytes=2 << 30)
     before = _rss_bytes()
     r = hostile.run(src, limits, warm=warm)
     grown = _rss_bytes() - before
@@ -135,7 +129,9 @@ def test_calls_beyond_the_slots_wait_in_the_child_and_all_are_answered(hostile, 
 
 
 @WARM_COLD
-def test_forged_call_that_does_not_fit_the_signature_never_reaches_policy_or_binding(hostile, warm):
+def test_forged_call_that_does_not_fit_the_signature_never_reaches_policy_or_binding(
+    hostile, warm
+):
     seen: list[object] = []
 
     def add(a: int, b: int) -> int:

@@ -59,7 +59,10 @@ def program(source: str) -> str:
 
 def sleeper_code(marker: str) -> str:
     """A program expression starting a 600 s sleeper tagged with ``marker`` (in its argv)."""
-    return f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}])"
+    return (
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', "
+        f"{marker!r}])"
+    )
 
 
 # -- CPU and wall-clock time ------------------------------------------------------------------
@@ -288,10 +291,7 @@ def test_os_exit_in_the_middle_of_a_binding_call(hostile, warm):
 @BOTH
 @pytest.mark.parametrize(
     "crash",
-    [
-        "import ctypes\nctypes.string_at(0)",
-        "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)",
-    ],
+    ["import ctypes\nctypes.string_at(0)", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)"],
     ids=["null-pointer", "kill-sigsegv"],
 )
 def test_segfault(hostile, crash, warm):
@@ -301,7 +301,7 @@ def test_segfault(hostile, crash, warm):
     assert r.stdout == "before\n"
 
 
-_HOST_THAT_DIES = """
+_HOST_THAT_DIES = '''
 import asyncio, json, os, sys
 from kernelgate import Gateway, Limits
 
@@ -341,7 +341,7 @@ async def main():
 
 
 asyncio.run(main())
-"""
+'''
 
 
 @NEEDS_NAMESPACES  # at process only the child has the death signal (docs/security.md)
@@ -350,15 +350,8 @@ def test_killing_the_host_takes_the_run_with_it(hostile, tmp_path, warm):
     base = tmp_path / "host-runs"
     base.mkdir()
     host = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _HOST_THAT_DIES,
-            "warm" if warm else "cold",
-            str(base),
-            hostile.marker,
-            STRONGEST,
-        ],
+        [sys.executable, "-c", _HOST_THAT_DIES, "warm" if warm else "cold", str(base),
+         hostile.marker, STRONGEST],
         stdout=subprocess.PIPE,
     )
     try:
@@ -404,9 +397,8 @@ def test_memory_bomb(hostile, warm):
             hog.append(bytearray(10 ** 7))
         """
     )
-    limits = Limits(
-        wall_seconds=30, kill_grace_seconds=0.3, cpu_seconds=20, memory_bytes=256 * 1024 * 1024
-    )
+    limits = Limits(wall_seconds=30, kill_grace_seconds=0.3, cpu_seconds=20,
+                    memory_bytes=256 * 1024 * 1024)
     r = hostile.run(src, limits, warm=warm)
     assert r.stdout == "before\n"
     if r.status == "exception":
@@ -580,10 +572,7 @@ def test_c_level_stack_overflow_attempts_end_cleanly(hostile, attack):
             "    def __repr__(self):\n        raise RuntimeError('no repr')",
             "str() failed",
         ),
-        (
-            "class E(Exception):\n    def __str__(self):\n        raise SystemExit(3)",
-            "str() failed",
-        ),
+        ("class E(Exception):\n    def __str__(self):\n        raise SystemExit(3)", "str() failed"),
         ("class E(Exception):\n    def __str__(self):\n        return 5", "str() failed"),
         (
             "class E(Exception):\n    def __str__(self):\n        return 'x' * 10_000_000",
@@ -661,16 +650,8 @@ def test_rebinding_builtins_and_io_still_reports_the_value(hostile, warm):
         "import asyncio\nasyncio.events.get_running_loop = boom",
         "import sys\nsys.__stdout__ = sys.__stderr__ = None",
     ],
-    ids=[
-        "exception-class",
-        "select",
-        "encode-basestring",
-        "c-encoder",
-        "traceback",
-        "sys-modules",
-        "asyncio",
-        "dunder-streams",
-    ],
+    ids=["exception-class", "select", "encode-basestring", "c-encoder", "traceback",
+         "sys-modules", "asyncio", "dunder-streams"],
 )
 @pytest.mark.parametrize("ending", ["return 7", "raise ValueError('planned')"])
 def test_rebinding_modules_ends_with_a_clear_status(hostile, rebind, ending):
@@ -748,9 +729,7 @@ def test_invalid_utf8_becomes_replacement_chars_and_lone_surrogates_are_escaped(
 
 
 def test_value_with_a_lone_surrogate_is_invalid_output_naming_the_path(hostile):
-    r = hostile.run(
-        "print('before', flush=True)\nreturn {'a': ['fine', 'bad \\ud800']}", warm=False
-    )
+    r = hostile.run("print('before', flush=True)\nreturn {'a': ['fine', 'bad \\ud800']}", warm=False)
     assert r.status == "invalid_output"
     assert "value['a'][1]" in r.error.evalue and "surrogate" in r.error.evalue
     assert r.stdout == "before\n"
@@ -837,12 +816,8 @@ def test_display_flood_is_bounded_in_the_host(hostile):
         return 'done'
         """
     )
-    limits = Limits(
-        wall_seconds=30,
-        kill_grace_seconds=0.3,
-        max_output_bytes=64 * 1024,
-        max_display_bytes=4 * 1024 * 1024,
-    )
+    limits = Limits(wall_seconds=30, kill_grace_seconds=0.3, max_output_bytes=64 * 1024,
+                    max_display_bytes=4 * 1024 * 1024)
     r = hostile.run(src, limits, warm=False)
     assert r.status == "ok" and r.value == "done"
     assert r.stdout == "before\n"
@@ -907,9 +882,8 @@ def test_forged_fd3_traffic_ends_the_run_as_protocol(hostile, name):
     src = f"{_FIND_CONN}import time\nprint('before', flush=True)\n{attack}\ntime.sleep(30)"
     r = hostile.run(
         src,
-        Limits(
-            wall_seconds=30, kill_grace_seconds=0.3, max_frame_bytes=200_000, max_value_bytes=1000
-        ),
+        Limits(wall_seconds=30, kill_grace_seconds=0.3, max_frame_bytes=200_000,
+               max_value_bytes=1000),
         warm=False,
     )
     assert r.status == "protocol", r.message
@@ -935,9 +909,8 @@ def test_output_before_an_oversized_frame_is_kept(hostile):
     )
     r = hostile.run(
         src,
-        Limits(
-            wall_seconds=30, kill_grace_seconds=0.3, max_frame_bytes=70_000, max_value_bytes=1000
-        ),
+        Limits(wall_seconds=30, kill_grace_seconds=0.3, max_frame_bytes=70_000,
+               max_value_bytes=1000),
         gateway=gw,
         warm=False,
     )
@@ -1349,12 +1322,8 @@ def test_strict_with_an_available_level_runs_at_that_level(hostile):
 
 
 def test_missing_reasons():
-    none = SandboxSupport(
-        namespaces=False,
-        landlock_abi=0,
-        cgroups=None,
-        why_not_namespaces="unshare: Operation not permitted",
-    )
+    none = SandboxSupport(namespaces=False, landlock_abi=0, cgroups=None,
+                          why_not_namespaces="unshare: Operation not permitted")
     assert none.strongest == "process"
     assert none.missing("process") == ""
     assert "user namespaces" in none.missing("namespaces")
@@ -1403,14 +1372,8 @@ def test_every_level_keeps_rlimits(hostile, level, warm):
                           'RLIMIT_CORE']]
         """
     )
-    limits = Limits(
-        wall_seconds=20,
-        kill_grace_seconds=0.3,
-        cpu_seconds=3,
-        memory_bytes=300_000_000,
-        max_file_bytes=5_000_000,
-        max_open_files=77,
-    )
+    limits = Limits(wall_seconds=20, kill_grace_seconds=0.3, cpu_seconds=3,
+                    memory_bytes=300_000_000, max_file_bytes=5_000_000, max_open_files=77)
     r = hostile.run(src, limits, sandbox=level, warm=warm)
     assert r.status == "ok", r.message
     assert r.isolation == level
@@ -1440,14 +1403,8 @@ def test_usage_and_isolation(hostile, warm):
     assert r.status == "ok" and r.value == [3, 1000]
     assert r.isolation == STRONGEST
     u = r.usage
-    assert set(u) >= {
-        "cpu_user_s",
-        "cpu_system_s",
-        "peak_memory_bytes",
-        "calls",
-        "bytes_in",
-        "bytes_out",
-    }
+    assert set(u) >= {"cpu_user_s", "cpu_system_s", "peak_memory_bytes", "calls", "bytes_in",
+                      "bytes_out"}
     assert 0.25 <= u["cpu_user_s"] + u["cpu_system_s"] <= time.monotonic() - started + 0.5
     assert u["peak_memory_bytes"] >= 60_000_000
     assert u["calls"] == 2

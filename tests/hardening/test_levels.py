@@ -43,9 +43,6 @@ def test_without_namespaces_the_suite_runs_at_process_and_names_its_skips():
     assert f"needs the 'namespaces+landlock' level: {missing}" in out
     # The session's summary: the levels, then one line per reason with its count.
     assert "kernelgate hostile suite: levels and skips" in out
-    assert (
-        "levels here: process ('process' forced by KERNELGATE_TEST_LEVELS); 2 cases ran, 4 skipped"
-        in out
-    )
+    assert "levels here: process ('process' forced by KERNELGATE_TEST_LEVELS); 2 cases ran, 4 skipped" in out
     assert f"     3 skipped: needs the 'namespaces' level: {missing}" in out
     assert f"     1 skipped: needs the 'namespaces+landlock' level: {missing}" in out
