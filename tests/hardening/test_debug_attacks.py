@@ -1016,3 +1016,57 @@ def test_requests_no_frame_can_carry_fail_and_the_run_goes_on(hostile, level, wa
     assert still["success"] and still["body"]["result"] == "1", still
     assert r.ok and r.value == 2, r.message
     assert d.names() == ["stopped", "continued", "terminated"]
+
+
+MONITORING = textwrap.dedent(
+    """\
+    import sys
+    mon = sys.monitoring
+    def on_line(code, line):
+        return mon.DISABLE
+    taken = []
+    for tool in range(8):  # every tool id there is, the debugger's included (if any)
+        try:
+            mon.use_tool_id(tool, 'attacker')
+            mon.register_callback(tool, mon.events.LINE, on_line)
+            mon.set_events(tool, mon.events.LINE | mon.events.PY_START)
+            taken.append(tool)
+        except ValueError:
+            pass
+    mon.restart_events()
+    sys.settrace(None)
+    x = 1
+    x = 2
+    [taken, x]
+    """
+)
+
+
+@ALL_LEVELS
+@BOTH
+def test_a_program_using_sys_monitoring_is_still_debugged(hostile, level, warm):
+    """On 3.13 a program takes every ``sys.monitoring`` tool id it can, with callbacks that
+    disable their events, and calls ``sys.settrace(None)``: the breakpoint still stops."""
+    import glob
+
+    found = sorted(glob.glob("/root/.pyenv/versions/3.13.*/bin/python3.13"))
+    if not found:
+        pytest.skip("python3.13 is not installed here")
+    line = MONITORING.splitlines().index("x = 2") + 1
+
+    async def main() -> tuple[Debugged, RunResult, list[Any]]:
+        d = Debugged(hostile, level, warm, python=found[-1])
+        await d.start(MONITORING, [line])
+        await d.stopped()
+        frames = (await d.ok("stackTrace"))["stackFrames"]
+        await d.ok("next")
+        await d.stopped()
+        await d.ok("continue")
+        return d, await d.result(), frames
+
+    d, r, frames = go(main())
+    assert r.ok, r.message
+    taken, x = r.value
+    assert x == 2 and taken == list(range(6)), r.value  # 6 and 7 are sys.settrace's own
+    assert [(f["name"], f["line"]) for f in frames] == [("<module>", line)]
+    assert d.names() == ["stopped", "continued", "stopped", "continued", "terminated"]
