@@ -15,7 +15,8 @@ The child is untrusted, so:
 - ``continued`` and ``terminated`` are the host's: said when the child accepted a resume
   request, and when the run ended;
 - a reply answers the request the host sent (the wire checks it is in flight, once) and is
-  given back under the host's command name, its message capped;
+  given back under the host's command name, its message capped; a late reply (after the
+  caller stopped waiting) is judged by that command too, never by the one the child names;
 - a malformed ``stopped`` ends the run as a protocol violation, as any malformed message.
 
 The wall clock of ``Limits.wall_seconds`` stops while the program is stopped at a line (a
@@ -205,6 +206,10 @@ class RunDebugger:
         self._link: _Link | None = None
         self._seqs = itertools.count(1)
         self._waiting: dict[int, tuple[str, asyncio.Future[dict[str, Any]]]] = {}
+        # Every request sent and not answered yet, by seq: its command as the HOST sent it.
+        # Kept past a caller's timeout, so that a late reply is judged by what was asked,
+        # never by the command the child names in it.
+        self._sent: dict[int, str] = {}
         self._stopped = False
         self._used = False
         self._ended = False
@@ -277,10 +282,12 @@ class RunDebugger:
             return _failure(command, str(exc))
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[seq] = (command, fut)
+        self._sent[seq] = command
         try:
             link.send_debug(request)
         except ProtocolError as exc:
             self._waiting.pop(seq, None)
+            self._sent.pop(seq, None)
             return _failure(command, f"the program cannot take {command} now: {exc}")
         wait = self.timeout if timeout is None else timeout
         try:
@@ -321,7 +328,9 @@ class RunDebugger:
     def on_child_reply(self, reply: DebugReply) -> None:
         """The child answered request ``reply.request_seq`` (the wire checked it waits)."""
         entry = self._waiting.pop(reply.request_seq, None)
-        command = entry[0] if entry is not None else reply.command
+        command = self._sent.pop(reply.request_seq, None)
+        if command is None:  # not one of ours (the wire refuses those): nothing to say
+            return
         body = reply.body
         response = _response(command, reply.success, body, _cap(reply.message))
         if reply.success and command in RESUME_COMMANDS and self._stopped and not self._ended:
@@ -342,6 +351,7 @@ class RunDebugger:
             if not fut.done():
                 fut.set_result(_failure(command, f"the run ended before {command} was answered"))
         self._waiting.clear()
+        self._sent.clear()
         if self._link is not None:
             self._emit("terminated", {})
 

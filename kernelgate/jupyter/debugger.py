@@ -472,7 +472,9 @@ class DebugSession:
     def _set_exception_breakpoints(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         filters = arguments.get("filters", [])
         known = {f["filter"] for f in EXCEPTION_FILTERS}
-        if not isinstance(filters, list) or not all(f in known for f in filters):
+        if not isinstance(filters, list) or not all(
+            isinstance(f, str) and f in known for f in filters
+        ):
             raise DebugRequestError(
                 f"setExceptionBreakpoints: filters must be a list of {sorted(known)}"
             )

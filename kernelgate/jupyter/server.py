@@ -44,6 +44,14 @@ _PARENT_POLL = 1.0
 _MAX_DEBUG_IN_FLIGHT = 64
 
 
+def _failed(exc: BaseException) -> str:
+    """The reply's message for a debug request the kernel itself failed on."""
+    return (
+        f"the kernel could not handle this debug request ({type(exc).__name__}); check its "
+        "arguments against the Debug Adapter Protocol"
+    )
+
+
 def kernel_info_content() -> dict[str, Any]:
     from kernelgate import __version__
 
@@ -354,7 +362,14 @@ class KernelServer:
                 )
             )
             return
-        answer = self.debugger.answer_now(request)
+        try:
+            answer = self.debugger.answer_now(request)
+        except Exception as exc:
+            # A request no check foresaw must still be answered: JupyterLab waits for
+            # every reply, and an unanswered one leaves its debugger hanging.
+            log.exception("a debug request failed in the kernel")
+            reply(self.debugger.refusal(request, _failed(exc)))
+            return
         if answer is not None:
             reply(answer)
             return
@@ -369,7 +384,12 @@ class KernelServer:
             return
 
         async def forward() -> None:
-            reply(await self.debugger.forward(request))
+            try:
+                answer = await self.debugger.forward(request)
+            except Exception as exc:
+                log.exception("a forwarded debug request failed in the kernel")
+                answer = self.debugger.refusal(request, _failed(exc))
+            reply(answer)
 
         task = asyncio.create_task(forward())
         self._debug_tasks.add(task)

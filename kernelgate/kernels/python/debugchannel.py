@@ -31,6 +31,8 @@ _os_read = os.read
 _os_exit = os._exit
 _select = select.select
 _start_new_thread = _thread.start_new_thread
+#: How often a quiet reader has the main thread check its trace (Debugger.nudge).
+_NUDGE_SECONDS = 1.0
 _sigmask = signal.pthread_sigmask
 _SIG_BLOCK = signal.SIG_BLOCK
 _ALL_SIGNALS = signal.valid_signals()
@@ -55,7 +57,9 @@ def _read_forever(client: CallClient, debugger: Debugger) -> None:
             with lock:
                 event = conn.next_event()  # what was read with the request comes first
             if event is None:
-                _select([fd], [], [])
+                if not _select([fd], [], [], _NUDGE_SECONDS)[0]:
+                    debugger.nudge()  # quiet: see that the main thread is still traced
+                    continue
                 with lock:
                     try:
                         data = _os_read(fd, 1 << 16)

@@ -4,7 +4,9 @@ Protocol in PROGRAM coordinates (source path ``"<program>"``, the program's own 
 Imported only when the run's ``execute_request`` has ``options["debug"]``: an undebugged run
 neither imports nor runs any of it. Stdlib only; no file, no socket, no syscall the sandbox
 denies (one thread, :mod:`.debugchannel`, and SIGALRM timers while a stopped request runs
-the program's reprs).
+the program's reprs; a SIGURG handler the reader "raises" on the main thread with
+``_thread.interrupt_main``, no real signal, to trace it again once CPython dropped the
+trace function at the recursion limit).
 
 How it runs:
 
@@ -44,6 +46,7 @@ import builtins
 import opcode
 import os
 import queue
+import signal
 import sys
 import types
 from collections.abc import Callable
@@ -100,6 +103,12 @@ _register_at_fork = os.register_at_fork
 _BUILTINS = builtins.__dict__
 _current_frames = sys._current_frames
 _get_ident = _thread.get_ident
+_interrupt_main = _thread.interrupt_main
+_getsignal, _signal = signal.getsignal, signal.signal
+#: The signal the reader thread "raises" on the main thread (``_thread.interrupt_main``: no
+#: real signal is sent) to trace it again there: CPython drops the trace function when a
+#: call into it fails at the recursion limit, and a busy program never returns to its loop.
+_NUDGE = signal.SIGURG
 _Empty = queue.Empty
 _SimpleQueue = queue.SimpleQueue
 _OPNAME = list(opcode.opname)
@@ -163,6 +172,8 @@ class Debugger(StopView):
         self._warned_settrace = False
         self._stderr = client.streams[1] if len(client.streams) > 1 else None
         self._saved_hooks: tuple[Any, Any] = (sys.settrace, sys.breakpointhook)
+        self._nudge = self._on_nudge  # one bound method: compared with the handler in force
+        self._old_nudge: Any = None
         opts = options if type(options) is dict else {}
         self.breaks = self._parse(opts.get("breakpoints"))[0]
         self.entry = opts.get("stopOnEntry") is True
@@ -189,7 +200,20 @@ class Debugger(StopView):
         self._saved_hooks = sys.settrace, sys.breakpointhook
         sys.settrace = self._refuse_settrace
         sys.breakpointhook = self._breakpointhook
+        try:
+            self._old_nudge = _signal(_NUDGE, self._nudge)
+        except (ValueError, OSError):
+            self._old_nudge = None
         _settrace(self._on_call)
+
+    def _on_nudge(self, _signum: int, _frame: Any) -> None:
+        """On the main thread, between two of the program's bytecodes (see _NUDGE)."""
+        try:
+            self.retrace()
+            if self.pausing:
+                self._trace_running_frames()
+        except RecursionError:
+            pass  # at the limit still: the loop's retrace, or the next nudge, will do
 
     def retrace(self) -> None:
         """On the main thread (a loop callback): trace again if CPython dropped the trace
@@ -198,9 +222,25 @@ class Debugger(StopView):
         if self.tracing and _gettrace() is None:
             _settrace(self._on_call)
 
+    def nudge(self) -> None:
+        """From the reader thread, now and then: have the main thread trace again if
+        CPython dropped its trace function while something could stop it (a RecursionError
+        the program caught would otherwise end its debugging for good)."""
+        if self.breaks or self.pausing or self.exception_filters or self.mode:
+            self._interrupt_main()
+
+    def _interrupt_main(self) -> None:
+        try:
+            if self.tracing and not self.stopped and _getsignal(_NUDGE) == self._nudge:
+                _interrupt_main(_NUDGE)
+        except (ValueError, OSError, RuntimeError):
+            pass
+
     def retrace_soon(self) -> None:
-        """From the reader thread: :meth:`retrace` when the program's loop next runs."""
+        """From the reader thread: :meth:`retrace` when the program's loop next runs, and
+        at once on the main thread if the program has not taken the nudge's signal."""
         self._soon(self.retrace)
+        self._interrupt_main()
 
     def _soon(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` on the main thread when the program's loop next runs."""
@@ -266,6 +306,11 @@ class Debugger(StopView):
         with self.lock:
             self.finished = True
         sys.settrace, sys.breakpointhook = self._saved_hooks
+        try:
+            if _getsignal(_NUDGE) == self._nudge:
+                _signal(_NUDGE, self._old_nudge if self._old_nudge is not None else signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
 
     def _refuse_settrace(self, function: Any) -> None:
         if self._warned_settrace:

@@ -72,6 +72,7 @@ _ITIMER_REAL, _SIGALRM = signal.ITIMER_REAL, signal.SIGALRM
 _sigmask = signal.pthread_sigmask
 _SIG_UNBLOCK, _SIG_SETMASK = signal.SIG_UNBLOCK, signal.SIG_SETMASK
 _object_getattribute = object.__getattribute__
+_TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
 #: What ends the run wherever it is raised (a SIGINT, the program's own exit): the debugger's
 #: catch-alls let it through.
 ENDS_RUN = (KeyboardInterrupt, SystemExit)
@@ -255,7 +256,8 @@ def _container_repr(value: Any, limit: int, depth: int, deadline: Deadline) -> s
 def type_label(value: Any) -> str:
     """The name of ``value``'s class (qualified, cut); never raises."""
     try:
-        name = type(value).__qualname__
+        # type's own descriptor, not a metaclass's (program code, may never return)
+        name = _TYPE_QUALNAME(type(value))
         return cap_text(name, MAX_NAME_CHARS) if type(name) is str else "object"
     except ENDS_RUN:
         raise  # an interrupt, or the program's own exit: never swallowed
@@ -287,10 +289,64 @@ def _sub(parent: str | None, child: str) -> str | None:
     return None if parent is None else f"{parent}{child}"
 
 
+#: The builtin bases' own slots, used by ``children`` instead of a subclass's ``__len__``,
+#: ``__getitem__``, ``__iter__`` (program code, which may never return).
+_SEQUENCES: tuple[tuple[type, Callable[[Any], int], Callable[..., Any]], ...] = (
+    (list, list.__len__, list.__getitem__),
+    (tuple, tuple.__len__, tuple.__getitem__),
+)
+_SETS: tuple[tuple[type, Callable[[Any], int], Callable[..., Any]], ...] = (
+    (set, set.__len__, set.__iter__),
+    (frozenset, frozenset.__len__, frozenset.__iter__),
+)
+_TYPE_MRO = type.__dict__["__mro__"].__get__
+_TYPE_DICT = type.__dict__["__dict__"].__get__
+_GETSET = types.GetSetDescriptorType
+
+
+def _instance_dict(value: Any, t: type) -> Any:
+    """``value.__dict__`` by the C descriptor, never one the program put on its class."""
+    for klass in _TYPE_MRO(t):
+        found = _TYPE_DICT(klass).get("__dict__")
+        if found is not None:
+            return found.__get__(value, t) if type(found) is _GETSET else None
+    return None
+
+
+def _sequence_children(
+    value: Any, evaluate_name: str | None, size: Callable[[Any], int], getitem: Callable[..., Any]
+) -> Children | None:
+    if not size(value):
+        return None
+
+    def page_sequence(start: int, count: int) -> Any:
+        part = getitem(value, slice(start, start + count))
+        return [
+            (str(i), v, _sub(evaluate_name, f"[{i}]")) for i, v in enumerate(part, start)
+        ], size(value)
+
+    return page_sequence
+
+
+def _set_children(
+    value: Any, size: Callable[[Any], int], iterate: Callable[..., Any]
+) -> Children | None:
+    if not size(value):
+        return None
+
+    def page_set(start: int, count: int) -> Any:
+        items = itertools.islice(iterate(value), start, start + count)
+        return [(str(i), v, None) for i, v in enumerate(items, start)], size(value)
+
+    return page_set
+
+
 def children(value: Any, evaluate_name: str | None) -> Children | None:
-    """How to list ``value``'s children (None: it has none to show)."""
+    """How to list ``value``'s children (None: none to show). Runs no program code: uses
+    ``issubclass(type(value), ...)``, never ``isinstance`` (it asks ``__class__``)."""
     try:
-        if isinstance(value, Namespace):
+        t = type(value)
+        if issubclass(t, Namespace):
             bindings = _object_getattribute(value, "_kg_bindings")
             names = sorted(bindings)
 
@@ -305,19 +361,11 @@ def children(value: Any, evaluate_name: str | None) -> Children | None:
                 ], len(names)
 
             return page_namespace if names else None
-        if isinstance(value, (list, tuple)):
-            if not len(value):
-                return None
-
-            def page_sequence(start: int, count: int) -> Any:
-                return [
-                    (str(i), v, _sub(evaluate_name, f"[{i}]"))
-                    for i, v in enumerate(value[start : start + count], start)
-                ], len(value)
-
-            return page_sequence
-        if isinstance(value, dict):
-            if not len(value):
+        for base, size, getitem in _SEQUENCES:
+            if issubclass(t, base):
+                return _sequence_children(value, evaluate_name, size, getitem)
+        if issubclass(t, dict):
+            if not dict.__len__(value):
                 return None
 
             def page_dict(start: int, count: int) -> Any:
@@ -326,26 +374,15 @@ def children(value: Any, evaluate_name: str | None) -> Children | None:
                     key = bounded_repr(k, MAX_NAME_CHARS)
                     simple = type(k) in (str, int, float, bool) or k is None
                     got.append((key, v, _sub(evaluate_name, f"[{key}]") if simple else None))
-                return got, len(value)
+                return got, dict.__len__(value)
 
             return page_dict
-        if isinstance(value, (set, frozenset)):
-            if not len(value):
-                return None
-
-            def page_set(start: int, count: int) -> Any:
-                items = itertools.islice(iter(value), start, start + count)
-                return [(str(i), v, None) for i, v in enumerate(items, start)], len(value)
-
-            return page_set
-        if isinstance(value, _NO_CHILDREN):
+        for base, size, iterate in _SETS:
+            if issubclass(t, base):
+                return _set_children(value, size, iterate)
+        if issubclass(t, _NO_CHILDREN):
             return None
-        try:
-            attrs = _object_getattribute(value, "__dict__")
-        except ENDS_RUN:
-            raise  # an interrupt, or the program's own exit: never swallowed
-        except BaseException:
-            return None
+        attrs = _instance_dict(value, t)
         if type(attrs) is not dict or not attrs:
             return None
 
