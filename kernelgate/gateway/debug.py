@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from kernelgate.wire.errors import ProtocolError
 from kernelgate.wire.events import DebugEvent, DebugReply, DebugRequest
+from kernelgate.wire.values import dumps
 
 from .outcome import Verdict
 
@@ -73,6 +74,9 @@ STOP_REASONS = frozenset(
 #: program's code, or where one is about to end the program.
 EXCEPTION_FILTERS = ("raised", "uncaught")
 _MAX_TEXT = 2000
+#: The most a debug request's arguments may take, as JSON: a request is a person's expression
+#: or a list of breakpoints, and the child reads what it is sent whole.
+MAX_REQUEST_BYTES = 1 << 20
 _MAX_BREAKPOINTS = 10_000
 _DEFAULT_TIMEOUT = 30.0
 
@@ -278,8 +282,17 @@ class RunDebugger:
         seq = next(self._seqs)
         try:
             request = DebugRequest(seq, command, args)
+            size = len(dumps(args))
         except ProtocolError as exc:
             return _failure(command, str(exc))
+        except (TypeError, ValueError, RecursionError) as exc:
+            return _failure(command, f"{command}'s arguments are not JSON: {exc}")
+        if size > MAX_REQUEST_BYTES:
+            return _failure(
+                command,
+                f"{command}'s arguments are {size} bytes of JSON; a debug request carries at "
+                f"most {MAX_REQUEST_BYTES} (a shorter expression, or fewer breakpoints)",
+            )
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[seq] = (command, fut)
         self._sent[seq] = command

@@ -201,3 +201,31 @@ def test_the_stopped_body_keeps_only_dap_fields():
         "text": "ValueError: x",
     }
     assert json.dumps(body)
+
+
+def test_a_request_too_big_to_send_is_refused_by_the_host(make_gateway):
+    """The host bounds what it sends as the child bounds what it answers: a 2 MB expression
+    never reaches the child (before: it did, and the child failed reading it)."""
+    gw = make_gateway()
+    events: list[dict[str, Any]] = []
+    stops: asyncio.Queue[None] = asyncio.Queue()
+
+    def on_event(event: dict[str, Any]) -> None:
+        events.append(event)
+        if event["event"] == "stopped":
+            stops.put_nowait(None)
+
+    async def main():
+        async with gw:
+            dbg = RunDebugger([2], on_event=on_event)
+            run = asyncio.create_task(_run(gw, "x = 1\nx = 2\nx", dbg))
+            await asyncio.wait_for(stops.get(), 30)
+            big = await dbg.request("evaluate", {"expression": "1+" * 1_000_000 + "1"})
+            small = await dbg.request("evaluate", {"expression": "x + 1", "frameId": 1})
+            await dbg.request("continue", {"threadId": 1})
+            return big, small, await run
+
+    big, small, r = asyncio.run(main())
+    assert not big["success"] and "a debug request carries at most" in big["message"]
+    assert small["success"] and small["body"]["result"] == "2", small
+    assert r.ok and r.value == 2
