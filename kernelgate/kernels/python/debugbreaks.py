@@ -13,9 +13,7 @@ import builtins
 import types
 from typing import Any
 
-from kernelgate.model.text import cap_text
-
-from .debugvalues import ENDS_RUN, bounded_repr, type_label
+from .debugvalues import bounded_repr, exc_text
 
 __builtins__ = dict(builtins.__dict__)  # type: ignore[assignment]  # see .debugvalues
 
@@ -99,20 +97,6 @@ def parse_breakpoints(
         breaks.setdefault(at, []).append(b)
         out.append({"verified": True, "line": at, "id": b.id})
     return breaks, out, next_id
-
-
-def exc_text(exc: BaseException) -> str:
-    """``"Type: message"`` of an exception, cut; never raises but for what ends the run."""
-    try:
-        text = str(exc)
-        if type(text) is not str:
-            text = ""
-    except ENDS_RUN:
-        raise  # an interrupt, or the program's own exit: never swallowed
-    except BaseException:
-        text = "<str() failed>"
-    name = type_label(exc)
-    return cap_text(f"{name}: {text}" if text else name, 1000)
 
 
 def code_lines(code: types.CodeType) -> list[int]:

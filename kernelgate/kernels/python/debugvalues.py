@@ -41,6 +41,7 @@ __all__ = [
     "References",
     "bounded_repr",
     "children",
+    "exc_text",
     "program_globals",
     "type_label",
     "variable",
@@ -196,7 +197,7 @@ def bounded_repr(
     except ENDS_RUN:
         raise  # an interrupt, or the program's own exit: never swallowed
     except BaseException as exc:
-        return f"<repr() failed: {_exc_text(exc)}>"
+        return f"<repr() failed: {exc_text(exc, 500)}>"
 
 
 def _repr(value: Any, limit: int, depth: int, deadline: Deadline) -> str:
@@ -265,7 +266,8 @@ def type_label(value: Any) -> str:
         return "object"
 
 
-def _exc_text(exc: BaseException) -> str:
+def exc_text(exc: BaseException, limit: int = 1000) -> str:
+    """``"Type: message"`` of an exception, cut; never raises but for what ends the run."""
     try:
         text = str(exc)
         if type(text) is not str:
@@ -275,7 +277,7 @@ def _exc_text(exc: BaseException) -> str:
     except BaseException:
         text = "<str() failed>"
     name = type_label(exc)
-    return cap_text(f"{name}: {text}" if text else name, 500)
+    return cap_text(f"{name}: {text}" if text else name, limit)
 
 
 # -- children of a value ---------------------------------------------------------------------
