@@ -269,7 +269,14 @@ class DebugSession:
             self._publish("continued", {"threadId": 1, "allThreadsContinued": True}, run.parent)
 
     def _on_run_event(self, run: _Run, event: dict[str, Any]) -> None:
-        if self.run is not run or not run.attached:
+        if self.run is not run:
+            return
+        if not run.attached:
+            # Let go by disconnect, yet stopped by what was on its way (a breakpoint hit or
+            # a pause before the clearing arrived): nobody would continue it, and it would
+            # hold the kernel's queue until its stop's ceiling.
+            if event.get("event") == "stopped":
+                _in_background(run.debugger.request("continue", {"threadId": 1}))
             return
         shown = inert_event(event)
         if shown is None:  # terminated: the run's end, which end_run sees to
@@ -390,6 +397,7 @@ class DebugSession:
         run = self.run
         if run is not None:
             _in_background(run.debugger.request("setBreakpoints", {"breakpoints": []}))
+            _in_background(run.debugger.request("setExceptionBreakpoints", {"filters": []}))
             if run.stopped:
                 run.stopped = False
                 _in_background(run.debugger.request("continue", {"threadId": 1}))

@@ -263,6 +263,28 @@ def test_disconnect_while_stopped_says_continued_and_the_cell_finishes(
     in_process_kernel(tmp_path, body)
 
 
+def test_disconnect_lets_a_cell_go_with_its_exception_filters(tmp_path: pathlib.Path) -> None:
+    """"Stop Debugger" while a cell is stopped and "pause on raised exceptions" is on: the
+    cell runs on to its end (before: the child kept the filter, stopped at the next raise,
+    and the stop, no longer anyone's, held the kernel's queue for up to an hour)."""
+    code = (
+        "x = 1\nx = 2\nfor i in range(3):\n    try:\n        raise ValueError(i)\n"
+        "    except ValueError:\n        pass\nprint('done', x)"
+    )
+
+    def body(kc: BlockingKernelClient, server: KernelServer) -> None:
+        start(kc)
+        assert debug(kc, "setExceptionBreakpoints", {"filters": ["raised"]})["success"]
+        dump_and_break(kc, code, 2)
+        msg_id = kc.execute(code)
+        assert wait_event(kc, "stopped")["body"]["reason"] == "breakpoint"
+        assert debug(kc, "disconnect", {"restart": False, "terminateDebuggee": False})["success"]
+        cell = collect(kc, msg_id)
+        assert cell.status == "ok" and cell.stdout() == "done 2\n", cell.events
+
+    in_process_kernel(tmp_path, body)
+
+
 def test_shutdown_while_stopped_leaves_nothing_behind() -> None:
     km, kc = start_new_kernel(kernel_name=KERNEL_NAME, startup_timeout=30)
     try:
