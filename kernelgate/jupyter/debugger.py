@@ -27,6 +27,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelgate.gateway.debug import EXCEPTION_FILTERS as RUN_EXCEPTION_FILTERS
 from kernelgate.gateway.debug import RunDebugger
 
 from .cells import Program
@@ -479,7 +480,7 @@ class DebugSession:
 
     def _set_exception_breakpoints(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         filters = arguments.get("filters", [])
-        known = {f["filter"] for f in EXCEPTION_FILTERS}
+        known = set(RUN_EXCEPTION_FILTERS)  # what a run's debugger takes
         if not isinstance(filters, list) or not all(
             isinstance(f, str) and f in known for f in filters
         ):

@@ -264,7 +264,7 @@ def test_disconnect_while_stopped_says_continued_and_the_cell_finishes(
 
 
 def test_disconnect_lets_a_cell_go_with_its_exception_filters(tmp_path: pathlib.Path) -> None:
-    """"Stop Debugger" while a cell is stopped and "pause on raised exceptions" is on: the
+    """JupyterLab's "Stop Debugger" while a cell is stopped with "pause on raised exceptions": the
     cell runs on to its end (before: the child kept the filter, stopped at the next raise,
     and the stop, no longer anyone's, held the kernel's queue for up to an hour)."""
     code = (
