@@ -18,6 +18,9 @@ escaped, bounded strings; rich views ``text/plain`` alone; ``source`` only from 
 kernel was given (dumped, or run as a part of a program), never from a file.
 """
 
+# long: one short handler per DAP request of the session (about twenty), all on the
+# session's state (cells, breakpoints, filters, the running cell); the mapping is in .dap.
+
 from __future__ import annotations
 
 import asyncio
