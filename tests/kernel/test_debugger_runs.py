@@ -220,9 +220,19 @@ def test_interrupt_while_stopped_ends_the_run_cleanly(tmp_path: pathlib.Path) ->
         slow = send_debug(
             kc,
             "evaluate",
-            {"expression": "time.sleep(8)", "frameId": frame["id"], "context": "repl"},
+            {
+                "expression": "print('busy', flush=True) or time.sleep(8)",
+                "frameId": frame["id"],
+                "context": "repl",
+            },
         )
-        time.sleep(0.5)  # let the request reach the child (not synchronisation: any order holds)
+        # Interrupt only once the child is inside the request (it printed): the case where
+        # a request holds the child, not one still on its way.
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            if msg["msg_type"] == "stream" and "busy" in msg["content"]["text"]:
+                break
         asked = time.monotonic()
         interrupt = kc.session.msg("interrupt_request", {})
         kc.control_channel.send(interrupt)
