@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -117,8 +118,6 @@ def _murmur2_name(code: str) -> int:
 def tmp_prefix() -> str:
     """The kernel's cell-path prefix: ``<tempdir>/kernelgate-ipykernel_<pid>/``. Nothing is
     written there; ``ipykernel_`` in it makes JupyterLab name frames ``Cell [N]``."""
-    import tempfile
-
     return os.path.join(tempfile.gettempdir(), f"kernelgate-ipykernel_{os.getpid()}") + os.sep
 
 
