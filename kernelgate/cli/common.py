@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from kernelgate.model.limits import Limits, frame_headroom
+from kernelgate.model.text import escape_controls, escape_text
 
 __all__ = [
     "positive_seconds",
@@ -464,12 +465,8 @@ def positive_seconds(text: str) -> float:
 
 # -- text for a terminal ---------------------------------------------------------------
 
-# Characters a terminal acts on: shown as escapes (newline and tab are kept).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
 
 def shown(text: str) -> str:
     """``text`` safe for a terminal: control characters (ANSI escapes, OSC, bells) and
     lone surrogates written as Python escapes, newlines and tabs kept."""
-    text = _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return escape_text(escape_controls(text))

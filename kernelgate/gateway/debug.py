@@ -46,7 +46,15 @@ from kernelgate.wire.values import dumps
 
 from .outcome import Verdict
 
-__all__ = ["RunDebugger", "RESUME_COMMANDS", "STOP_REASONS", "PROGRAM_PATH", "EXCEPTION_FILTERS"]
+__all__ = [
+    "RunDebugger",
+    "RESUME_COMMANDS",
+    "STOP_REASONS",
+    "PROGRAM_PATH",
+    "EXCEPTION_FILTERS",
+    "MAX_BREAKPOINTS",
+    "MAX_WAITING",
+]
 
 log = logging.getLogger("kernelgate.debug")
 
@@ -77,7 +85,10 @@ _MAX_TEXT = 2000
 #: The most a debug request's arguments may take, as JSON: a request is a person's expression
 #: or a list of breakpoints, and the child reads what it is sent whole.
 MAX_REQUEST_BYTES = 1 << 20
-_MAX_BREAKPOINTS = 10_000
+MAX_BREAKPOINTS = 10_000
+#: Requests sent and not answered yet (a timed-out one included, until the child answers or
+#: the run ends): beyond it a request is refused, so no caller can grow the host's tables.
+MAX_WAITING = 256
 _DEFAULT_TIMEOUT = 30.0
 
 EventListener = Callable[[dict[str, Any]], None]
@@ -137,8 +148,8 @@ def _filters(filters: Iterable[Any]) -> tuple[str, ...]:
 
 def _breakpoints(bps: Iterable[Any]) -> list[dict[str, Any]]:
     checked = [_breakpoint(bp) for bp in bps]
-    if len(checked) > _MAX_BREAKPOINTS:
-        raise ValueError(f"at most {_MAX_BREAKPOINTS} breakpoints, got {len(checked)}")
+    if len(checked) > MAX_BREAKPOINTS:
+        raise ValueError(f"at most {MAX_BREAKPOINTS} breakpoints, got {len(checked)}")
     return checked
 
 
@@ -293,6 +304,12 @@ class RunDebugger:
                 f"{command}'s arguments are {size} bytes of JSON; a debug request carries at "
                 f"most {MAX_REQUEST_BYTES} (a shorter expression, or fewer breakpoints)",
             )
+        if len(self._sent) >= MAX_WAITING:
+            return _failure(
+                command,
+                f"{len(self._sent)} debug requests are waiting for the program's answer "
+                f"(at most {MAX_WAITING}); wait for them, or interrupt the run",
+            )
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[seq] = (command, fut)
         self._sent[seq] = command
@@ -316,11 +333,15 @@ class RunDebugger:
 
     # -- what the run tells it -------------------------------------------------------------
 
-    def attach(self, link: _Link) -> None:
-        """The run sent the program (with :meth:`options`) to its child."""
+    def claim(self) -> None:
+        """A run takes this debugger (``Gateway.run`` does, before it starts a child): a
+        second run refuses it there, before anything of either run is touched."""
         if self._used:
             raise RuntimeError("a RunDebugger serves one run; make a new one for the next")
         self._used = True
+
+    def attach(self, link: _Link) -> None:
+        """The run that claimed it sent the program (with :meth:`options`) to its child."""
         self._link = link
 
     def on_child_event(self, event: DebugEvent) -> None:

@@ -185,6 +185,8 @@ class Gateway:
         limits = self._check_run(program, limits)
         if self._support is None:
             self._support = await asyncio.to_thread(self._first_run)
+        if debug is not None:
+            debug.claim()  # one run per RunDebugger: refused before any child is taken
         run = Run(
             program,
             self._plan(limits, self._support),

@@ -386,6 +386,9 @@ class Run:
         """Send a debug request to the child (raises ProtocolError when it may not be)."""
         if self._channel is None or self.verdicts.settled:
             raise LocalProtocolError("the run is over")
+        if self._channel.backlogged:
+            # The child is not reading fd 3: what we send would only grow our buffer.
+            raise LocalProtocolError("the program is not reading what the host sends it")
         self._channel.send(request)
 
     def pause_clock(self) -> None:

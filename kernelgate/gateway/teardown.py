@@ -312,6 +312,8 @@ class Teardown:
     ) -> asyncio.TimerHandle:
         """``loop.call_later``, cancelled when the run is released."""
         timer = self._loop.call_later(delay, callback, *args)
+        # A debugged run cancels and re-arms its clock at every stop: keep only live ones.
+        self._timers = [t for t in self._timers if not t.cancelled()]
         self._timers.append(timer)
         return timer
 

@@ -23,9 +23,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from kernelgate.gateway.debug import MAX_BREAKPOINTS, PROGRAM_PATH
 
 from .cells import Program
 from .tracebacks import inert
@@ -42,8 +45,6 @@ __all__ = [
 
 #: ipykernel's seed (``ipykernel.compiler.get_tmp_hash_seed``): JupyterLab hashes with it.
 HASH_SEED = 0xC70F6907
-#: The one source path the child's debugger speaks of.
-PROGRAM_PATH = "<program>"
 
 #: Bounds on what the front end is sent of the child's text.
 MAX_NAME = 200
@@ -55,8 +56,6 @@ MAX_FRAMES = 200
 #: Longer sources are not hashed as JupyterLab does (pure Python murmur2 takes about a
 #: quarter of a second per MiB, on the kernel's loop): see :func:`cell_path`.
 MAX_HASHED_CHARS = 1 << 18
-#: A run's debugger takes at most this many (``kernelgate.gateway.debug``'s bound).
-MAX_PROGRAM_BREAKPOINTS = 10_000
 _CUT = "... [cut]"
 
 
@@ -119,8 +118,6 @@ def _murmur2_name(code: str) -> int:
 def tmp_prefix() -> str:
     """The kernel's cell-path prefix: ``<tempdir>/kernelgate-ipykernel_<pid>/``. Nothing is
     written there; ``ipykernel_`` in it makes JupyterLab name frames ``Cell [N]``."""
-    import tempfile
-
     return os.path.join(tempfile.gettempdir(), f"kernelgate-ipykernel_{os.getpid()}") + os.sep
 
 
@@ -170,7 +167,7 @@ class ProgramMap:
         for part in self.parts:
             for bp in breakpoints.get(part.path, ()):
                 line = bp["line"]
-                if 1 <= line <= part.count and len(out) < MAX_PROGRAM_BREAKPOINTS:
+                if 1 <= line <= part.count and len(out) < MAX_BREAKPOINTS:
                     out.append({**bp, "line": part.start + line - 1})
         return out
 

@@ -18,6 +18,9 @@ escaped, bounded strings; rich views ``text/plain`` alone; ``source`` only from 
 kernel was given (dumped, or run as a part of a program), never from a file.
 """
 
+# long: one short handler per DAP request of the session (about twenty), all on the
+# session's state (cells, breakpoints, filters, the running cell); the mapping is in .dap.
+
 from __future__ import annotations
 
 import asyncio
@@ -27,6 +30,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelgate.gateway.debug import EXCEPTION_FILTERS as RUN_EXCEPTION_FILTERS
 from kernelgate.gateway.debug import RunDebugger
 
 from .cells import Program
@@ -269,7 +273,14 @@ class DebugSession:
             self._publish("continued", {"threadId": 1, "allThreadsContinued": True}, run.parent)
 
     def _on_run_event(self, run: _Run, event: dict[str, Any]) -> None:
-        if self.run is not run or not run.attached:
+        if self.run is not run:
+            return
+        if not run.attached:
+            # Let go by disconnect, yet stopped by what was on its way (a breakpoint hit or
+            # a pause before the clearing arrived): nobody would continue it, and it would
+            # hold the kernel's queue until its stop's ceiling.
+            if event.get("event") == "stopped":
+                _in_background(run.debugger.request("continue", {"threadId": 1}))
             return
         shown = inert_event(event)
         if shown is None:  # terminated: the run's end, which end_run sees to
@@ -390,6 +401,7 @@ class DebugSession:
         run = self.run
         if run is not None:
             _in_background(run.debugger.request("setBreakpoints", {"breakpoints": []}))
+            _in_background(run.debugger.request("setExceptionBreakpoints", {"filters": []}))
             if run.stopped:
                 run.stopped = False
                 _in_background(run.debugger.request("continue", {"threadId": 1}))
@@ -471,7 +483,7 @@ class DebugSession:
 
     def _set_exception_breakpoints(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         filters = arguments.get("filters", [])
-        known = {f["filter"] for f in EXCEPTION_FILTERS}
+        known = set(RUN_EXCEPTION_FILTERS)  # what a run's debugger takes
         if not isinstance(filters, list) or not all(
             isinstance(f, str) and f in known for f in filters
         ):

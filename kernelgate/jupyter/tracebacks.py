@@ -40,6 +40,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kernelgate.model.text import escape_controls
+
 from .cells import Program
 
 __all__ = ["inert", "ipython_traceback"]
@@ -62,18 +64,15 @@ _ENAME = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(?P<rest>:.*)?$")
 _BEFORE = 3
 _PROGRAM = "<program>"
 
-#: Control characters but tab and newline: C0, DEL and C1 (``\x9b`` is a CSI to some
-#: terminals, as ``\x1b[`` is).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
 
 def inert(text: str) -> str:
-    """``text`` with every control character but tab and newline written as its escape.
+    """``text`` with every control character but tab and newline written as its escape
+    (:func:`kernelgate.model.text.escape_controls`).
 
     >>> inert("\\x1b[2J\\x1b]0;pwned\\x07ok")
     '\\\\x1b[2J\\\\x1b]0;pwned\\\\x07ok'
     """
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return escape_controls(text)
 
 
 @dataclass

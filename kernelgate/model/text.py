@@ -33,6 +33,21 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text) if "\x1b" in text else text
 
 
+#: Control characters but tab and newline: C0, DEL and C1 (``\x9b`` is a CSI to some
+#: terminals, as ``\x1b[`` is).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character but tab and newline written as its escape:
+    what a terminal or a front end would act on (ANSI, OSC, bells) shows as text.
+
+    >>> escape_controls("\\x1b[2J\\x1b]0;pwned\\x07ok")
+    '\\\\x1b[2J\\\\x1b]0;pwned\\\\x07ok'
+    """
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def escape_text(text: str) -> str:
     """``text`` with each lone surrogate (no UTF-8 form) written as its escape, ``\\udcff``."""
     if text.isascii():

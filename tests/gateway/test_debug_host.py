@@ -175,7 +175,7 @@ def test_requests_before_and_after_the_run_fail_with_a_reason(make_gateway):
     assert r.ok
     assert not after["success"] and "the run has ended" in after["message"]
     with pytest.raises(RuntimeError, match="serves one run"):
-        dbg.attach(None)  # type: ignore[arg-type]
+        asyncio.run(make_gateway().run("1", debug=dbg))
 
 
 @pytest.mark.parametrize(

@@ -220,9 +220,19 @@ def test_interrupt_while_stopped_ends_the_run_cleanly(tmp_path: pathlib.Path) ->
         slow = send_debug(
             kc,
             "evaluate",
-            {"expression": "time.sleep(8)", "frameId": frame["id"], "context": "repl"},
+            {
+                "expression": "print('busy', flush=True) or time.sleep(8)",
+                "frameId": frame["id"],
+                "context": "repl",
+            },
         )
-        time.sleep(0.5)  # let the request reach the child (not synchronisation: any order holds)
+        # Interrupt only once the child is inside the request (it printed): the case where
+        # a request holds the child, not one still on its way.
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            if msg["msg_type"] == "stream" and "busy" in msg["content"]["text"]:
+                break
         asked = time.monotonic()
         interrupt = kc.session.msg("interrupt_request", {})
         kc.control_channel.send(interrupt)
@@ -259,6 +269,28 @@ def test_disconnect_while_stopped_says_continued_and_the_cell_finishes(
         said = [m["content"]["event"] for m in cell.outputs("debug_event")]
         assert said[-1:] == ["continued"], said
         assert debug(kc, "debugInfo")["body"]["stoppedThreads"] == []
+
+    in_process_kernel(tmp_path, body)
+
+
+def test_disconnect_lets_a_cell_go_with_its_exception_filters(tmp_path: pathlib.Path) -> None:
+    """JupyterLab's "Stop Debugger" while a cell is stopped with "pause on raised exceptions": the
+    cell runs on to its end (before: the child kept the filter, stopped at the next raise,
+    and the stop, no longer anyone's, held the kernel's queue for up to an hour)."""
+    code = (
+        "x = 1\nx = 2\nfor i in range(3):\n    try:\n        raise ValueError(i)\n"
+        "    except ValueError:\n        pass\nprint('done', x)"
+    )
+
+    def body(kc: BlockingKernelClient, server: KernelServer) -> None:
+        start(kc)
+        assert debug(kc, "setExceptionBreakpoints", {"filters": ["raised"]})["success"]
+        dump_and_break(kc, code, 2)
+        msg_id = kc.execute(code)
+        assert wait_event(kc, "stopped")["body"]["reason"] == "breakpoint"
+        assert debug(kc, "disconnect", {"restart": False, "terminateDebuggee": False})["success"]
+        cell = collect(kc, msg_id)
+        assert cell.status == "ok" and cell.stdout() == "done 2\n", cell.events
 
     in_process_kernel(tmp_path, body)
 

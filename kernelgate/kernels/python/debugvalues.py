@@ -13,6 +13,9 @@ not change what the debugger shows.
 '[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ...] (1000 items)'
 """
 
+# long: every way of showing a value runs the program's code under one deadline (repr,
+# children, types, pages); kept together so that no path escapes it.
+
 from __future__ import annotations
 
 import builtins

@@ -267,6 +267,8 @@ def precompile_debugger() -> None:
     imports the modules without writing any and would otherwise compile them each run.
     Nothing is imported (py_compile only when something is stale, and not kept); a
     package directory the host may not write is left as it is."""
+    # Here, not at the top: only the zygote calls this, and a cold child's imports are its
+    # start-up time.
     import importlib.util
 
     here = os.path.dirname(__file__)
