@@ -11,21 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.notebooks.test_replay_debug import PROGRAM
 from tests.procs import descendants, kernelgate_command, pid_alive
 
 pytestmark = pytest.mark.timeout(180)
 
 #: Line 3 is the call that failed when the program ran (the binding raised KeyError).
-PROGRAM = """\
-hits = await tools.search("kernel")
-try:
-    doc = await tools.fetch(hits[1])
-except ToolError as exc:
-    failure = exc
-    print("fetch failed:", exc.ename)
-    doc = None
-{"hits": hits, "doc": doc}
-"""
+# The recorded agent program, shared with tests/notebooks/test_replay_debug.py.
 
 BINDINGS = """\
 def search(query: str) -> list:

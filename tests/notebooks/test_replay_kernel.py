@@ -14,33 +14,17 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from kernelgate import Gateway, RunResult
-from kernelgate.jupyter import execute as execute_module
 from kernelgate.jupyter.server import KernelServer
 from tests.kernel.helpers import collect, execute
 from tests.kernel.test_debugger import debug, start, stop, wait_event
 from tests.kernel.test_debugger_runs import dump_and_break, in_process_kernel, top_frame, variables
 
-pytestmark = [
-    pytest.mark.timeout(180),
-    # kernelgate/jupyter/execute.py takes replay cells from kernelgate/jupyter/replaycell.py
-    # once its HOOK(replaydbg) is wired; until then a replay cell is an ordinary cell.
-    pytest.mark.skipif(
-        getattr(execute_module, "run_replay_cell", None) is None,
-        reason="the kernel does not run replay cells yet (execute.py's HOOK(replaydbg))",
-    ),
-]
+from .test_replay_debug import PROGRAM
 
-#: Cell lines: the marker is line 1, so the failing call is line 4.
-PROGRAM = """\
-hits = await tools.search("kernel")
-try:
-    doc = await tools.fetch(hits[1])
-except ToolError as exc:
-    failure = exc
-    print("fetch failed:", exc.ename)
-    doc = None
-{"hits": hits, "doc": doc}
-"""
+pytestmark = pytest.mark.timeout(180)
+
+# The recorded agent program (tests/notebooks/test_replay_debug.py). In a cell the marker
+# is line 1, so the failing call is line 4.
 
 
 def _fetch(doc_id: str) -> dict[str, str]:
