@@ -13,7 +13,6 @@ processes matter (shutdown).
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import pathlib
 import threading
@@ -28,7 +27,6 @@ from jupyter_client.manager import start_new_kernel
 
 from kernelgate import Gateway
 from kernelgate.demo import BINDINGS
-from kernelgate.jupyter import execute as execute_module
 from kernelgate.jupyter.server import KernelServer
 from kernelgate.model.limits import Limits
 from tests.hardening.conftest import at_levels
@@ -37,14 +35,7 @@ from tests.procs import descendants
 from .helpers import KERNEL_NAME, TIMEOUT, _keep, collect, send_execute, wait_gone
 from .test_debugger import OWNER, debug, debug_reply, send_debug, start, wait_event
 
-pytestmark = [
-    pytest.mark.timeout(180),
-    # The child's tracer (kernelgate/kernels/python/debugger.py) is another part of issue 24.
-    pytest.mark.skipif(
-        importlib.util.find_spec("kernelgate.kernels.python.debugger") is None,
-        reason="the child's debugger (kernelgate.kernels.python.debugger) is not here yet",
-    ),
-]
+pytestmark = pytest.mark.timeout(180)
 
 #: ipykernel's test program (tests/test_debugger.py, test_stop_on_breakpoint).
 CODE = """def f(a, b):
@@ -506,10 +497,6 @@ def test_a_flood_of_requests_or_a_huge_one_is_refused_and_nothing_is_lost(
     in_process_kernel(tmp_path, body)
 
 
-@pytest.mark.skipif(
-    execute_module.run_replay_cell is None,
-    reason="replay cells (kernelgate/jupyter/replaycell.py) are not wired into the kernel yet",
-)
 def test_a_replay_cell_is_debugged_against_the_recording(tmp_path: pathlib.Path) -> None:
     """``#| replay PATH``: the cell's program runs against the recording's answers, and its
     lines are the cell's (no setup cells before it)."""
