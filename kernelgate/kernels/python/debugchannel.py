@@ -88,8 +88,10 @@ def _dispatch(client: CallClient, debugger: Debugger, event: Any) -> None:
         fut, tool = entry
         loop = fut.get_loop()
         try:
-            loop.call_soon_threadsafe(_resolve, fut, event, tool)
             if loop is client.loop:
+                # Queued first: the answer schedules the program's next step, which must
+                # run traced (queued after the answer, the step could run before it).
                 loop.call_soon_threadsafe(debugger.retrace)
+            loop.call_soon_threadsafe(_resolve, fut, event, tool)
         except RuntimeError:
             pass  # that loop is closed: nobody waits for the answer
