@@ -137,3 +137,38 @@ def test_the_node_attacks_from_an_unprivileged_host(as_user, level):
         del got["a_file"], got["a_plant"]
     refused = {k: v for k, v in got.items() if v.startswith("err:")}
     assert refused == got, json.dumps(got, indent=1)
+
+
+_SAME_UID = """
+import os
+from tests.node.launched import NodeRun, script_dir, write_script
+scripts = script_dir(ARGS["tmp_dir"])
+script = write_script(scripts, "process.stdout.write('up\\\\n'); setInterval(() => {}, 1000);", "n.js")
+with NodeRun(ARGS["level"], ARGS["tmp_dir"], read_paths=(scripts,), python=ARGS["python"],
+             env={"SECRET": "in the environ"}) as run:
+    child = run.start(script)
+    os.set_blocking(child.stdout_fd, True)
+    os.read(child.stdout_fd, 10)
+    node = next(int(p) for p in os.listdir("/proc") if p.isdigit()
+                and os.path.exists(f"/proc/{p}/cmdline")
+                and script.encode() in open(f"/proc/{p}/cmdline", "rb").read())
+    try:
+        got = open(f"/proc/{node}/environ", "rb").read().decode(errors="replace")
+    except OSError as exc:
+        got = "refused: " + exc.strerror
+print(json.dumps(got))
+"""
+
+
+@at_levels(*LEVELS)
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: execve makes the Node child dumpable again and JavaScript cannot clear "
+    "it, so on a non-root host any unconfined process of the host's uid reads its environ and "
+    "memory (a Python child is not dumpable). Other runs are kept out (landlock scope, pid "
+    "namespaces: test_the_node_attacks_from_an_unprivileged_host).",
+)
+@pytest.mark.timeout(150)
+def test_a_same_uid_host_process_cannot_read_a_node_childs_environ(as_user, level):
+    got = as_user.run_script(_SAME_UID, {"level": level}, timeout=120)
+    assert "in the environ" not in got, got
