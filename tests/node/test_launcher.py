@@ -453,6 +453,61 @@ def test_a_fork_bomb_stops_within_max_processes(base, level):
     assert got["failed"] == "EAGAIN" and 0 < got["spawned"] < 24, got
 
 
+_FILES = r"""
+attempt('past_max_file_bytes', () => { fs.writeFileSync('big', Buffer.alloc(2 * 1024 * 1024)); return 'written'; });
+attempt('size_kept', () => fs.statSync('big').size);
+const fds = [];
+attempt('past_max_open_files', () => { for (let i = 0; i < 1000; i++) fds.push(fs.openSync('/dev/null', 'r')); return fds.length; });
+for (const fd of fds) fs.closeSync(fd);
+done();
+"""
+
+
+@ALL_LEVELS
+def test_file_size_and_open_file_budgets_hold_for_node(base, level):
+    limits = Limits(
+        wall_seconds=15, kill_grace_seconds=0.3, max_file_bytes=1024 * 1024, max_open_files=64
+    )
+    got = attack(_FILES, level, base, limits=limits)
+    # EFBIG, not a SIGXFSZ death (Node ignores it, as a Python child does)
+    assert got["past_max_file_bytes"] == "err:EFBIG", got
+    assert got["size_kept"] == f"ok:{1024 * 1024}", got
+    assert got["past_max_open_files"] == "err:EMFILE", got
+
+
+_OFF_HEAP = r"""
+const held = [];
+for (let i = 0; i < 64; i++) { held.push(Buffer.alloc(32 * 1024 * 1024, 1)); }
+process.stdout.write(JSON.stringify({held: held.length}) + '\n');
+"""
+
+_HEAP = r"""
+const held = [];
+for (;;) held.push(new Array(1e6).fill(1.5));
+"""
+
+
+@ALL_LEVELS
+@pytest.mark.skipif(
+    SUPPORT.cgroups is None or SUPPORT.cgroups.memory is None,
+    reason="needs a writable memory cgroup: without RLIMIT_AS it is Node's only bound",
+)
+def test_memory_outside_v8s_heap_is_bounded_by_the_runs_memory_cgroup(base, level):
+    # Buffers live outside V8's heap: --max-old-space-size does not see them, and RLIMIT_AS
+    # is not set for Node. 2 GiB of filled buffers against memory_bytes=256 MiB.
+    limits = Limits(wall_seconds=20, kill_grace_seconds=0.3, memory_bytes=256 * 1024 * 1024)
+    ended = run_script(_OFF_HEAP, level, base=base, limits=limits)
+    assert ended.answer is None and ended.returncode == -signal.SIGKILL, ended.why()
+
+
+@ALL_LEVELS
+def test_v8s_heap_is_bounded_by_the_heap_flag(base, level):
+    limits = Limits(wall_seconds=20, kill_grace_seconds=0.3, memory_bytes=256 * 1024 * 1024)
+    ended = run_script(_HEAP, level, base=base, limits=limits)
+    assert ended.returncode not in (0, None) and not ended.timed_out, ended.why()
+    assert "heap out of memory" in ended.stderr or ended.returncode == -signal.SIGKILL, ended.why()
+
+
 # -- the parent-death signal, across the exec ---------------------------------------------------
 
 _COLD_HOST = """
