@@ -132,3 +132,29 @@ def test_a_failing_before_start_leaves_no_launcher_behind(tmp_path):
             sys.executable, {}, str(tmp_path), {"level": "process"}, command, before_start=refuse
         )
     assert seen and live_children(os.getpid()) == [] and not pid_alive(seen[0])
+
+
+def test_a_warm_launcher_that_cannot_enter_its_sandbox_exits_quietly(tmp_path):
+    # Started ahead of its run: no program to answer, so it exits 71 for its pool to drop,
+    # with the reason on stderr, and never execs.
+    marker = tmp_path / "ran"
+    command = LaunchCommand("node", "/bin/sh", ("/bin/sh", "-c", f"touch {marker}"), ("/bin/sh",))
+    child = spawn_launched_child(
+        sys.executable,
+        {"PATH": "/usr/bin:/bin"},
+        str(tmp_path / "missing-run-dir"),
+        {"level": "process", "rlimits": {}},
+        command,
+        warm=True,
+    )
+    try:
+        assert child.wait_gone(20)
+        _, status = os.waitpid(child.pid, 0)
+        child.reaped = True
+        os.set_blocking(child.stderr_fd, True)
+        stderr = os.read(child.stderr_fd, 65536).decode()
+    finally:
+        child.close()
+    assert os.waitstatus_to_exitcode(status) == 71, stderr
+    assert "could not enter its sandbox" in stderr and "missing-run-dir" in stderr, stderr
+    assert not marker.exists()
