@@ -21,7 +21,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kernelgate.gateway.launch import NODE_KERNEL_DIR
+from kernelgate.gateway.launch import NODE_KERNEL_DIR, LaunchCommand, spawn_launched_child
+from kernelgate.gateway.process import ChildProcess
 from kernelgate.kernels.python import package_root
 from kernelgate.model.limits import Limits
 from kernelgate.wire.connection import HOST, Connection
@@ -574,16 +575,7 @@ def test_a_launcher_that_cannot_enter_its_sandbox_never_execs(base):
         with NodeRun("process", base, read_paths=(scripts,)) as run:
             os.rmdir(run.run_dir)
             child = run.start(script)
-            conn = Connection(HOST, session="test")
-            child.control.setblocking(True)
-            child.control.sendall(conn.send(OpenBindings("bindings-1", {})))
-            child.control.sendall(conn.send(ExecuteRequest("1", {})))
-            child.control.settimeout(10)
-            data = b""
-            while b"execute_reply" not in data:
-                chunk = child.control.recv(65536)
-                assert chunk, data
-                data += chunk
+            data = _reply_to_a_program(child)
             ended = run.finish()
             os.mkdir(run.run_dir)  # for the teardown's removal
     finally:
@@ -591,3 +583,43 @@ def test_a_launcher_that_cannot_enter_its_sandbox_never_execs(base):
     assert b"sandbox_unavailable" in data and b"could not enter its sandbox" in data, data
     assert not os.path.exists(marker), "the runtime ran outside its sandbox"
     assert "kernelgate launcher:" in ended.stderr, ended.why()
+
+
+def _reply_to_a_program(child: ChildProcess) -> bytes:
+    """Send the bindings and a program on fd 3, as a run does; what comes back until the
+    ``execute_reply``."""
+    conn = Connection(HOST, session="test")
+    child.control.setblocking(True)
+    child.control.sendall(conn.send(OpenBindings("bindings-1", {})))
+    child.control.sendall(conn.send(ExecuteRequest("1", {})))
+    child.control.settimeout(10)
+    data = b""
+    while b"execute_reply" not in data:
+        chunk = child.control.recv(65536)
+        assert chunk, data
+        data += chunk
+    return data
+
+
+@PROCESS_ON_ROOT
+def test_a_runtime_the_runs_uid_cannot_read_is_refused_clearly(base, level):
+    # The exec drops the CAP_DAC_READ_SEARCH a process-level Python child keeps: a kernel
+    # under a directory only root may enter (a pyenv under /root) would fail inside Node
+    # with a bare EACCES. The launcher says which path, before it execs.
+    assert NODE is not None
+    private = tempfile.mkdtemp(prefix="kg-node-private-", dir=base)  # 0700, root's
+    script = write_script(private, "process.stdout.write('ran\\n');")
+    command = NODE.command([script])
+    command = LaunchCommand(
+        command.runtime, command.executable, command.argv, (*command.paths, private)
+    )
+    with NodeRun(level, base) as run:
+        run.child = spawn_launched_child(
+            sys.executable, run.env, run.run_dir, run.plan.child_options(run.ids), command
+        )
+        data = _reply_to_a_program(run.child)
+        ended = run.finish()
+    shutil.rmtree(private)
+    assert "ran" not in ended.stdout, ended.why()
+    assert b"sandbox_unavailable" in data and b"cannot read" in data, data
+    assert private.encode() in data, data
