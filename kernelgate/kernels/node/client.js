@@ -4,15 +4,15 @@
 //
 // Frames are written with fs.writeSync, whole, before the function that sends them
 // returns: output, calls and displays leave in the order the program made them, and
-// the last reply is on the wire before the process exits. The socket is non-blocking
-// (libuv reads it), so a full socket buffer is waited out in short sleeps
-// (Atomics.wait), as the Python child waits in select().
+// the last reply is on the wire before the process exits. fd 3 is blocking as the host
+// made it; should it be non-blocking, a full socket buffer is waited out in short
+// sleeps (Atomics.wait), as the Python child waits in select().
 
-const net = require('net');
 const S = require('./safe');
 const { Connection } = require('./connection');
 
 const CONTROL_FD = 3;
+const READ_CHUNK = 1 << 16;
 const sleepCell = new Int32Array(new SharedArrayBuffer(4));
 const AtomicsWait = Atomics.wait;
 
@@ -26,7 +26,6 @@ class CallClient {
     this.streams = []; // flushed before a call leaves, so a call's output comes before it
     this.calls = 0;
     this.maxCalls = 10000;
-    this.socket = null;
     this.onRequest = null;
   }
 
@@ -76,11 +75,27 @@ class CallClient {
   /** Start reading fd 3; `onRequest(request)` once the execute_request is here. */
   start(onRequest) {
     this.onRequest = onRequest;
-    const socket = new net.Socket({ fd: this.fd, readable: true, writable: false, allowHalfOpen: true });
-    this.socket = socket;
-    socket.on('data', (data) => this.onData(data));
-    socket.on('end', () => S.reallyExit(1)); // the host is gone: nobody is left to report to
-    socket.on('error', () => S.reallyExit(1));
+    this.readNext();
+  }
+
+  // fd 3 is read by fs.read (libuv's thread pool, a blocking read), not by a net.Socket:
+  // a socket's stream machinery calls prototype methods (Duplex.prototype.read.call,
+  // handler.apply) that the program may replace, and one such replacement would cut the
+  // host's replies off or spin the loop forever. fs.read's callback is called directly.
+  readNext() {
+    const buf = S.BufferAllocUnsafe(READ_CHUNK);
+    S.fsRead(this.fd, buf, 0, READ_CHUNK, null, (err, n) => {
+      if (err) {
+        if (err.code === 'EAGAIN' || err.code === 'EINTR') { // a non-blocking fd 3: poll it
+          S.setTimeout(() => this.readNext(), 2);
+          return;
+        }
+        S.reallyExit(1);
+      }
+      if (n === 0) S.reallyExit(1); // the host is gone: nobody is left to report to
+      this.onData(S.BufferSubarray(buf, 0, n));
+      this.readNext();
+    });
   }
 
   onData(data) {
@@ -102,7 +117,6 @@ class CallClient {
       const entry = this.pending[event.id];
       if (entry === undefined) return;
       delete this.pending[event.id];
-      if (this.conn.outstandingCount === 0 && this.socket !== null) this.socket.unref();
       entry.settle(event);
     } else if (event.type === 'comm_open') {
       this.namespaces = event.namespaces;
@@ -128,9 +142,8 @@ class CallClient {
       data: { method: 'call', id, namespace, name, args: argsText, kwargs: kwargsText },
     });
     this.calls += 1;
-    // Registered before the frame leaves; the socket keeps the process alive meanwhile.
+    // Registered before the frame leaves.
     this.pending[id] = { settle };
-    if (this.socket !== null) this.socket.ref();
     this.write(frame);
   }
 }

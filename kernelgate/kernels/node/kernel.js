@@ -34,9 +34,6 @@ function main() {
   process.argv = [process.argv[0], '<program>'];
   const child = new Child(client);
   client.start((request) => {
-    // Replies keep the process alive while calls wait for them; otherwise a program
-    // waiting for nothing that can happen must be seen (beforeExit), not wait forever.
-    client.socket.unref();
     try {
       child.run(request);
     } catch (exc) {

@@ -21,6 +21,8 @@ const { compileProgram, capText } = require('./program');
 const { Reporter } = require('./report');
 const { OutputLedger, OutputStream, ProgramWritable, makeConsole } = require('./streams');
 
+const UNSETTLED_CHECK_MS = 100;
+
 class Child {
   constructor(client) {
     this.client = client;
@@ -118,11 +120,39 @@ class Child {
 
   /** The ends a program can come to besides its promise settling. */
   watch(reporter) {
-    S.processOn('uncaughtException', (exc) => reporter.finishException(exc));
-    S.processOn('unhandledRejection', (exc) => reporter.finishException(exc));
-    S.processOn('beforeExit', () => reporter.fail('exception', 'UnsettledPromise',
-      'the program is waiting for a promise that can never settle: nothing is left to run (no ' +
-      'timer, I/O or binding call pending); resolve it, or do not await it'));
+    const ends = {
+      __proto__: null,
+      uncaughtException: (exc) => reporter.finishException(exc),
+      unhandledRejection: (exc) => reporter.finishException(exc),
+    };
+    // Node raises these through process.emit, whose listeners are called with
+    // handler.apply: an emit of process's own reaches the reporter first, whatever the
+    // program did to Function.prototype.apply. The listeners stay for a program that
+    // replaces process.emit itself.
+    const emit = process.emit;
+    S.ObjectDefineProperty(process, 'emit', {
+      value: function emit_(name) {
+        const end = ends[name];
+        if (end !== undefined) end(arguments[1]);
+        return S.ReflectApply(emit, this, arguments);
+      },
+      writable: true,
+      configurable: true,
+    });
+    S.processOn('uncaughtException', ends.uncaughtException);
+    S.processOn('unhandledRejection', ends.unhandledRejection);
+    // A program waiting for nothing that can happen: no call in flight, and nothing left
+    // in the loop (timer, I/O, child process...) but the read of fd 3.
+    const client = this.client;
+    const check = S.setInterval(() => {
+      if (client.conn.outstandingCount > 0) return;
+      const active = S.activeResources();
+      if (active.length !== 1 || active[0] !== 'FSReqCallback') return;
+      reporter.fail('exception', 'UnsettledPromise',
+        'the program is waiting for a promise that can never settle: nothing is left to run (no ' +
+        'timer, I/O or binding call pending); resolve it, or do not await it');
+    }, UNSETTLED_CHECK_MS);
+    check.unref();
   }
 }
 

@@ -42,6 +42,7 @@ module.exports = Object.freeze({
     ? uncurryThis(String.prototype.isWellFormed) : null,
   RegExpTest: uncurryThis(RegExp.prototype.test),
   FunctionApply: uncurryThis(Function.prototype.apply),
+  ReflectApply: Reflect.apply,
   JSONStringify: JSON.stringify,
   JSONParse: JSON.parse,
   NumberIsFinite: Number.isFinite,
@@ -63,6 +64,7 @@ module.exports = Object.freeze({
   SymbolFor: Symbol.for,
   BufferFrom: Buffer.from.bind(Buffer),
   BufferAlloc: Buffer.alloc.bind(Buffer),
+  BufferAllocUnsafe: Buffer.allocUnsafe.bind(Buffer),
   BufferConcat: Buffer.concat.bind(Buffer),
   BufferByteLength: Buffer.byteLength.bind(Buffer),
   BufferIndexOf: uncurryThis(Buffer.prototype.indexOf),
@@ -75,6 +77,11 @@ module.exports = Object.freeze({
   inspect: util.inspect,
   format: util.format,
   writeSync: fs.writeSync,
+  fsRead: fs.read,
+  setTimeout,
+  setInterval,
+  clearInterval,
+  activeResources: process.getActiveResourcesInfo.bind(process),
   // process.exit runs the program's 'exit' listeners; reallyExit ends the process at once.
   reallyExit: (typeof process.reallyExit === 'function' ? process.reallyExit : process.exit)
     .bind(process),

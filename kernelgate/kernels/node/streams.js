@@ -113,7 +113,7 @@ class ProgramWritable extends EventEmitter {
       throw error;
     }
     this._kg.write(text);
-    if (typeof callback === 'function') S.nextTick(callback);
+    if (typeof callback === 'function') S.nextTick(callback, null);
     return true;
   }
 
@@ -124,7 +124,7 @@ class ProgramWritable extends EventEmitter {
     }
     if (chunk !== undefined && chunk !== null) this.write(chunk, encoding);
     this._kg.flush();
-    if (typeof callback === 'function') S.nextTick(callback);
+    if (typeof callback === 'function') S.nextTick(callback, null);
     return this; // stays usable, as the Python child's closed stdout does
   }
 
