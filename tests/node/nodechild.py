@@ -58,16 +58,21 @@ needs_node = pytest.mark.skipif(
 
 
 def spawn_node_child(
-    node: str, env: dict[str, str], cwd: str, extra_args: tuple[str, ...] = ()
+    node: str,
+    env: dict[str, str],
+    extra_args: tuple[str, ...] = (),
+    kernel_args: tuple[str, ...] = (),
 ) -> ChildProcess:
-    """Start ``node [extra_args] kernel.js`` in a new session with fd 3 a socketpair to us."""
+    """Start ``node [extra_args] kernel.js [kernel_args]`` in a new session with fd 3 a
+    socketpair to us (the host's environment ``env``; the run's cwd comes in the
+    request, as for a cold Python child)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     theirs_fd = high_fd(os.dup(theirs.fileno()))
     theirs.close()
     out_w, err_w = high_fd(out_w), high_fd(err_w)
-    argv = [node, *extra_args, KERNEL_JS]
+    argv = [node, *extra_args, KERNEL_JS, *kernel_args]
     try:
         pid = os.posix_spawn(
             node,
@@ -151,6 +156,7 @@ class KernelRun:
         specs: dict[str, dict[str, Any]] | None = None,
         python: str | None = None,
         extra_args: tuple[str, ...] = (),
+        kernel_args: tuple[str, ...] = (),
         max_frame_bytes: int = 8 << 20,
     ) -> None:
         self.bindings = bindings if bindings is not None else {"search": search, "fail": fail}
@@ -163,7 +169,7 @@ class KernelRun:
         os.chmod(self.run_dir, 0o755)
         if python is None:
             assert NODE is not None
-            self.proc = spawn_node_child(NODE, _ENV, self.run_dir, extra_args)
+            self.proc = spawn_node_child(NODE, _ENV, extra_args, kernel_args)
         else:
             self.proc = spawn_child(python, _ENV, self.run_dir)
         self.sock = self.proc.control
@@ -186,7 +192,7 @@ class KernelRun:
         finally:
             self.sock.setblocking(False)
 
-    def start(self, code: str, **options: Any) -> KernelRun:
+    def options(self, **options: Any) -> dict[str, Any]:
         opts = {
             "cwd": self.run_dir,
             "max_output_bytes": 64 * 1024,
@@ -196,8 +202,14 @@ class KernelRun:
             "sandbox": {"level": "process"},
         }
         opts.update(options)
+        return opts
+
+    def open_bindings(self) -> None:
         self.send(OpenBindings("bindings-node-test", {"tools": self.specs}))
-        self.send(ExecuteRequest(code, opts))
+
+    def start(self, code: str, **options: Any) -> KernelRun:
+        self.open_bindings()
+        self.send(ExecuteRequest(code, self.options(**options)))
         return self
 
     def answer(self, call: CallRequest) -> None:

@@ -21,7 +21,10 @@ const DEBUG_MESSAGES = { __proto__: null, debug_request: true, debug_reply: true
 function show(value) {
   let text;
   try {
-    text = typeof value === 'string' ? S.JSONStringify(value) : S.inspect(value, { depth: 1, breakLength: Infinity });
+    // Strings as Python's repr shows them, so that both children say the same.
+    text = typeof value === 'string'
+      ? `'${S.ArrayJoin(S.StringSplit(S.StringSlice(S.JSONStringify(value), 1, -1), "'"), "\\'")}'`
+      : S.inspect(value, { depth: 1, breakLength: Infinity });
   } catch {
     text = '<unrepresentable>';
   }
