@@ -27,15 +27,26 @@ import pytest
 from kernelgate.gateway.process import ChildProcess, high_fd, spawn_child
 from kernelgate.kernels.node import KERNEL_JS, MIN_NODE_MAJOR
 from kernelgate.wire.connection import HOST, Connection
-from kernelgate.wire.events import CallReply, CallRequest, ExecuteReply, ExecuteRequest, OpenBindings
 from kernelgate.wire.errors import ProtocolError
+from kernelgate.wire.events import (
+    CallReply,
+    CallRequest,
+    ExecuteReply,
+    ExecuteRequest,
+    OpenBindings,
+)
 
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 _SIGNALS_TO_DEFAULT = {
-    signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU, signal.SIGINT,
-    signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+    signal.SIGXCPU,
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGCHLD,
 }
-
 
 
 def find_node() -> str | None:
@@ -107,8 +118,10 @@ def echo_spec(params: list[list[Any]], signature: str = "", doc: str = "") -> di
     return {"params": params, "signature": signature or "(...)", "doc": doc}
 
 
-SEARCH = echo_spec([["query", "POSITIONAL_OR_KEYWORD", False], ["limit", "POSITIONAL_OR_KEYWORD", True]],
-                   "(query, limit=3)")
+SEARCH = echo_spec(
+    [["query", "POSITIONAL_OR_KEYWORD", False], ["limit", "POSITIONAL_OR_KEYWORD", True]],
+    "(query, limit=3)",
+)
 
 
 def search(query: Any, limit: int = 3) -> Any:
@@ -137,7 +150,9 @@ class Outcome:
         return self.reply.run_status if self.reply is not None else None
 
     def text(self, name: str) -> str:
-        return "".join(e.text for e in self.events if type(e).__name__ == "Stream" and e.name == name)
+        return "".join(
+            e.text for e in self.events if type(e).__name__ == "Stream" and e.name == name
+        )
 
     def kinds(self) -> list[str]:
         return [type(e).__name__ for e in self.events]
@@ -159,12 +174,16 @@ class KernelRun:
         kernel_args: tuple[str, ...] = (),
         max_frame_bytes: int = 8 << 20,
     ) -> None:
-        self.bindings = bindings if bindings is not None else {"search": search, "fail": fail}
+        self.bindings: dict[str, Callable[..., Any]] = (
+            bindings if bindings is not None else {"search": search, "fail": fail}
+        )
         default_specs = {
             "search": SEARCH,
             "fail": echo_spec([["message", "POSITIONAL_OR_KEYWORD", True]], "(message='boom')"),
         }
-        self.specs = specs if specs is not None else {n: default_specs.get(n, SEARCH) for n in self.bindings}
+        self.specs = (
+            specs if specs is not None else {n: default_specs.get(n, SEARCH) for n in self.bindings}
+        )
         self.run_dir = tempfile.mkdtemp(prefix="kg-node-")
         os.chmod(self.run_dir, 0o755)
         if python is None:
@@ -256,9 +275,12 @@ class KernelRun:
                 break
             left = deadline - time.monotonic()
             assert left > 0, f"timed out; events {out.events}, stderr {out.stderr_raw!r}"
-            fds = [self.sock, self.proc.stdout_fd, self.proc.stderr_fd]
+            fds: list[Any] = [self.sock, self.proc.stdout_fd, self.proc.stderr_fd]
             ready = select.select(fds, [], [], left)[0]
-            for fd, attr in ((self.proc.stdout_fd, "stdout_raw"), (self.proc.stderr_fd, "stderr_raw")):
+            for fd, attr in (
+                (self.proc.stdout_fd, "stdout_raw"),
+                (self.proc.stderr_fd, "stderr_raw"),
+            ):
                 if fd in ready:
                     try:
                         chunk = os.read(fd, 1 << 16)

@@ -32,6 +32,11 @@ def value_of(out: Outcome) -> Any:
     return results[0].data["application/json"]
 
 
+def reply_of(out: Outcome) -> Any:
+    assert out.reply is not None, (out.events, out.stderr_raw)
+    return out.reply
+
+
 def error_of(out: Outcome) -> Any:
     errors = out.of("ErrorOutput")
     assert len(errors) == 1, (out.events, out.stderr_raw)
@@ -42,12 +47,15 @@ def error_of(out: Outcome) -> Any:
 
 
 def test_a_returned_value_is_the_runs_value(kernel: Make) -> None:
-    out = run(kernel, 'const r = await tools.search("q", {limit: 2})\nreturn {n: r.length, first: r[0], ok: true, x: 1.5, none: null}')
+    out = run(
+        kernel,
+        'const r = await tools.search("q", {limit: 2})\nreturn {n: r.length, first: r[0], ok: true, x: 1.5, none: null}',
+    )
     assert out.status == "ok", out.events
     assert value_of(out) == {"n": 2, "first": "q-0", "ok": True, "x": 1.5, "none": None}
     assert out.of("ExecuteResult")[0].data["text/plain"].startswith("{")
     assert out.kinds() == ["CallRequest", "ExecuteResult", "ExecuteReply"]
-    assert set(out.reply.usage) == {"cpu_user_s", "cpu_system_s", "peak_memory_bytes"}
+    assert set(reply_of(out).usage) == {"cpu_user_s", "cpu_system_s", "peak_memory_bytes"}
 
 
 @pytest.mark.parametrize("code", ["return undefined", "return null", "const x = 1", ""])
@@ -95,7 +103,7 @@ def test_an_error_has_the_programs_frames_only_with_its_lines(kernel: Make) -> N
     assert any("<program>:6:" in line for line in frames)
     text = "\n".join(err.traceback)
     assert "kernel" not in text and "node:" not in text and ".js" not in text
-    assert out.reply.ename == "TypeError" and out.reply.traceback == err.traceback
+    assert reply_of(out).ename == "TypeError" and reply_of(out).traceback == err.traceback
 
 
 def test_line_one_columns_are_the_programs(kernel: Make) -> None:
@@ -116,9 +124,15 @@ def test_a_syntax_error_says_where(kernel: Make) -> None:
 def test_error_subclasses_errors_in_callbacks_and_rejections(kernel: Make) -> None:
     out = run(kernel, "class Oops extends Error {}\nthrow new Oops('mine')")
     assert (error_of(out).ename, error_of(out).evalue) == ("Oops", "mine")
-    out = run(kernel, "setTimeout(() => { throw new RangeError('late') }, 1)\nawait new Promise(r => setTimeout(r, 10000))")
+    out = run(
+        kernel,
+        "setTimeout(() => { throw new RangeError('late') }, 1)\nawait new Promise(r => setTimeout(r, 10000))",
+    )
     assert out.status == "exception" and error_of(out).ename == "RangeError"
-    out = run(kernel, "Promise.reject(new Error('nobody handles me'))\nawait new Promise(r => setTimeout(r, 10000))")
+    out = run(
+        kernel,
+        "Promise.reject(new Error('nobody handles me'))\nawait new Promise(r => setTimeout(r, 10000))",
+    )
     assert out.status == "exception" and error_of(out).evalue == "nobody handles me"
 
 
@@ -128,7 +142,9 @@ def test_a_thrown_non_error_and_a_cause(kernel: Make) -> None:
     assert out.status == "exception" and "just a string" in err.evalue
     out = run(kernel, "try { null.x } catch (e) { throw new Error('outer', {cause: e}) }")
     err = error_of(out)
-    assert "Caused by:" in err.traceback and any(line.startswith("TypeError") for line in err.traceback)
+    assert "Caused by:" in err.traceback and any(
+        line.startswith("TypeError") for line in err.traceback
+    )
 
 
 def test_a_promise_that_can_never_settle_ends_the_run(kernel: Make) -> None:
@@ -162,7 +178,14 @@ def test_a_failed_binding_is_a_tool_error_with_tool_and_ename(kernel: Make) -> N
         "  return [e instanceof ToolError, e instanceof Error, e.tool, e.ename, e.message, e.name]\n}"
     )
     out = run(kernel, code)
-    assert value_of(out) == [True, True, "tools.fail", "ValueError", "tools.fail failed: ValueError: bad input", "ToolError"]
+    assert value_of(out) == [
+        True,
+        True,
+        "tools.fail",
+        "ValueError",
+        "tools.fail failed: ValueError: bad input",
+        "ToolError",
+    ]
 
 
 def test_an_uncaught_tool_error_shows_the_calling_line(kernel: Make) -> None:
@@ -174,7 +197,9 @@ def test_an_uncaught_tool_error_shows_the_calling_line(kernel: Make) -> None:
 
 def test_promise_all_makes_the_calls_concurrently(kernel: Make) -> None:
     k = kernel()
-    k.start('const rs = await Promise.all([tools.search("a"), tools.search("b"), tools.search("c")])\nreturn rs.map(r => r[0])')
+    k.start(
+        'const rs = await Promise.all([tools.search("a"), tools.search("b"), tools.search("c")])\nreturn rs.map(r => r[0])'
+    )
     out = k.pump(hold=lambda held: len(held) < 3)
     assert out.max_in_flight == 3  # all three were at the host before any answer
     assert value_of(out) == ["a-0", "b-0", "c-0"]  # answered in reverse, each to its caller
@@ -183,8 +208,10 @@ def test_promise_all_makes_the_calls_concurrently(kernel: Make) -> None:
 def test_bindings_by_name_with_a_dash_and_unknown_ones(kernel: Make) -> None:
     specs = {"web-search": echo_spec([["q", "POSITIONAL_OR_KEYWORD", False]], "(q)")}
     k = kernel(bindings={"web-search": lambda q: q.upper()}, specs=specs)
-    out = k.run('const a = await tools["web-search"]("x")\nlet e1, e2\ntry { tools.nope } catch (e) { e1 = e.message }\n'
-                'try { tools.x = 1 } catch (e) { e2 = e.message }\nreturn [a, e1, e2]')
+    out = k.run(
+        'const a = await tools["web-search"]("x")\nlet e1, e2\ntry { tools.nope } catch (e) { e1 = e.message }\n'
+        "try { tools.x = 1 } catch (e) { e2 = e.message }\nreturn [a, e1, e2]"
+    )
     a, missing, readonly = value_of(out)
     assert a == "X"
     assert missing == 'tools has no binding "nope"; it has: web-search'
@@ -201,7 +228,9 @@ CONVENTION = {
         "(a, b=2, *, c=3)",
     ),
     "g": echo_spec([["data", "POSITIONAL_ONLY", False]], "(data, /)"),
-    "h": echo_spec([["args", "VAR_POSITIONAL", False], ["kw", "VAR_KEYWORD", False]], "(*args, **kw)"),
+    "h": echo_spec(
+        [["args", "VAR_POSITIONAL", False], ["kw", "VAR_KEYWORD", False]], "(*args, **kw)"
+    ),
 }
 
 
@@ -219,7 +248,9 @@ CONVENTION = {
         ("tools.f(1, {})", [1, {}], {}),  # an empty object is a value here
     ],
 )
-def test_the_calling_convention(kernel: Make, call: str, args: list[Any], kwargs: dict[str, Any]) -> None:
+def test_the_calling_convention(
+    kernel: Make, call: str, args: list[Any], kwargs: dict[str, Any]
+) -> None:
     k = kernel(bindings={n: (lambda *a, **kw: None) for n in CONVENTION}, specs=CONVENTION)
     out = k.run(f"await {call}")
     assert out.status == "ok", out.events
@@ -230,8 +261,14 @@ def test_the_calling_convention(kernel: Make, call: str, args: list[Any], kwargs
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        ("tools.f()", "tools.f() missing a required argument: 'a'; its signature is f(a, b=2, *, c=3)"),
-        ("tools.f(1, 2, 3)", "tools.f() too many positional arguments; its signature is f(a, b=2, *, c=3)"),
+        (
+            "tools.f()",
+            "tools.f() missing a required argument: 'a'; its signature is f(a, b=2, *, c=3)",
+        ),
+        (
+            "tools.f(1, 2, 3)",
+            "tools.f() too many positional arguments; its signature is f(a, b=2, *, c=3)",
+        ),
         ("tools.f(1, 2, {c: 1}, 4)", "tools.f() too many positional arguments"),
         ("tools.g()", "tools.g() missing a required argument: 'data'"),
     ],
@@ -253,17 +290,26 @@ def test_arguments_that_do_not_fit_throw_at_the_call(kernel: Make, call: str, me
         ("{s: Symbol('x')}", "tools.search() argument query.s: symbol is not JSON"),
         ("{n: 10n}", "tools.search() argument query.n: bigint 10n is not JSON"),
         ("[NaN]", "tools.search() argument query[0]: number NaN is not JSON"),
-        ("{'a b': [Infinity]}", 'tools.search() argument query["a b"][0]: number Infinity is not JSON'),
+        (
+            "{'a b': [Infinity]}",
+            'tools.search() argument query["a b"][0]: number Infinity is not JSON',
+        ),
         ("-0", "tools.search() argument query: number -0 is not lossless JSON"),
         ("new Map()", "tools.search() argument query: Map is not JSON"),
         ("{d: new Date(0)}", "tools.search() argument query.d: Date is not JSON"),
         ("[new (class Point {})()]", "tools.search() argument query[0]: Point is not JSON"),
-        ("Promise.resolve(1)", "tools.search() argument query: Promise is not JSON (a promise: did you forget `await`?)"),
+        (
+            "Promise.resolve(1)",
+            "tools.search() argument query: Promise is not JSON (a promise: did you forget `await`?)",
+        ),
         ("new Uint8Array(2)", "tools.search() argument query: Uint8Array is not JSON"),
         ("new Proxy({}, {})", "tools.search() argument query: Proxy is not JSON"),
         ("[1, , 3]", "tools.search() argument query[1]: an empty array slot (a hole) is not JSON"),
         ("'\\ud800'", "tools.search() argument query: string holds a lone surrogate"),
-        ("(() => { const o = {}; o.self = o; return o })()", "tools.search() argument query.self: object contains itself (a cycle)"),
+        (
+            "(() => { const o = {}; o.self = o; return o })()",
+            "tools.search() argument query.self: object contains itself (a cycle)",
+        ),
     ],
 )
 def test_the_json_boundary_refuses_with_the_path(kernel: Make, arg: str, message: str) -> None:
@@ -276,12 +322,17 @@ def test_the_json_boundary_refuses_with_the_path(kernel: Make, arg: str, message
 
 def test_null_prototype_objects_and_nested_values_cross(kernel: Make) -> None:
     k = kernel(bindings={"search": lambda query, limit=3: query}, specs=None)
-    out = k.run("const o = Object.create(null); o.k = [1, 'é', {x: null}]\nreturn await tools.search(o)")
+    out = k.run(
+        "const o = Object.create(null); o.k = [1, 'é', {x: null}]\nreturn await tools.search(o)"
+    )
     assert value_of(out) == {"k": [1, "é", {"x": None}]}
 
 
 def test_deep_values_are_refused_not_crashed(kernel: Make) -> None:
-    out = run(kernel, "let v = 1; for (let i = 0; i < 600; i++) v = [v]\ntry { tools.search(v) } catch (e) { return e.message }")
+    out = run(
+        kernel,
+        "let v = 1; for (let i = 0; i < 600; i++) v = [v]\ntry { tools.search(v) } catch (e) { return e.message }",
+    )
     assert "nested deeper than 500 levels" in value_of(out)
 
 
@@ -296,7 +347,7 @@ def test_output_is_in_order_with_calls_and_displays(kernel: Make) -> None:
         'console.error("two")\n'
         'console.warn("three")\n'
         'console.info("four"); console.debug("five")\n'
-        'display({a: 1})\n'
+        "display({a: 1})\n"
         'process.stderr.write(Buffer.from("six\\n"))\n'
     )
     out = run(kernel, code)
@@ -327,12 +378,18 @@ def test_rich_display_and_an_oversized_one(kernel: Make) -> None:
     out = run(kernel, code, max_frame_bytes=64 * 1024)
     first, second = out.of("DisplayData")
     assert first.data["text/html"] == "<b>hi</b>" and first.data["application/json"] == {"v": 1}
-    assert second.data == {"text/plain": "[kernelgate: display output over max_frame_bytes=65536 not shown]"}
+    assert second.data == {
+        "text/plain": "[kernelgate: display output over max_frame_bytes=65536 not shown]"
+    }
     assert out.protocol_error is None and out.status == "ok"
 
 
 def test_output_past_max_output_bytes_is_not_sent(kernel: Make) -> None:
-    out = run(kernel, 'for (let i = 0; i < 1000; i++) console.log("0123456789")\nreturn 1', max_output_bytes=100)
+    out = run(
+        kernel,
+        'for (let i = 0; i < 1000; i++) console.log("0123456789")\nreturn 1',
+        max_output_bytes=100,
+    )
     assert len(out.text("stdout")) == 101  # one past the budget: the host marks the cut
     assert value_of(out) == 1
 
@@ -358,7 +415,11 @@ def test_max_calls_is_a_tool_error_in_the_program(kernel: Make) -> None:
 
 
 def test_call_arguments_are_budgeted_to_the_frame(kernel: Make) -> None:
-    out = run(kernel, 'try { tools.search("x".repeat(70000)) } catch (e) { return [e.name, e.message] }', max_frame_bytes=64 * 1024)
+    out = run(
+        kernel,
+        'try { tools.search("x".repeat(70000)) } catch (e) { return [e.name, e.message] }',
+        max_frame_bytes=64 * 1024,
+    )
     name, message = value_of(out)
     assert name == "RangeError"
     assert message == (
@@ -369,7 +430,12 @@ def test_call_arguments_are_budgeted_to_the_frame(kernel: Make) -> None:
 
 def test_large_output_stays_under_the_frame_ceiling(kernel: Make) -> None:
     # 200 KiB of output in one write: sent as 64 KiB messages, never one frame over 128 KiB.
-    out = run(kernel, 'process.stdout.write("z".repeat(200000) + "\\n")', max_output_bytes=1 << 20, max_frame_bytes=128 * 1024)
+    out = run(
+        kernel,
+        'process.stdout.write("z".repeat(200000) + "\\n")',
+        max_output_bytes=1 << 20,
+        max_frame_bytes=128 * 1024,
+    )
     assert out.protocol_error is None and out.status == "ok"
     assert out.text("stdout") == "z" * 200000 + "\n"
 
@@ -379,7 +445,9 @@ def test_large_output_stays_under_the_frame_ceiling(kernel: Make) -> None:
 
 def test_require_cwd_and_argv(kernel: Make) -> None:
     k = kernel()
-    out = k.run('const path = require("path")\nreturn [process.cwd(), path.join("a", "b"), process.argv.slice(1)]')
+    out = k.run(
+        'const path = require("path")\nreturn [process.cwd(), path.join("a", "b"), process.argv.slice(1)]'
+    )
     assert value_of(out) == [k.run_dir, "a/b", ["<program>"]]
 
 
@@ -402,8 +470,13 @@ MONKEYPATCHES = [
 
 
 @pytest.mark.parametrize("patch", MONKEYPATCHES)
-def test_a_program_that_replaces_builtins_still_gets_a_true_report(kernel: Make, patch: str) -> None:
-    out = run(kernel, f'{patch}\nconst r = await tools.search("q", {{limit: 2}})\nconsole.log("n", 2)\nreturn {{r, n: 2}}')
+def test_a_program_that_replaces_builtins_still_gets_a_true_report(
+    kernel: Make, patch: str
+) -> None:
+    out = run(
+        kernel,
+        f'{patch}\nconst r = await tools.search("q", {{limit: 2}})\nconsole.log("n", 2)\nreturn {{r, n: 2}}',
+    )
     assert out.protocol_error is None, out.protocol_error
     if out.status == "exception":
         # The patch broke the program itself (its own `await` or console): a true report.
@@ -419,4 +492,4 @@ def test_a_program_that_replaces_builtins_then_throws_is_reported(kernel: Make, 
     out = run(kernel, f"{patch}\nthrow new TypeError('mine')")
     assert out.protocol_error is None
     assert out.status == "exception"
-    assert (out.reply.ename, out.reply.evalue) == ("TypeError", "mine")
+    assert (reply_of(out).ename, reply_of(out).evalue) == ("TypeError", "mine")

@@ -49,11 +49,19 @@ def test_garbage_before_the_request(kernel: Make) -> None:
     ("frame", "says"),
     [
         (b"[1, 2]\n", "message must be a JSON object"),
-        (b'{"header": {}, "parent_header": {}, "metadata": {}, "content": {}}\n', "has no field 'msg_type'"),
-        (b'{"header": {"msg_type": "kernel_info_request"}, "parent_header": {}, "metadata": {}, "content": {}}\n',
-         "unexpected message type 'kernel_info_request' from the host"),
-        (b'{"header": {"msg_type": "comm_open"}, "parent_header": {}, "metadata": {}, '
-         b'"content": {"comm_id": "x", "target_name": "other", "data": {}}}\n', "comm_open for unknown target"),
+        (
+            b'{"header": {}, "parent_header": {}, "metadata": {}, "content": {}}\n',
+            "has no field 'msg_type'",
+        ),
+        (
+            b'{"header": {"msg_type": "kernel_info_request"}, "parent_header": {}, "metadata": {}, "content": {}}\n',
+            "unexpected message type 'kernel_info_request' from the host",
+        ),
+        (
+            b'{"header": {"msg_type": "comm_open"}, "parent_header": {}, "metadata": {}, '
+            b'"content": {"comm_id": "x", "target_name": "other", "data": {}}}\n',
+            "comm_open for unknown target",
+        ),
     ],
 )
 def test_malformed_messages(kernel: Make, frame: bytes, says: str) -> None:
@@ -66,13 +74,25 @@ def test_a_request_before_the_bindings_is_out_of_order(kernel: Make) -> None:
     k = kernel()
     # The host's own Connection will not send it out of order: write the frame by hand.
     frame = {
-        "header": {"msg_id": "h-1", "msg_type": "execute_request", "session": "h", "username": "kernelgate",
-                   "date": "2026-01-01T00:00:00.000000Z", "version": "5.3"},
-        "parent_header": {}, "metadata": {}, "content": {"code": "return 1"},
+        "header": {
+            "msg_id": "h-1",
+            "msg_type": "execute_request",
+            "session": "h",
+            "username": "kernelgate",
+            "date": "2026-01-01T00:00:00.000000Z",
+            "version": "5.3",
+        },
+        "parent_header": {},
+        "metadata": {},
+        "content": {"code": "return 1"},
     }
     k.send_bytes(json.dumps(frame).encode() + b"\n")
     out = k.pump()
-    assert_gave_up(k, out, "the host sent execute_request in state IDLE (nothing sent yet), where it may send only comm_open")
+    assert_gave_up(
+        k,
+        out,
+        "the host sent execute_request in state IDLE (nothing sent yet), where it may send only comm_open",
+    )
 
 
 def test_a_second_request_mid_run(kernel: Make) -> None:
@@ -80,7 +100,9 @@ def test_a_second_request_mid_run(kernel: Make) -> None:
     k.start('await tools.search("x")\nreturn 1')
     k.pump(lambda o: bool(o.of("CallRequest")), hold=lambda held: True)
     frame = {
-        "header": {"msg_type": "execute_request"}, "parent_header": {}, "metadata": {},
+        "header": {"msg_type": "execute_request"},
+        "parent_header": {},
+        "metadata": {},
         "content": {"code": "return 2"},
     }
     k.send_bytes(json.dumps(frame).encode() + b"\n")
@@ -92,8 +114,13 @@ def test_a_reply_to_a_call_that_is_not_waiting(kernel: Make) -> None:
     k.start('await tools.search("x")\nreturn 1')
     k.pump(lambda o: bool(o.of("CallRequest")), hold=lambda held: True)
     forged = {
-        "header": {"msg_type": "comm_msg"}, "parent_header": {}, "metadata": {},
-        "content": {"comm_id": "bindings-node-test", "data": {"method": "reply", "id": 7, "ok": True, "value": 1}},
+        "header": {"msg_type": "comm_msg"},
+        "parent_header": {},
+        "metadata": {},
+        "content": {
+            "comm_id": "bindings-node-test",
+            "data": {"method": "reply", "id": 7, "ok": True, "value": 1},
+        },
     }
     k.send_bytes(json.dumps(forged).encode() + b"\n")
     assert_gave_up(k, k.pump(), "reply to call 7, which is not waiting")
@@ -129,17 +156,28 @@ def test_the_host_going_away_mid_run(kernel: Make) -> None:
 @pytest.mark.parametrize(
     ("code", "says"),
     [
-        ('require("fs").writeSync(3, "garbage\\n")\nawait tools.search("x")', "frame is not valid UTF-8 JSON"),
-        ('require("fs").writeSync(3, JSON.stringify({header: {msg_type: "comm_open"}, parent_header: {}, '
-         'metadata: {}, content: {}}) + "\\n")', "unexpected message type 'comm_open' from the child"),
-        ('require("fs").writeSync(3, "{\\"unterminated\\": " + "1".repeat(70000))\nawait new Promise(r => setTimeout(r, 5000))',
-         "over max_frame_bytes=65536"),
+        (
+            'require("fs").writeSync(3, "garbage\\n")\nawait tools.search("x")',
+            "frame is not valid UTF-8 JSON",
+        ),
+        (
+            'require("fs").writeSync(3, JSON.stringify({header: {msg_type: "comm_open"}, parent_header: {}, '
+            'metadata: {}, content: {}}) + "\\n")',
+            "unexpected message type 'comm_open' from the child",
+        ),
+        (
+            'require("fs").writeSync(3, "{\\"unterminated\\": " + "1".repeat(70000))\nawait new Promise(r => setTimeout(r, 5000))',
+            "over max_frame_bytes=65536",
+        ),
     ],
 )
 def test_a_program_writing_fd_3_is_refused_by_the_host(kernel: Make, code: str, says: str) -> None:
     k = kernel(max_frame_bytes=64 * 1024)
     out = k.run(code, max_frame_bytes=64 * 1024)
-    assert out.protocol_error is not None and says in out.protocol_error, (out.protocol_error, out.events)
+    assert out.protocol_error is not None and says in out.protocol_error, (
+        out.protocol_error,
+        out.events,
+    )
     assert out.reply is None
 
 
@@ -150,7 +188,11 @@ def test_the_childs_tables_are_the_wires() -> None:
     assert NODE is not None
     text = subprocess.run(
         [NODE, "-e", "process.stdout.write(JSON.stringify(require('./state.js').TRANSITIONS))"],
-        cwd=KERNEL_DIR, capture_output=True, text=True, timeout=30, check=True,
+        cwd=KERNEL_DIR,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
     ).stdout
     ours = json.loads(text)
 
