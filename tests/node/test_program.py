@@ -466,6 +466,13 @@ MONKEYPATCHES = [
     "Date.prototype.toISOString = () => 'lie'; Date.now = () => -1",
     "require('fs').writeSync = () => 0",
     "process.reallyExit = () => {}; process.on = () => {}",
+    # Setters and getters where the kernel builds or reads its own objects.
+    "Object.defineProperty(Array.prototype, '0', {set(v) {}, get() { return 'lie' }, configurable: true})",
+    "Object.defineProperty(Object.prototype, 'ename', {set(v) {}, get() { return 'lie' }, configurable: true})",
+    "Object.defineProperty(Object.prototype, 'run_status', {get() { return 'exception' }, configurable: true})",
+    "Object.defineProperty(Object.prototype, 'user_expressions', {set(v) { throw new Error('no') }, configurable: true})",
+    # Every promise resolved with an object now waits for a `then` that never calls back.
+    "Object.prototype.then = function () {}",
 ]
 
 

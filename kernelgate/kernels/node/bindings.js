@@ -67,7 +67,7 @@ function parseParams(label, spec) {
       throw new S.TypeError(`${label}: a binding parameter must be [name, kind, has_default] with kind one of ` +
         `${S.ObjectKeys(KINDS).join(', ')}; got ${S.JSONStringify(item)}`);
     }
-    S.ArrayPush(params, { name: item[0], kind: item[1], hasDefault: !!item[2] });
+    S.append(params, { name: item[0], kind: item[1], hasDefault: !!item[2] });
   }
   return params;
 }
@@ -107,13 +107,13 @@ function bind(params, args, kwargs) {
     const param = params[p];
     if (param.kind === 'VAR_KEYWORD' || param.kind === 'KEYWORD_ONLY') throw 'too many positional arguments';
     if (param.kind === 'VAR_POSITIONAL') {
-      S.ArrayPush(bound, [param.name, S.ArraySlice(args, a), 'VAR_POSITIONAL']);
+      S.append(bound, [param.name, S.ArraySlice(args, a), 'VAR_POSITIONAL']);
       a = args.length;
       p += 1;
       break;
     }
     if (param.name in kw && param.kind !== 'POSITIONAL_ONLY') throw `multiple values for argument '${param.name}'`;
-    S.ArrayPush(bound, [param.name, args[a], param.kind]);
+    S.append(bound, [param.name, args[a], param.kind]);
     a += 1;
     p += 1;
   }
@@ -130,13 +130,13 @@ function bind(params, args, kwargs) {
       continue;
     }
     if (param.kind === 'POSITIONAL_ONLY') throw `'${param.name}' parameter is positional only, but was passed as a keyword`;
-    S.ArrayPush(bound, [param.name, kw[param.name], param.kind]);
+    S.append(bound, [param.name, kw[param.name], param.kind]);
     delete kw[param.name];
   }
   const left = S.ObjectKeys(kw);
   if (left.length > 0) {
     if (varKeyword === null) throw `got an unexpected keyword argument '${left[0]}'`;
-    S.ArrayPush(bound, [varKeyword.name, kw, 'VAR_KEYWORD']);
+    S.append(bound, [varKeyword.name, kw, 'VAR_KEYWORD']);
   }
   return bound;
 }
@@ -205,20 +205,20 @@ function makeBinding(namespace, name, spec, client, maxArgBytes) {
           for (let j = 0; j < value.length; j++) {
             const enc = encodeValue(value[j], `${root}[${j}]`, budget);
             budget -= enc.size;
-            S.ArrayPush(argsParts, enc.text);
+            S.append(argsParts, enc.text);
           }
         } else if (kind === 'VAR_KEYWORD') {
           const names = S.ObjectKeys(value);
           for (let j = 0; j < names.length; j++) {
             const enc = encodeValue(value[names[j]], `${root}.${names[j]}`, budget);
             budget -= enc.size;
-            S.ArrayPush(kwargsParts, `${S.JSONStringify(names[j])}:${enc.text}`);
+            S.append(kwargsParts, `${S.JSONStringify(names[j])}:${enc.text}`);
           }
         } else {
           const enc = encodeValue(value, root, budget);
           budget -= enc.size;
-          if (S.hasOwn(kwargs, pname)) S.ArrayPush(kwargsParts, `${S.JSONStringify(pname)}:${enc.text}`);
-          else S.ArrayPush(argsParts, enc.text);
+          if (S.hasOwn(kwargs, pname)) S.append(kwargsParts, `${S.JSONStringify(pname)}:${enc.text}`);
+          else S.append(argsParts, enc.text);
         }
       }
     } catch (exc) {

@@ -71,7 +71,7 @@ function displayBundle(value, maxFrameBytes) {
   for (let i = 0; i < mimes.length; i++) {
     const part = `${S.JSONStringify(wellFormed(mimes[i]))}:${texts[mimes[i]]}`;
     size += S.BufferByteLength(part, 'utf8') + (i > 0 ? 1 : 0);
-    S.ArrayPush(parts, part);
+    S.append(parts, part);
   }
   if (size > maxFrameBytes - FRAME_OVERHEAD) {
     const note = `[kernelgate: display output over max_frame_bytes=${maxFrameBytes} not shown]`;

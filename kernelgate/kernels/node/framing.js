@@ -52,12 +52,12 @@ class FrameDecoder {
       }
       let frame = piece;
       if (this.held > 0) {
-        S.ArrayPush(this.parts, piece);
+        S.append(this.parts, piece);
         frame = S.BufferConcat(this.parts, size);
         this.parts = [];
         this.held = 0;
       }
-      S.ArrayPush(this.frames, frame);
+      S.append(this.frames, frame);
       start = nl + 1;
     }
     if (start < data.length) {
@@ -67,7 +67,7 @@ class FrameDecoder {
         this.fail(`frame over max_frame_bytes=${this.max} bytes (${this.held} bytes so far ` +
           'without a newline); frames must be one JSON object per line');
       }
-      S.ArrayPush(this.parts, tail);
+      S.append(this.parts, tail);
     }
   }
 

@@ -46,14 +46,14 @@ function describePath(root, steps) {
   for (let i = 0; i < steps.length; i++) {
     const step = steps[i];
     if (typeof step === 'number') {
-      S.ArrayPush(parts, `[${step}]`);
+      S.append(parts, `[${step}]`);
     } else if (step.length > MAX_KEY_SHOWN) {
       const head = S.StringSlice(S.JSONStringify(S.StringSlice(step, 0, MAX_KEY_SHOWN - 10)), 0, -1);
-      S.ArrayPush(parts, `[${head}...(${step.length} chars)]`);
+      S.append(parts, `[${head}...(${step.length} chars)]`);
     } else if (S.RegExpTest(IDENTIFIER, step)) {
-      S.ArrayPush(parts, `.${step}`);
+      S.append(parts, `.${step}`);
     } else {
-      S.ArrayPush(parts, `[${S.JSONStringify(wellFormed(step))}]`);
+      S.append(parts, `[${S.JSONStringify(wellFormed(step))}]`);
     }
   }
   let path = S.ArrayJoin(parts, '');
@@ -96,12 +96,13 @@ function wellFormed(s) {
   const parts = [];
   let start = 0;
   while (at >= 0) {
-    S.ArrayPush(parts, S.StringSlice(s, start, at), `\\u${hex4(S.StringCharCodeAt(s, at))}`);
+    S.append(parts, S.StringSlice(s, start, at));
+    S.append(parts, `\\u${hex4(S.StringCharCodeAt(s, at))}`);
     start = at + 1;
     const rest = loneSurrogate(S.StringSlice(s, start));
     at = rest < 0 ? -1 : start + rest;
   }
-  S.ArrayPush(parts, S.StringSlice(s, start));
+  S.append(parts, S.StringSlice(s, start));
   return S.ArrayJoin(parts, '');
 }
 
@@ -142,7 +143,7 @@ const HINTS = {
  * ValueTooLargeError as soon as the size passes `maxBytes` (when given).
  */
 function encodeValue(value, root = 'value', maxBytes = -1) {
-  const out = [];
+  let out = '';
   const active = [];
   const keys = [];
   let size = 0;
@@ -160,7 +161,7 @@ function encodeValue(value, root = 'value', maxBytes = -1) {
       throw new ValueTooLargeError(
         `${root} is over ${maxBytes} bytes as JSON (limit reached at ${where()})`, maxBytes);
     }
-    S.ArrayPush(out, text);
+    out += text;
   }
   function str(s) {
     if (maxBytes >= 0 && size + s.length + 2 > maxBytes) add('', s.length + 2); // over, without encoding it
@@ -226,8 +227,8 @@ function encodeValue(value, root = 'value', maxBytes = -1) {
     const proxy = S.isProxy(v);
     const proto = proxy ? undefined : S.ObjectGetPrototypeOf(v);
     if (proto === S.ArrayPrototype && S.ArrayIsArray(v)) {
-      S.ArrayPush(active, v);
-      S.ArrayPush(keys, 0);
+      S.append(active, v);
+      S.append(keys, 0);
       add('[', 1);
       const n = v.length;
       for (let i = 0; i < n; i++) {
@@ -242,8 +243,8 @@ function encodeValue(value, root = 'value', maxBytes = -1) {
       return;
     }
     if (proto === S.ObjectPrototype || proto === null) {
-      S.ArrayPush(active, v);
-      S.ArrayPush(keys, '');
+      S.append(active, v);
+      S.append(keys, '');
       add('{', 1);
       const names = S.ObjectKeys(v);
       for (let i = 0; i < names.length; i++) {
@@ -264,7 +265,7 @@ function encodeValue(value, root = 'value', maxBytes = -1) {
   }
 
   walk(value, 0);
-  return { text: S.ArrayJoin(out, ''), size };
+  return { text: out, size };
 }
 
 /** JSON text of kernelgate's own messages (objects it made; strings made well-formed). */
@@ -283,13 +284,13 @@ function encodeTrusted(v) {
   if (v instanceof Raw) return v.text;
   if (S.ArrayIsArray(v)) {
     const parts = [];
-    for (let i = 0; i < v.length; i++) S.ArrayPush(parts, encodeTrusted(v[i]));
+    for (let i = 0; i < v.length; i++) S.append(parts, encodeTrusted(v[i]));
     return `[${S.ArrayJoin(parts, ',')}]`;
   }
   const names = S.ObjectKeys(v);
   const parts = [];
   for (let i = 0; i < names.length; i++) {
-    S.ArrayPush(parts, `${S.JSONStringify(wellFormed(names[i]))}:${encodeTrusted(v[names[i]])}`);
+    S.append(parts, `${S.JSONStringify(wellFormed(names[i]))}:${encodeTrusted(v[names[i]])}`);
   }
   return `{${S.ArrayJoin(parts, ',')}}`;
 }

@@ -83,7 +83,7 @@ function frameLines(stack) {
   const lines = S.StringSplit(stack, '\n');
   for (let i = 0; i < lines.length; i++) {
     const frame = programFrame(lines[i]);
-    if (frame !== null) S.ArrayPush(frames, frame);
+    if (frame !== null) S.append(frames, frame);
   }
   return frames;
 }
@@ -131,16 +131,19 @@ function formatError(err, code = '', compiling = false) {
       msg = typeof msg === 'string' ? capText(msg, 2000) : '';
       const head = msg ? `${name}: ${msg}` : name;
       const headLines = S.StringSplit(head, '\n');
-      if (depth > 0) S.ArrayPush(lines, '', 'Caused by:');
-      for (let i = 0; i < headLines.length; i++) S.ArrayPush(lines, headLines[i]);
+      if (depth > 0) {
+        S.append(lines, '');
+        S.append(lines, 'Caused by:');
+      }
+      for (let i = 0; i < headLines.length; i++) S.append(lines, headLines[i]);
       const frames = frameLines(ownData(link, 'stack'));
       for (let i = 0; i < frames.length; i++) {
         total += frames[i].length;
         if (total > MAX_DIAGNOSTIC) {
-          S.ArrayPush(lines, '    ... [more frames cut]');
+          S.append(lines, '    ... [more frames cut]');
           break;
         }
-        S.ArrayPush(lines, frames[i]);
+        S.append(lines, frames[i]);
       }
       link = ownData(link, 'cause');
     }

@@ -33,7 +33,7 @@ class Reporter {
     if (!this.claim()) return;
     this.guard(() => {
       if (value === undefined || value === null) {
-        this.end({ status: 'ok' });
+        this.end({ status: 'ok', run_status: 'ok', ename: '', evalue: '', traceback: [] });
         return;
       }
       let encoded;
@@ -61,7 +61,7 @@ class Reporter {
         data: { 'application/json': new Raw(encoded.text), 'text/plain': plainText(value) },
         metadata: {},
       });
-      this.end({ status: 'ok' });
+      this.end({ status: 'ok', run_status: 'ok', ename: '', evalue: '', traceback: [] });
     });
   }
 
@@ -95,21 +95,23 @@ class Reporter {
     for (let i = 0; i < this.writables.length; i++) this.writables[i].finish();
   }
 
-  /** Flush everything, send the reply with this process's usage, exit. */
+  /** Flush everything, send the reply with this process's usage, exit. Every object is
+   * a literal: a property the program defined on Object.prototype cannot change it. */
   end(reply) {
     this.flushOutput();
-    const content = { status: reply.status, execution_count: 1 };
-    if (reply.status === 'ok') {
-      content.user_expressions = {};
-      content.payload = [];
-    } else {
-      content.ename = reply.ename;
-      content.evalue = reply.evalue;
-      content.traceback = reply.traceback;
-    }
-    const kernelgate = { status: reply.run_status || 'ok' };
     const usage = measuredUsage();
-    if (usage !== null) kernelgate.usage = usage;
+    const content = reply.status === 'ok'
+      ? { status: 'ok', execution_count: 1, user_expressions: {}, payload: [] }
+      : {
+        status: 'error',
+        execution_count: 1,
+        ename: reply.ename,
+        evalue: reply.evalue,
+        traceback: reply.traceback,
+      };
+    const kernelgate = usage === null
+      ? { status: reply.run_status }
+      : { status: reply.run_status, usage };
     this.client.send('execute_reply', content, { kernelgate });
     S.reallyExit(0);
   }

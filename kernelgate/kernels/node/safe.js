@@ -14,6 +14,14 @@ const uncurryThis = bind.bind(call);
 const fs = require('fs');
 const util = require('util');
 
+const ObjectDefineProperty = Object.defineProperty;
+
+/** `list.push(value)` that no setter a program puts on Array.prototype can intercept
+ * (a push is a [[Set]] of a new index, which would call one; a definition does not). */
+function append(list, value) {
+  ObjectDefineProperty(list, list.length, { value, writable: true, enumerable: true, configurable: true });
+}
+
 module.exports = Object.freeze({
   uncurryThis,
   ObjectKeys: Object.keys,
@@ -26,7 +34,7 @@ module.exports = Object.freeze({
   ArrayPrototype: Array.prototype,
   ArrayIsArray: Array.isArray,
   hasOwn: uncurryThis(Object.prototype.hasOwnProperty),
-  ArrayPush: uncurryThis(Array.prototype.push),
+  append,
   ArrayJoin: uncurryThis(Array.prototype.join),
   ArraySlice: uncurryThis(Array.prototype.slice),
   ArraySplice: uncurryThis(Array.prototype.splice),

@@ -40,7 +40,7 @@ class OutputStream {
     if (n === 0 || ledger.remaining <= 0) return;
     if (n > ledger.remaining) s = S.StringSlice(s, 0, ledger.remaining);
     ledger.remaining -= s.length;
-    S.ArrayPush(this.parts, s);
+    S.append(this.parts, s);
     this.size += s.length;
     if (S.StringIndexOf(s, '\n') >= 0 || this.size >= CHUNK || ledger.remaining <= 0) {
       this.emit(this.take(ledger.remaining > 0));
@@ -54,7 +54,7 @@ class OutputStream {
     if (wholeLinesOnly && text.length < CHUNK) {
       const cut = S.StringLastIndexOf(text, '\n') + 1;
       if (cut < text.length) {
-        S.ArrayPush(this.parts, S.StringSlice(text, cut));
+        S.append(this.parts, S.StringSlice(text, cut));
         this.size = text.length - cut;
         text = S.StringSlice(text, 0, cut);
       }
