@@ -73,15 +73,18 @@ def spawn_node_child(
     env: dict[str, str],
     extra_args: tuple[str, ...] = (),
     kernel_args: tuple[str, ...] = (),
+    nonblocking: bool = False,
 ) -> ChildProcess:
     """Start ``node [extra_args] kernel.js [kernel_args]`` in a new session with fd 3 a
     socketpair to us (the host's environment ``env``; the run's cwd comes in the
-    request, as for a cold Python child)."""
+    request, as for a cold Python child). ``nonblocking``: fd 3 comes with O_NONBLOCK set,
+    as a careless launcher might leave it."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     theirs_fd = high_fd(os.dup(theirs.fileno()))
     theirs.close()
+    os.set_blocking(theirs_fd, not nonblocking)
     out_w, err_w = high_fd(out_w), high_fd(err_w)
     argv = [node, *extra_args, KERNEL_JS, *kernel_args]
     try:
@@ -172,6 +175,7 @@ class KernelRun:
         python: str | None = None,
         extra_args: tuple[str, ...] = (),
         kernel_args: tuple[str, ...] = (),
+        nonblocking: bool = False,
         max_frame_bytes: int = 8 << 20,
     ) -> None:
         self.bindings: dict[str, Callable[..., Any]] = (
@@ -188,7 +192,7 @@ class KernelRun:
         os.chmod(self.run_dir, 0o755)
         if python is None:
             assert NODE is not None
-            self.proc = spawn_node_child(NODE, _ENV, extra_args, kernel_args)
+            self.proc = spawn_node_child(NODE, _ENV, extra_args, kernel_args, nonblocking)
         else:
             self.proc = spawn_child(python, _ENV, self.run_dir)
         self.sock = self.proc.control

@@ -500,3 +500,31 @@ def test_a_program_that_replaces_builtins_then_throws_is_reported(kernel: Make, 
     assert out.protocol_error is None
     assert out.status == "exception"
     assert (reply_of(out).ename, reply_of(out).evalue) == ("TypeError", "mine")
+
+
+def test_a_non_blocking_fd_3_still_carries_everything(kernel: Make) -> None:
+    # The host makes fd 3 blocking; one that is not (a launcher that set O_NONBLOCK) costs
+    # latency, not correctness: writes wait out EAGAIN, reads poll.
+    k = kernel(nonblocking=True)
+    out = k.run(
+        'const rs = await Promise.all([1, 2, 3].map(i => tools.search("q" + i, {limit: 1})))\n'
+        'process.stdout.write("y".repeat(300000) + "\\n")\n'
+        "return rs.flat()",
+        max_output_bytes=1 << 20,
+    )
+    assert value_of(out) == ["q1-0", "q2-0", "q3-0"]
+    assert out.text("stdout") == "y" * 300000 + "\n"
+
+
+def test_running_out_of_heap_ends_the_process(kernel: Make) -> None:
+    # V8's heap ceiling (the runtime's own flag) ends the process with no reply: the host
+    # decides (worker_exit); V8 says why on fd 2.
+    k = kernel(extra_args=("--max-old-space-size=32",))
+    out = k.run("const keep = []\nfor (;;) keep.push(new Array(100000).fill({a: 1}))", timeout=60)
+    assert out.reply is None and out.protocol_error is None
+    code = k.wait_exit(30)
+    k.pump(lambda o: False, timeout=5)
+    assert code != 0
+    assert b"heap out of memory" in out.stderr_raw or b"heap limit" in out.stderr_raw, (
+        out.stderr_raw[-500:]
+    )
