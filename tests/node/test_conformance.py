@@ -39,6 +39,8 @@ class Scenario:
     same_message: bool = False
     #: Hold calls until this many are in flight.
     hold_until: int = 0
+    #: The bindings' specs (None: the driver's ``search`` and ``fail``).
+    specs: dict[str, Any] | None = None
 
 
 SCENARIOS = [
@@ -113,6 +115,38 @@ SCENARIOS = [
     ),
 ]
 
+FIND = {
+    "find": {
+        "params": [["query", "POSITIONAL_OR_KEYWORD", False], ["kwargs", "VAR_KEYWORD", False]],
+        "signature": "(query: str, **kwargs)",
+        "doc": "",
+        "schema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "max-results": {"type": "integer", "minimum": 1},
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    }
+}
+SCENARIOS += [
+    Scenario(
+        "schema keyword",
+        "await tools.find('x', **{'max-results': 2})",
+        "await tools.find('x', {'max-results': 2})",
+        specs=FIND,
+    ),
+    Scenario(
+        "schema refusal",
+        "await tools.find('x', **{'max-results': 0})",
+        "await tools.find('x', {'max-results': 0})",
+        same_message=True,
+        specs=FIND,
+    ),
+]
+
 #: Error kinds that are the same thing under each language's name.
 SAME_KIND = {"ValueError": "RangeError"}
 
@@ -143,8 +177,12 @@ def normal(out: Outcome) -> dict[str, Any]:
 def both(scenario: Scenario, drive: Callable[[KernelRun, str], Outcome]) -> tuple[Outcome, Outcome]:
     outcomes = []
     for python, code in ((sys.executable, scenario.python), (None, scenario.javascript)):
+        specs = scenario.specs
         k = KernelRun(
-            python=python, max_frame_bytes=scenario.options.get("max_frame_bytes", 8 << 20)
+            python=python,
+            bindings=None if specs is None else {n: (lambda *a, **kw: None) for n in specs},
+            specs=specs,
+            max_frame_bytes=scenario.options.get("max_frame_bytes", 8 << 20),
         )
         try:
             outcomes.append(drive(k, code))

@@ -281,6 +281,69 @@ def test_arguments_that_do_not_fit_throw_at_the_call(kernel: Make, call: str, me
     assert "CallRequest" not in out.kinds()
 
 
+FIND_SCHEMA = {
+    "type": "object",
+    "properties": {"query": {"type": "string"}, "max-results": {"type": "integer", "minimum": 1}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+#: An MCP tool as kernelgate binds it: named parameters, and **kwargs for the properties
+#: no Python name can spell; its inputSchema travels with it.
+MCP_LIKE = {
+    "find": {
+        **echo_spec(
+            [["query", "POSITIONAL_OR_KEYWORD", False], ["kwargs", "VAR_KEYWORD", False]],
+            "(query: str, **kwargs)",
+        ),
+        "schema": FIND_SCHEMA,
+    },
+    "anything": echo_spec([["kwargs", "VAR_KEYWORD", False]], "(**kwargs)"),
+}
+
+
+@pytest.mark.parametrize(
+    ("call", "args", "kwargs"),
+    [
+        ('tools.find({query: "x", "max-results": 3})', [], {"query": "x", "max-results": 3}),
+        ('tools.find("x", {"max-results": 3})', ["x"], {"max-results": 3}),
+        ("tools.anything({a: 1, 'b-c': 2})", [], {"a": 1, "b-c": 2}),
+        ("tools.anything({})", [], {}),
+    ],
+)
+def test_schema_properties_and_kwargs_only_bindings_take_keywords(
+    kernel: Make, call: str, args: list[Any], kwargs: dict[str, Any]
+) -> None:
+    k = kernel(bindings={n: (lambda *a, **kw: None) for n in MCP_LIKE}, specs=MCP_LIKE)
+    out = k.run(f"await {call}")
+    assert out.status == "ok", out.events
+    sent = out.of("CallRequest")[0]
+    assert (sent.args, sent.kwargs) == (args, kwargs)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            'tools.find("x", {"max-results": 0})',
+            "tools.find() argument max-results: must be at least 1, got 0",
+        ),
+        ("tools.find(5)", "tools.find() argument query: expected string, got number 5"),
+        (
+            "tools.find({query: 'x', 'max-results': 2.5})",
+            "tools.find() argument max-results: expected integer, got number 2.5",
+        ),
+    ],
+)
+def test_a_bindings_schema_is_checked_before_the_call_leaves(
+    kernel: Make, call: str, message: str
+) -> None:
+    k = kernel(bindings={n: (lambda *a, **kw: None) for n in MCP_LIKE}, specs=MCP_LIKE)
+    out = k.run(f"try {{ {call} }} catch (e) {{ return [e.name, e.message] }}")
+    name, text = value_of(out)
+    assert name == "TypeError" and text == f"{message}; its signature is find(query: str, **kwargs)"
+    assert "CallRequest" not in out.kinds()
+
+
 @pytest.mark.parametrize(
     ("arg", "message"),
     [

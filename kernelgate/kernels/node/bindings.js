@@ -10,12 +10,15 @@
 //
 // The calling convention: positional arguments map to positional parameters; a single
 // trailing plain object whose keys are all keyword-capable parameter names of the
-// binding (POSITIONAL_OR_KEYWORD or KEYWORD_ONLY) maps to keyword arguments; anything
-// else is positional. An empty trailing object is keyword arguments (none) only for a
-// binding that takes no positional arguments.
+// binding (POSITIONAL_OR_KEYWORD or KEYWORD_ONLY; with **kwargs, also the properties of
+// its schema) maps to keyword arguments; anything else is positional. A binding that
+// takes keyword arguments only (**kwargs, nothing positional) takes any trailing object
+// as keyword arguments; an empty trailing object is keyword arguments (none) only for a
+// binding that takes nothing positional.
 
 const S = require('./safe');
 const { encodeValue, NotJSONError, ValueTooLargeError, Raw } = require('./json');
+const { checkValue } = require('./schema');
 
 const KINDS = {
   __proto__: null,
@@ -147,27 +150,40 @@ function isPlainObject(v) {
   return proto === S.ObjectPrototype || proto === null;
 }
 
+/**
+ * The names a trailing object's keys may have to be keyword arguments: the
+ * POSITIONAL_OR_KEYWORD and KEYWORD_ONLY parameters, and for a binding with **kwargs the
+ * properties its schema names (an MCP tool's `max-results` is one of its parameters,
+ * though no Python name can spell it). `any`: a binding that takes keyword arguments
+ * only (**kwargs, nothing positional) takes any key.
+ */
+function keywordNames(params, schema) {
+  const names = { __proto__: null };
+  let varKeyword = false;
+  let positional = false;
+  for (let i = 0; i < params.length; i++) {
+    const kind = params[i].kind;
+    if (kind === 'POSITIONAL_OR_KEYWORD' || kind === 'KEYWORD_ONLY') names[params[i].name] = true;
+    if (kind === 'VAR_KEYWORD') varKeyword = true;
+    if (kind === 'POSITIONAL_ONLY' || kind === 'POSITIONAL_OR_KEYWORD' || kind === 'VAR_POSITIONAL') positional = true;
+  }
+  if (varKeyword && schema !== null && schema.properties !== null && typeof schema.properties === 'object') {
+    const props = S.ObjectKeys(schema.properties);
+    for (let i = 0; i < props.length; i++) names[props[i]] = true;
+  }
+  return { names, any: varKeyword && !positional, positional };
+}
+
 /** The calling convention: the program's arguments -> (positional, keyword). */
-function splitArguments(params, given) {
+function splitArguments(keywords, given) {
   const n = given.length;
   if (n > 0 && isPlainObject(given[n - 1])) {
     const last = given[n - 1];
     const keys = S.ObjectKeys(last);
-    let keyword = true;
-    if (keys.length === 0) {
-      for (let i = 0; i < params.length; i++) {
-        const kind = params[i].kind;
-        if (kind === 'POSITIONAL_ONLY' || kind === 'POSITIONAL_OR_KEYWORD' || kind === 'VAR_POSITIONAL') keyword = false;
-      }
-    } else {
-      for (let k = 0; k < keys.length && keyword; k++) {
-        let found = false;
-        for (let i = 0; i < params.length; i++) {
-          const param = params[i];
-          if (param.name === keys[k] && (param.kind === 'POSITIONAL_OR_KEYWORD' || param.kind === 'KEYWORD_ONLY')) found = true;
-        }
-        keyword = found;
-      }
+    let keyword = keywords.any || (keys.length === 0 && !keywords.positional);
+    if (!keyword && keys.length > 0) {
+      keyword = true;
+      for (let k = 0; k < keys.length && keyword; k++) keyword = keywords.names[keys[k]] === true;
     }
     if (keyword) return [S.ArraySlice(given, 0, n - 1), last];
   }
@@ -180,9 +196,12 @@ function makeBinding(namespace, name, spec, client, maxArgBytes) {
   const params = parseParams(label, spec);
   const shown = typeof spec.signature === 'string' ? spec.signature : '(...)';
   const signature = `${name}${shown}`;
+  const schema = spec.schema !== null && typeof spec.schema === 'object' && !S.ArrayIsArray(spec.schema)
+    ? spec.schema : null;
+  const keywords = keywordNames(params, schema);
 
   function binding(...given) {
-    const split = splitArguments(params, given);
+    const split = splitArguments(keywords, given);
     const args = split[0];
     const kwargs = split[1];
     let bound;
@@ -195,6 +214,9 @@ function makeBinding(namespace, name, spec, client, maxArgBytes) {
     let budget = maxArgBytes;
     const argsParts = [];
     const kwargsParts = [];
+    // The call as the object a schema describes ({parameter: value}, **kwargs merged in),
+    // as JSON text: checked below as it will be sent.
+    const schemaParts = [];
     try {
       for (let i = 0; i < bound.length; i++) {
         const pname = bound[i][0];
@@ -202,23 +224,28 @@ function makeBinding(namespace, name, spec, client, maxArgBytes) {
         const kind = bound[i][2];
         const root = `${label}() argument ${pname}`;
         if (kind === 'VAR_POSITIONAL') {
+          const texts = [];
           for (let j = 0; j < value.length; j++) {
             const enc = encodeValue(value[j], `${root}[${j}]`, budget);
             budget -= enc.size;
             S.append(argsParts, enc.text);
+            S.append(texts, enc.text);
           }
+          if (texts.length > 0) S.append(schemaParts, `${S.JSONStringify(pname)}:[${S.ArrayJoin(texts, ',')}]`);
         } else if (kind === 'VAR_KEYWORD') {
           const names = S.ObjectKeys(value);
           for (let j = 0; j < names.length; j++) {
             const enc = encodeValue(value[names[j]], `${root}.${names[j]}`, budget);
             budget -= enc.size;
             S.append(kwargsParts, `${S.JSONStringify(names[j])}:${enc.text}`);
+            S.append(schemaParts, `${S.JSONStringify(names[j])}:${enc.text}`);
           }
         } else {
           const enc = encodeValue(value, root, budget);
           budget -= enc.size;
           if (S.hasOwn(kwargs, pname)) S.append(kwargsParts, `${S.JSONStringify(pname)}:${enc.text}`);
           else S.append(argsParts, enc.text);
+          S.append(schemaParts, `${S.JSONStringify(pname)}:${enc.text}`);
         }
       }
     } catch (exc) {
@@ -231,6 +258,10 @@ function makeBinding(namespace, name, spec, client, maxArgBytes) {
           '(max_frame_bytes); pass less data per call');
       }
       throw exc;
+    }
+    if (schema !== null) {
+      const error = checkValue(S.JSONParse(`{${S.ArrayJoin(schemaParts, ',')}}`), schema);
+      if (error) throw new S.TypeError(`${label}() ${error}; its signature is ${signature}`);
     }
     // Where the program called from: a failed answer's stack shows this line.
     const site = {};
@@ -312,4 +343,4 @@ function makeNamespace(ns, bindings) {
   });
 }
 
-module.exports = { ToolError, bindingLabel, bind, splitArguments, makeBinding, makeNamespace, parseParams };
+module.exports = { ToolError, bindingLabel, bind, splitArguments, keywordNames, makeBinding, makeNamespace, parseParams };
