@@ -73,7 +73,9 @@ class Child {
     }
     let promise;
     try {
-      promise = main();
+      // A promise whatever main is (a program that closes the function it runs in and
+      // opens another can make it a plain function).
+      promise = S.PromiseResolve(main());
     } catch (exc) {
       reporter.finishException(exc);
       return;

@@ -68,6 +68,7 @@ module.exports = Object.freeze({
   Promise,
   PromiseThen: uncurryThis(Promise.prototype.then),
   PromiseReject: Promise.reject.bind(Promise),
+  PromiseResolve: Promise.resolve.bind(Promise),
   Symbol,
   SymbolFor: Symbol.for,
   BufferFrom: Buffer.from.bind(Buffer),
