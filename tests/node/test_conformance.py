@@ -133,6 +133,16 @@ FIND = {
 }
 SCENARIOS += [
     Scenario(
+        "a partial line before the value",
+        "import sys\nsys.stdout.write('partial')\n1",
+        "process.stdout.write('partial')\nreturn 1",
+    ),
+    Scenario(
+        "a partial line before the error",
+        "import sys\nsys.stderr.write('partial')\nraise ValueError('x')",
+        "process.stderr.write('partial')\nthrow new RangeError('x')",
+    ),
+    Scenario(
         "schema keyword",
         "await tools.find('x', **{'max-results': 2})",
         "await tools.find('x', {'max-results': 2})",

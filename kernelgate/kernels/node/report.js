@@ -32,6 +32,7 @@ class Reporter {
   finishValue(value) {
     if (!this.claim()) return;
     this.guard(() => {
+      this.flushOutput(); // what the program printed comes before its value
       if (value === undefined || value === null) {
         this.end({ status: 'ok', run_status: 'ok', ename: '', evalue: '', traceback: [] });
         return;
