@@ -132,6 +132,29 @@ FIND = {
     }
 }
 SCENARIOS += [
+    Scenario("negative zero", "return -0.0", "return -0"),
+    Scenario("nan", "return float('nan')", "return NaN"),
+    Scenario("a cycle", "a = []\na.append(a)\nreturn a", "const a = []\na.push(a)\nreturn a"),
+    Scenario(
+        "too deep",
+        "v = 1\nfor _ in range(600):\n    v = [v]\nreturn v",
+        "let v = 1\nfor (let i = 0; i < 600; i++) v = [v]\nreturn v",
+    ),
+    Scenario("a lone surrogate value", "return 'a\\ud800'", "return 'a\\ud800'"),
+    Scenario("a lone surrogate printed", "print('a\\ud800')", "console.log('a\\ud800')"),
+    Scenario("empty", "", ""),
+    Scenario(
+        "one of two calls fails",
+        "import asyncio\nawait asyncio.gather(tools.search('a'), tools.fail('no'))",
+        "await Promise.all([tools.search('a'), tools.fail('no')])",
+        same_message=True,
+    ),
+    Scenario(
+        "output budget shared",
+        "import sys\nprint('o' * 8)\nprint('e' * 8, file=sys.stderr)",
+        "console.log('o'.repeat(8))\nconsole.error('e'.repeat(8))",
+        {"max_output_bytes": 12},
+    ),
     Scenario(
         "a partial line before the value",
         "import sys\nsys.stdout.write('partial')\n1",

@@ -148,7 +148,9 @@ def test_a_thrown_non_error_and_a_cause(kernel: Make) -> None:
 
 
 @pytest.mark.parametrize("code", ["}); (function () { return 7", "}); 5; (async function () {"])
-def test_a_program_that_escapes_its_function_still_ends_with_a_reply(kernel: Make, code: str) -> None:
+def test_a_program_that_escapes_its_function_still_ends_with_a_reply(
+    kernel: Make, code: str
+) -> None:
     out = run(kernel, code)
     assert out.reply is not None and out.protocol_error is None, (out.events, out.stderr_raw)
 
