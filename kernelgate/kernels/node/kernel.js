@@ -29,10 +29,28 @@ function hostCeiling(argv) {
   return undefined;
 }
 
+/** What every run does first, done once while the child waits for its program (a warm
+ * child waits a while): the first call of each path is most of a short run's time. */
+function rehearse() {
+  const { encodeValue } = require('./json');
+  const { plainText, displayBundle } = require('./display');
+  const { formatError, compileProgram } = require('./program');
+  const { OutputLedger, OutputStream, ProgramWritable, makeConsole } = require('./streams');
+  const sink = new ProgramWritable(new OutputStream('stdout', () => {}, new OutputLedger(1 << 20)), 1);
+  const console = makeConsole(sink, sink);
+  console.log('%s %d', 'x', 1, { a: [1, 'b'] });
+  plainText({ a: [1, 'b', null] });
+  displayBundle({ a: 1 }, 1 << 20);
+  encodeValue({ a: [1, 'b', null, true, 1.5] });
+  formatError(new TypeError('x'));
+  compileProgram('return 1');
+}
+
 function main() {
   const client = new CallClient({ maxHostFrameBytes: hostCeiling(process.argv) });
   process.argv = [process.argv[0], '<program>'];
   const child = new Child(client);
+  rehearse();
   client.start((request) => {
     try {
       child.run(request);
