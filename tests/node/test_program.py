@@ -169,6 +169,15 @@ def test_process_exit(kernel: Make) -> None:
     assert "process.exit(3)" in error_of(out).evalue
 
 
+def test_a_run_directory_it_cannot_enter_is_sandbox_unavailable(kernel: Make) -> None:
+    out = run(kernel, "return 1", cwd="/nonexistent/kernelgate-run")
+    assert out.status == "sandbox_unavailable"
+    assert (
+        error_of(out).ename == "SandboxUnavailable"
+        and "/nonexistent/kernelgate-run" in error_of(out).evalue
+    )
+
+
 def test_a_debugged_run_is_refused_cleanly(kernel: Make) -> None:
     out = run(kernel, "return 1", debug={"breakpoints": [{"line": 1}]})
     assert out.status == "exception"

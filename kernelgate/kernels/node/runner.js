@@ -16,8 +16,8 @@ const Module = require('module');
 const path = require('path');
 const S = require('./safe');
 const { makeBinding, makeNamespace, ToolError } = require('./bindings');
-const { displayBundle, FRAME_OVERHEAD } = require('./display');
-const { compileProgram, capText } = require('./program');
+const { displayBundle, plainText, FRAME_OVERHEAD } = require('./display');
+const { compileProgram } = require('./program');
 const { Reporter } = require('./report');
 const { OutputLedger, OutputStream, ProgramWritable, makeConsole } = require('./streams');
 
@@ -48,8 +48,8 @@ class Child {
 
     if (S.hasOwn(options, 'debug')) {
       reporter.fail('exception', 'DebuggerUnavailable',
-        'the debugger is not available for JavaScript programs: run this program without ' +
-        'debugging (no breakpoints), or debug it in Python');
+        'the debugger is not available for JavaScript programs (the Node kernel has none): ' +
+        'run this program without debugging (no breakpoints)');
       return;
     }
     const cwd = typeof options.cwd === 'string' ? options.cwd : null;
@@ -58,7 +58,7 @@ class Child {
         process.chdir(cwd);
       } catch (exc) {
         reporter.fail('sandbox_unavailable', 'SandboxUnavailable',
-          `the child could not enter its run directory ${JSON.stringify(cwd)}: ${exc.message}`);
+          `the child could not enter its run directory ${S.JSONStringify(cwd)}: ${exc && exc.message}`);
         return;
       }
     }
@@ -106,7 +106,7 @@ class Child {
       // As `node` would end, but with a reply: 0 (or none) is a finished run.
       const n = code === undefined || code === null ? 0 : +code;
       if (n === 0) reporter.finishValue(undefined);
-      else reporter.fail('exception', 'ProcessExit', `the program called process.exit(${capText(`${code}`, 100)})`);
+      else reporter.fail('exception', 'ProcessExit', `the program called process.exit(${plainText(code, 100)})`);
     };
     Error.stackTraceLimit = 50;
   }
