@@ -199,6 +199,7 @@ class KernelRun:
         self.conn = Connection(HOST, session="node-test", max_frame_bytes=max_frame_bytes)
         self.max_frame_bytes = max_frame_bytes
         self.held: list[CallRequest] = []
+        self.out_queue = bytearray()
         self.outcome = Outcome()
 
     # -- the wire ---------------------------------------------------------------------------
@@ -207,13 +208,22 @@ class KernelRun:
         self.send_bytes(self.conn.send(event))
 
     def send_bytes(self, data: bytes) -> None:
-        self.sock.setblocking(True)
-        try:
-            self.sock.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the child is gone: what it sent says why
-        finally:
-            self.sock.setblocking(False)
+        """Queue ``data`` for the child and write what fd 3 takes now: as the gateway, the
+        host never blocks on a write (a child writing its calls while the host writes
+        answers would otherwise wait for each other); :meth:`pump` writes the rest."""
+        self.out_queue += data
+        self.flush_some()
+
+    def flush_some(self) -> None:
+        while self.out_queue:
+            try:
+                n = self.sock.send(self.out_queue)
+            except (BlockingIOError, InterruptedError):
+                return
+            except (BrokenPipeError, ConnectionResetError):
+                self.out_queue.clear()  # the child is gone: what it sent says why
+                return
+            del self.out_queue[:n]
 
     def options(self, **options: Any) -> dict[str, Any]:
         opts = {
@@ -280,7 +290,9 @@ class KernelRun:
             left = deadline - time.monotonic()
             assert left > 0, f"timed out; events {out.events}, stderr {out.stderr_raw!r}"
             fds: list[Any] = [self.sock, self.proc.stdout_fd, self.proc.stderr_fd]
-            ready = select.select(fds, [], [], left)[0]
+            ready, writable, _ = select.select(fds, [self.sock] if self.out_queue else [], [], left)
+            if writable:
+                self.flush_some()
             for fd, attr in (
                 (self.proc.stdout_fd, "stdout_raw"),
                 (self.proc.stderr_fd, "stderr_raw"),

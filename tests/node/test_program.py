@@ -222,6 +222,20 @@ def test_promise_all_makes_the_calls_concurrently(kernel: Make) -> None:
     assert value_of(out) == ["a-0", "b-0", "c-0"]  # answered in reverse, each to its caller
 
 
+def test_many_concurrent_calls_and_large_answers(kernel: Make) -> None:
+    # 500 calls in flight at once, and answers of 300 KB: replies cross fd 3's read
+    # chunks (64 KiB) and arrive in any order.
+    k = kernel(bindings={"search": lambda query, limit=3: [query] * limit})
+    k.start(
+        "const rs = await Promise.all(Array.from({length: 500}, (_, i) => tools.search('q' + i, {limit: 1})))\n"
+        "const big = await tools.search('x'.repeat(1000), {limit: 300})\n"
+        "return [rs.length, rs[499][0], big.length, big[299].length]"
+    )
+    out = k.pump(hold=lambda held: len(held) < 500 and len(k.outcome.of("CallRequest")) < 501)
+    assert out.max_in_flight == 500
+    assert value_of(out) == [500, "q499", 300, 1000]
+
+
 def test_bindings_by_name_with_a_dash_and_unknown_ones(kernel: Make) -> None:
     specs = {"web-search": echo_spec([["q", "POSITIONAL_OR_KEYWORD", False]], "(q)")}
     k = kernel(bindings={"web-search": lambda q: q.upper()}, specs=specs)
