@@ -43,6 +43,7 @@ parses text; it never evaluates the program.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import itertools
 import json
@@ -81,6 +82,8 @@ _STDERR_TAIL = 4096
 
 # JavaScript's line terminators: what V8 (and so the child's tracebacks) and acorn count.
 _LINE_BREAK = re.compile(r"\r\n|[\n\r\u2028\u2029]")
+_SWC_LINE_BREAK = re.compile(r"\r\n|[\n\r]")
+_TRAILING_BREAK = re.compile(r"(?:\r\n|[\n\r\u2028\u2029])\Z")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 # swc says how to write the TypeScript it refuses to strip; these add what to write instead.
@@ -144,17 +147,39 @@ def _index_from(text: str, column: int, swc: bool) -> int:
     return len(text)
 
 
+def _content(line: str) -> str:
+    """A line without its line break (a column past its end points at the end, not beyond)."""
+    return _TRAILING_BREAK.sub("", line)
+
+
+def _line_starts(source: str, breaks: re.Pattern[str]) -> list[int]:
+    return [0, *(match.end() for match in breaks.finditer(source))]
+
+
 def _position(source: str, kind: str, line: int, column: int) -> tuple[int, int]:
-    """The helper's (line, tool column) as a 1-based (line, code point column) of the source."""
-    lines = _lines(source)
-    if line < 1:
+    """The helper's (line, tool column) as a 1-based (line, code point column) of the source.
+
+    Lines are JavaScript's (what V8's tracebacks count): acorn's already are; swc counts no
+    U+2028/U+2029 as line breaks, so its position goes through the offset in the source."""
+    starts = _line_starts(source, _LINE_BREAK)
+    if kind == "swc":
+        swc_starts = _line_starts(source, _SWC_LINE_BREAK)
+        if line > len(swc_starts):
+            # The helper's closing brace: the source ended too early (an unclosed bracket).
+            offset = len(source)
+        else:
+            line = max(line, 1)
+            begin = swc_starts[line - 1]
+            end = swc_starts[line] if line < len(swc_starts) else len(source)
+            offset = begin + _index_from(_content(source[begin:end]), max(column, 0), swc=True)
+    elif kind == "acorn" and 1 <= line <= len(starts):
+        begin = starts[line - 1]
+        end = starts[line] if line < len(starts) else len(source)
+        offset = begin + _index_from(_content(source[begin:end]), max(column, 0), swc=False)
+    else:
         return 1, 1
-    if line > len(lines):
-        return len(lines), len(lines[-1]) + 1
-    text = lines[line - 1]
-    if kind not in ("swc", "acorn"):
-        return line, 1
-    return line, _index_from(text, max(column, 0), kind == "swc") + 1
+    js_line = bisect.bisect_right(starts, offset)
+    return js_line, offset - starts[js_line - 1] + 1
 
 
 def _message(source: str, answer: dict[str, object], line: int, column: int) -> str:
@@ -167,6 +192,12 @@ def _message(source: str, answer: dict[str, object], line: int, column: int) -> 
     for what, hint in _HINTS.items():
         if message.startswith(f"TypeScript {what}"):
             return f"{message}; {hint}"
+    if "outside of module code" in message or "may appear only with" in message:
+        return (
+            "a program is the body of a function: it cannot import or export (only "
+            "`import type` lines go, stripped with the types, in a program without a "
+            "top-level `return`)"
+        )
     text = _lines(source)[line - 1]
     if kind == "acorn" and text[column - 1 : column] == "@":
         return f"{message}: decorators are not supported (the program runs as plain JavaScript)"

@@ -51,24 +51,47 @@ function isStackOverflow(error) {
   return error instanceof RangeError && /call stack/i.test(String(error.message));
 }
 
+function swcRefusal(error, lineShift) {
+  if (error && typeof error.code === "string" && typeof error.startLine === "number") {
+    return new Refusal("swc", String(error.message), error.startLine - lineShift, error.startColumn);
+  }
+  if (isStackOverflow(error)) return new Refusal("nesting", String(error.message), 1, 0);
+  if (error instanceof WebAssembly.RuntimeError) {
+    // What a deep nesting does to swc's wasm stack; the instance may be broken after it.
+    const refusal = new Refusal("nesting", String(error.message), 1, 0);
+    refusal.fatal = true;
+    return refusal;
+  }
+  return error;
+}
+
+function strip(text) {
+  return transformSync(text, { mode: "strip-only", sourceMap: false }).code;
+}
+
 function stripTypes(source) {
   let output;
   try {
-    output = transformSync(OPEN + source + CLOSE, { mode: "strip-only", sourceMap: false }).code;
+    output = strip(OPEN + source + CLOSE);
   } catch (error) {
-    if (error && typeof error.code === "string" && typeof error.startLine === "number") {
-      throw new Refusal("swc", String(error.message), error.startLine - 1, error.startColumn);
-    }
-    if (isStackOverflow(error)) {
-      throw new Refusal("nesting", String(error.message), 1, 0);
-    }
-    if (error instanceof WebAssembly.RuntimeError) {
-      // What a deep nesting does to swc's wasm stack; the instance may be broken after it.
-      const refusal = new Refusal("nesting", String(error.message), 1, 0);
-      refusal.fatal = true;
+    const refusal = swcRefusal(error, 1);
+    if (!(refusal instanceof Refusal) || !/outside of module code/.test(refusal.message)) {
       throw refusal;
     }
-    throw error;
+    // `import type` / `export type` lines: swc takes them only at a module's top level. Strip
+    // the program as one (a top-level `return` then fails: the first error is reported); acorn
+    // checks the result as a function body, so a value import is still refused.
+    let plain;
+    try {
+      plain = strip(source);
+    } catch (second) {
+      const again = swcRefusal(second, 0);
+      throw again instanceof Refusal ? refusal : again;
+    }
+    if (plain.length !== source.length) {
+      throw new Error("the type stripper did not keep the program's offsets");
+    }
+    return plain;
   }
   if (output.length !== OPEN.length + source.length + CLOSE.length ||
       !output.startsWith(OPEN) || !output.endsWith(CLOSE)) {
