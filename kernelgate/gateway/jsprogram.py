@@ -352,6 +352,8 @@ class ProgramTransformer:
                 "node >= 18 on the host (Debian: apt-get install nodejs), or give its path"
             )
         self._stderr.clear()
+        # Cancelled (or timed out) while spawning, asyncio kills the new process itself
+        # (test_cancelled_at_any_step_leaves_no_helper).
         self._proc = proc = await asyncio.create_subprocess_exec(
             node,
             str(HELPER),

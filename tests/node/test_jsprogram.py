@@ -385,6 +385,39 @@ def test_cancelling_a_transform_kills_its_helper_and_the_next_one_works(no_fd_le
     asyncio.run(main())
 
 
+def helpers_of_this_process() -> list[int]:
+    found = []
+    for pid in live_children(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"jsstrip/helper.js" in f.read():
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def test_cancelled_at_any_step_leaves_no_helper(no_fd_leak: None) -> None:
+    # Cancel the first transform (which starts the helper) after 0, 1, 2, ... loop steps:
+    # while spawning, writing, waiting. Whatever step it was at, nothing is left.
+    async def main() -> None:
+        for steps in range(40):
+            transformer = ProgramTransformer()
+            task = asyncio.ensure_future(transformer.transform("1 as number", "typescript"))
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await transformer.aclose()
+            # A process whose spawn was cancelled is killed when it comes; wait for that.
+            deadline = time.monotonic() + 10
+            while helpers_of_this_process() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert helpers_of_this_process() == [], f"left behind after {steps} steps"
+
+    asyncio.run(main())
+
+
 def test_missing_node_is_a_clear_error_at_use() -> None:
     transformer = ProgramTransformer(node="/nonexistent/bin/node")  # nothing happens yet
 
