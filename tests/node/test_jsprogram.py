@@ -21,6 +21,7 @@ import pytest
 
 from kernelgate.gateway.jsprogram import (
     MAX_SOURCE_CHARS,
+    RECYCLE_AFTER_CHARS,
     ProgramSyntaxError,
     ProgramTransformer,
     ProgramTransformError,
@@ -416,6 +417,42 @@ def test_cancelled_at_any_step_leaves_no_helper(no_fd_leak: None) -> None:
             assert helpers_of_this_process() == [], f"left behind after {steps} steps"
 
     asyncio.run(main())
+
+
+def test_a_helper_is_replaced_after_a_large_program() -> None:
+    # swc's wasm memory never shrinks: after a large program the helper goes, and the next
+    # program starts a fresh one.
+    large = "let v: number = 0;\n" + "v += 1 as number;\n" * (RECYCLE_AFTER_CHARS // 18 + 1) + "v"
+
+    async def main() -> int | None:
+        async with ProgramTransformer() as transformer:
+            await transformer.transform("1", "typescript")
+            first = transformer.pid
+            assert (await transformer.transform(large, "typescript")).endswith("\nreturn v")
+            assert transformer.pid is None
+            assert await transformer.transform("2", "typescript") == "return 2"
+            assert transformer.pid not in (None, first)
+        return first
+
+    first = asyncio.run(main())
+    assert first is not None and not os.path.exists(f"/proc/{first}")
+
+
+def test_one_transformer_serves_one_event_loop() -> None:
+    transformer = ProgramTransformer()
+
+    async def first() -> str:
+        try:
+            return await transformer.transform("1", "javascript")
+        finally:
+            await transformer.aclose()
+
+    async def second() -> str:
+        return await transformer.transform("1", "javascript")
+
+    assert asyncio.run(first()) == "return 1"
+    with pytest.raises(ProgramTransformError, match="one per event loop"):
+        asyncio.run(second())
 
 
 def test_missing_node_is_a_clear_error_at_use() -> None:
