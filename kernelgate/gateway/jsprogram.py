@@ -36,8 +36,12 @@ Both are vendored, unmodified, in ``kernelgate/gateway/jsstrip/`` (versions, has
 refresh: its README.md), as Node vendors amaro itself: ``pip install -e .`` is all a machine
 needs besides ``node`` (>= 18), and Python users need nothing new (nothing here runs on import).
 They run in one long-lived ``node`` helper per transformer (``jsstrip/helper.js``): starting it
-and compiling amaro's wasm costs ~100 ms once, a 20-line program then ~1 ms. The helper only
-parses text; it never evaluates the program.
+and compiling amaro's wasm costs ~140 ms once (and again after a program over 256 KiB, whose
+wasm memory the helper would keep), a 20-line program then ~1 ms, a 500-line one ~10 ms. The
+helper only parses text; it never evaluates the program. swc's wasm stack bounds nesting: about
+300 levels of nested object literals or arrow functions, 600-800 of brackets, calls or blocks,
+5000 terms in one ``+`` chain (CPython stops at 200 nested brackets); deeper is a
+:class:`ProgramSyntaxError` saying so.
 """
 
 from __future__ import annotations
