@@ -271,6 +271,22 @@ def test_deep_nesting_is_a_clear_error_and_the_next_program_works(opening: str, 
     asyncio.run(main())
 
 
+def test_nesting_as_deep_as_pythons_limit_is_fine() -> None:
+    # CPython refuses 200 nested brackets; nothing an agent writes comes near that, and the
+    # transform (swc's wasm stack) goes further for every kind of nesting.
+    depth = 200
+    sources = {
+        "(" * depth + "1" + ")" * depth: 1,
+        "[" * depth + "]" * depth + ".length": 1,
+        "const o: any = " + "{a:" * depth + "1" + "}" * depth + ";\no" + ".a" * depth: 1,
+        "const f = " + "() => " * depth + "1;\nf" + "()" * depth: 1,
+        "let n = 0;\n" + "if (1) {" * depth + "n++" + "}" * depth + "\nn": 1,
+        "let v: number = 1;\n" + "v" + " < v" * depth: True,
+    }
+    answers = run_in_node(transform_all(list(sources), "typescript"))
+    assert answers == [{"value": value} for value in sources.values()]
+
+
 def test_lone_surrogates_are_refused_where_they_are() -> None:
     with pytest.raises(ProgramSyntaxError, match="lone surrogate U\\+DC00") as caught:
         transform_program("let a = 1;\nlet b = '\udc00';", "typescript")
