@@ -77,6 +77,11 @@ HELPER = Path(__file__).with_name("jsstrip") / "helper.js"
 # Seconds one transform may take, starting the helper included (~0.1 s cold here; a
 # 4 MiB program ~2 s). Past it the helper is killed and the transform fails.
 DEFAULT_TIMEOUT = 20.0
+#: The longest a helper may take to start (node, the stripper's wasm compiled), whatever
+#: the per-program timeout.
+START_TIMEOUT = 60.0
+#: The line a started helper writes first, once it can transform.
+READY = b'{"ready":true}\n'
 # The program must fit in one execute_request frame (kernelgate.wire DEFAULT_MAX_FRAME_BYTES,
 # 8 MiB of UTF-8 JSON) with room to spare.
 MAX_SOURCE_CHARS = 4 * 1024 * 1024
@@ -299,13 +304,18 @@ class ProgramTransformer:
         async with self._lock:
             if self._closed:
                 raise ProgramTransformError("this ProgramTransformer is closed")
+            # Starting a helper (node, then compiling the stripper's wasm) is bounded apart:
+            # on a loaded host it can take longer than a short per-program timeout allows.
+            bound, what = max(self.timeout, START_TIMEOUT), "starting the transform helper"
             try:
-                answer = await asyncio.wait_for(self._ask(line), self.timeout)
+                await asyncio.wait_for(self._ensure(), bound)
+                bound, what = self.timeout, "transforming the program"
+                answer = await asyncio.wait_for(self._ask(line), bound)
             except asyncio.TimeoutError:
                 self._kill()
                 raise ProgramTransformError(
-                    f"transforming the program took more than {self.timeout:g} s; its helper "
-                    "was stopped (the next program starts a new one)"
+                    f"{what} took more than {bound:g} s; its helper was stopped (the next "
+                    "program starts a new one)"
                 ) from None
             except BaseException:
                 # Cancelled (or broken) half way: the helper's output can no longer be trusted
@@ -387,6 +397,15 @@ class ProgramTransformer:
             limit=6 * self.max_source_chars + 65536,
         )
         self._stderr_task = asyncio.ensure_future(self._drain_stderr(proc))
+        assert proc.stdout is not None
+        ready = await proc.stdout.readline()  # bounded by the caller
+        if ready != READY:
+            await self._reap(proc)
+            raise ProgramTransformError(
+                f"the transform helper ({self.node} {HELPER}) did not start: it said "
+                f"{ready[:200]!r} (status {proc.returncode}); its stderr: "
+                f"{self._stderr.decode('utf-8', 'replace').strip() or '(empty)'}"
+            )
         return proc
 
     async def _drain_stderr(self, proc: asyncio.subprocess.Process) -> None:

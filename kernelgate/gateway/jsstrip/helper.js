@@ -1,7 +1,7 @@
 // kernelgate's host-side program transform helper (kernelgate/gateway/jsprogram.py runs it).
 //
 // Trusted side: it only parses and rewrites the agent's source text, it never evaluates it.
-// Protocol: one JSON object per line on stdin, {"id": n, "language": "typescript"|"javascript",
+// Protocol: first the line {"ready":true} on stdout; then one JSON object per line on stdin, {"id": n, "language": "typescript"|"javascript",
 // "source": "..."}; one JSON object per line on stdout, in request order:
 //   {"id": n, "ok": true, "code": "...", "returned": bool}
 //   {"id": n, "ok": false, "kind": "swc"|"acorn"|"nesting"|"internal", "message": "...",
@@ -138,6 +138,11 @@ function transform(request) {
   if (request.language === "typescript") js = stripTypes(js);
   return returnLastExpression(js, parse(js));
 }
+
+// Ready: the stripper's wasm is compiled (one empty program through it) before the host is
+// told, so a program's own time bound never includes the helper's start.
+transformSync("", { mode: "strip-only", sourceMap: false });
+process.stdout.write('{"ready":true}\n');
 
 let broken = false;
 const lines = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
