@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kernelgate.gateway.jsprogram import ProgramTransformer
+from kernelgate.gateway.jsprogram import Language, ProgramTransformer
 
 from .nodechild import NODE, KernelRun, needs_node
 from .tscorpus import RUNS
@@ -29,7 +29,7 @@ console.log(hits.length satisfies number);
 pick(hits)
 """
 
-PROGRAMS: dict[str, tuple[str, str]] = {
+PROGRAMS: dict[str, tuple[str, Language]] = {
     **{f"corpus: {name}": (source, "typescript") for name, (source, _) in RUNS.items()},
     "tools, typescript": (TOOLS_TS, "typescript"),
     "last expression, javascript": ("const x = 2\n\nx * 21", "javascript"),
