@@ -148,7 +148,9 @@ def test_runtime_errors_name_the_source_line(language: str) -> None:
 
 def test_line_terminators_are_javascripts() -> None:
     # CRLF, lone CR and U+2028 each end a line for V8; every one is kept.
-    source = "let a: number = 1;\r\nlet b: number = 2;\rlet c = 3;\u2028let d: string = 'x';\na + b + c"
+    source = (
+        "let a: number = 1;\r\nlet b: number = 2;\rlet c = 3;\u2028let d: string = 'x';\na + b + c"
+    )
     (code,) = transform_all([source], "typescript")
     assert_lines_kept(source, code)
     assert run_in_node([code]) == [{"value": 6}]
@@ -167,7 +169,10 @@ LAST: dict[str, tuple[str, Any]] = {
     "labelled last": ("x: 1", {"undefined": True}),
     "explicit return kept": ("if (1) return 7;\n8", {"value": 7}),
     "return last": ("return 9", {"value": 9}),
-    "comments after": ("const v = 3;\nv // the value\n/* more\n   lines */\n// end\n", {"value": 3}),
+    "comments after": (
+        "const v = 3;\nv // the value\n/* more\n   lines */\n// end\n",
+        {"value": 3},
+    ),
     "await last": ("await new Promise((r) => setTimeout(() => r(4), 1))", {"value": 4}),
     "object literal last": ("({ a: 1, b: [2] })", {"value": {"a": 1, "b": [2]}}),
     "empty statements after": ("5;;\n;", {"value": 5}),
@@ -221,7 +226,10 @@ def test_error_columns_count_characters(prefix: str) -> None:
 
 
 def test_error_lines_after_line_separators() -> None:
-    for source in ("let a = 1;\u2028let b = 2;\nlet c: = 3", "let a = 1;\r\nlet b = 2;\rlet c: = 3"):
+    for source in (
+        "let a = 1;\u2028let b = 2;\nlet c: = 3",
+        "let a = 1;\r\nlet b = 2;\rlet c: = 3",
+    ):
         with pytest.raises(ProgramSyntaxError) as caught:
             transform_program(source, "typescript")
         assert (caught.value.line, caught.value.column) == (3, 8)
@@ -255,7 +263,9 @@ def test_the_largest_program_is_transformed_in_bounded_time() -> None:
 
 @pytest.mark.parametrize("opening", ["(", "[", "{", "a(", "-", "!"])
 @pytest.mark.parametrize("language", ["typescript", "javascript"])
-def test_deep_nesting_is_a_clear_error_and_the_next_program_works(opening: str, language: str) -> None:
+def test_deep_nesting_is_a_clear_error_and_the_next_program_works(
+    opening: str, language: str
+) -> None:
     closing = {"(": ")", "[": "]", "{": "}", "a(": ")", "-": "", "!": ""}[opening]
     source = opening * 200_000 + "1" + closing * 200_000
 
@@ -263,7 +273,9 @@ def test_deep_nesting_is_a_clear_error_and_the_next_program_works(opening: str, 
         async with ProgramTransformer() as transformer:
             with pytest.raises(ProgramSyntaxError) as caught:
                 await transformer.transform(source, language)  # type: ignore[arg-type]
-            assert "nested too deeply" in caught.value.message or "Unexpected" in caught.value.message
+            assert (
+                "nested too deeply" in caught.value.message or "Unexpected" in caught.value.message
+            )
             assert await transformer.transform("let a: number = 1; a", "typescript") == (
                 "let a         = 1; return a"
             )
@@ -313,7 +325,8 @@ def test_concurrent_transforms_each_get_their_own_answer(no_fd_leak: None) -> No
     async def main() -> None:
         async with ProgramTransformer() as transformer:
             sources = [
-                f"const v{i}: number = {i};\nv{i}" if i % 3 else f"let v{i}: = {i};" for i in range(60)
+                f"const v{i}: number = {i};\nv{i}" if i % 3 else f"let v{i}: = {i};"
+                for i in range(60)
             ]
             results = await asyncio.gather(
                 *(transformer.transform(s, "typescript") for s in sources), return_exceptions=True
@@ -488,7 +501,11 @@ def test_importing_starts_nothing() -> None:
         "print(len([p for p in os.listdir(f'/proc/{os.getpid()}/task')]))"
     )
     done = subprocess.run(
-        [os.sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True  # type: ignore[attr-defined]
+        [os.sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,  # type: ignore[attr-defined]
     )
     assert done.stdout.strip() == "1"  # one thread, no helper, no watcher
 

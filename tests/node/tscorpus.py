@@ -139,7 +139,11 @@ RUNS: dict[str, tuple[str, Any]] = {
 REFUSED: dict[str, tuple[str, tuple[int, int], str]] = {
     "enum": ("let a = 1;\nenum Color { Red, Green = 5 }\nColor.Green", (2, 1), "enum"),
     "const enum": ("const enum D { Up = 1 }\nD.Up", (1, 1), "enum"),
-    "namespace with values": ("let a = 1;\n  namespace NS { export const v = 7; }\nNS.v", (2, 3), "namespace"),
+    "namespace with values": (
+        "let a = 1;\n  namespace NS { export const v = 7; }\nNS.v",
+        (2, 3),
+        "namespace",
+    ),
     "parameter property": (
         "class Pt {\n  constructor(public x: number) {}\n}\nnew Pt(3).x",
         (2, 22),
@@ -152,6 +156,9 @@ REFUSED: dict[str, tuple[str, tuple[int, int], str]] = {
     "bad type annotation": ("let y: = 3;", (1, 8), "Unexpected token"),
     "import of a value": ('import { x } from "y";\nx', (1, 1), "cannot import"),
     "import type with a top-level return": (
-        'import type { X } from "y";\nreturn 1 as X', (1, 1), "cannot import"),
+        'import type { X } from "y";\nreturn 1 as X',
+        (1, 1),
+        "cannot import",
+    ),
     "unclosed bracket": ("let a: number = 1;\n\nlet b = (", (3, 10), ""),
 }
