@@ -20,6 +20,7 @@ import signal as signal_module
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from kernelgate.model.language import DEFAULT_LANGUAGE, Language
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord, ErrorInfo, RunResult, Status
 from kernelgate.wire.events import ExecuteReply
@@ -40,6 +41,7 @@ __all__ = [
     "interpreter_failed",
     "interrupted",
     "memory_exceeded",
+    "program_refused",
     "protocol",
     "reply_verdict",
     "sandbox_unavailable",
@@ -58,11 +60,13 @@ MAX_TEXT_PLAIN = 64 * 1024
 
 @dataclass(frozen=True)
 class Verdict:
-    """The host's decision about how a run ends: a status, and why (``ename: message``)."""
+    """The host's decision about how a run ends: a status, and why (``ename: message``,
+    and the lines of a traceback when the host has one: a program refused before it ran)."""
 
     status: Status
     ename: str
     message: str
+    traceback: tuple[str, ...] = ()
 
 
 class Verdicts:
@@ -116,6 +120,12 @@ def interpreter_failed(python: str, exc: BaseException) -> Verdict:
     return Verdict(
         "worker_exit", "WorkerExit", f"could not start the interpreter {python!r}: {exc}"
     )
+
+
+def program_refused(ename: str, message: str, traceback: tuple[str, ...] = ()) -> Verdict:
+    """The program cannot run at all (its runtime refused it as it prepared it, e.g. a
+    TypeScript syntax error): an ``exception``, as if it had raised at that place."""
+    return Verdict("exception", ename, message, tuple(traceback))
 
 
 def interrupted(message: str) -> Verdict:
@@ -353,6 +363,7 @@ class Ending:
     duration_s: float = 0.0
     program: str = ""
     interpreter: str = ""
+    language: Language = DEFAULT_LANGUAGE
     bindings: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -485,10 +496,15 @@ def build_result(end: Ending) -> RunResult:
         if verdict is None:
             verdict = worker_exit(end.limits, sig, exit_code)
         status = verdict.status
-        error = ErrorInfo(verdict.ename, verdict.message)
+        error = ErrorInfo(verdict.ename, verdict.message, cap_lines(list(verdict.traceback)))
         outputs = [o for o in outputs if o is not end.result_output]
         outputs.append(
-            {"output_type": "error", "ename": error.ename, "evalue": error.evalue, "traceback": []}
+            {
+                "output_type": "error",
+                "ename": error.ename,
+                "evalue": error.evalue,
+                "traceback": list(error.traceback),
+            }
         )
     return RunResult(
         status=status,
@@ -505,6 +521,7 @@ def build_result(end: Ending) -> RunResult:
         started_at=end.started_at,
         program=end.program,
         interpreter=end.interpreter,
+        language=end.language,
         limits=end.limits.to_dict(),
         bindings=end.bindings,
         # The host's plan, never the child's word; none when the sandbox was not entered.

@@ -52,6 +52,7 @@ from .outcome import (
     build_result,
     interpreter_failed,
     interrupted,
+    program_refused,
     protocol,
     reply_verdict,
     sandbox_unavailable,
@@ -59,8 +60,9 @@ from .outcome import (
 )
 from .output import OutputCollector, OutputListener, RunOutput
 from .plan import CallHandler, CallListener, Policy, RunPlan
-from .process import ChildProcess, make_run_dir, remove_tree, spawn_child
+from .process import ChildProcess, make_run_dir, remove_tree
 from .runids import allocate_ids
+from .runtime import ProgramError
 from .sandbox import SandboxPlan
 from .teardown import Teardown, discard
 from .usage import descendants, measure_usage
@@ -100,6 +102,8 @@ class Run:
         debug: RunDebugger | None = None,
     ) -> None:
         self.program = program
+        #: What the child is sent: the program as its runtime prepares it.
+        self._code = program
         self.debug = debug
         self.plan = plan
         self.run_id = run_id or new_run_id()
@@ -184,6 +188,12 @@ class Run:
         if self.plan.sandbox_unavailable:
             self.verdicts.decide(sandbox_unavailable(self.plan.sandbox_unavailable))
             return self._result(started_at)
+        try:
+            # Before a child is taken: a program that cannot run costs none.
+            self._code = await self.plan.runtime.prepare(self.program)
+        except ProgramError as exc:
+            self.verdicts.decide(program_refused(exc.ename, exc.evalue, exc.traceback))
+            return self._result(started_at)
         run_dir = await self._start_child()
         if self.child is None or run_dir is None:
             return self._result(started_at)
@@ -242,14 +252,16 @@ class Run:
                 ids.release()
             raise
         try:
-            child = spawn_child(plan.python, plan.env, run_dir, site=plan.site)
+            child = plan.runtime.spawn(
+                env=plan.env, run_dir=run_dir, sandbox=plan.sandbox, ids=ids
+            )
             child.ids = ids
             self.child = child
         except OSError as exc:
             remove_tree(run_dir)
             if ids is not None:
                 ids.release()
-            self.verdicts.decide(interpreter_failed(plan.python, exc))
+            self.verdicts.decide(interpreter_failed(plan.runtime.interpreter, exc))
             return None
         if plan.cgroup_roots is not None:
             # Before the program arrives, so everything it forks or fills is counted.
@@ -316,7 +328,7 @@ class Run:
         }
         if self.debug is not None:
             options["debug"] = self.debug.options()
-        self._channel.send(ExecuteRequest(self.program, options))
+        self._channel.send(ExecuteRequest(self._code, options))
         if self.debug is not None:
             self.debug.attach(self)
 
@@ -513,7 +525,8 @@ class Run:
                 started_at=started_at,
                 duration_s=time.monotonic() - self._t0,
                 program=self.program,
-                interpreter=self.plan.python,
+                interpreter=self.plan.runtime.interpreter,
+                language=self.plan.runtime.name,
                 bindings=self.plan.registry.signatures(),
             )
         )

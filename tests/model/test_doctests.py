@@ -10,6 +10,7 @@ import pytest
 MODULES = [
     "kernelgate.model.codec",
     "kernelgate.model.keyorder",
+    "kernelgate.model.language",
     "kernelgate.model.limits",
     "kernelgate.model.removal",
     "kernelgate.model.result",
