@@ -9,6 +9,7 @@ import pytest
 
 MODULES = [
     "kernelgate.model.codec",
+    "kernelgate.model.describe_ts",
     "kernelgate.model.keyorder",
     "kernelgate.model.language",
     "kernelgate.model.limits",
