@@ -6,7 +6,7 @@ import asyncio
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, Protocol, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload, runtime_checkable
 
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import RunResult
@@ -236,11 +236,13 @@ class Gateway:
     def describe(self, format: Literal["text"] = "text") -> str: ...
     @overload
     def describe(self, format: Literal["json"]) -> list[dict[str, Any]]: ...
+    @overload
+    def describe(self, format: Literal["typescript"]) -> str: ...
     def describe(self, format: str = "text") -> str | list[dict[str, Any]]:
         """The bindings as a model is told about them: a stub in the programs' language
         (for Python the text ``help(tools)`` prints in a program), or per binding JSON
-        with a JSON Schema of its parameters (``format="json"``). See
-        :mod:`kernelgate.gateway.describe`.
+        with a JSON Schema of its parameters (``format="json"``), or TypeScript
+        declarations (``format="typescript"``). See :mod:`kernelgate.gateway.describe`.
 
         >>> def add(a: int, b: int) -> int:
         ...     return a + b
@@ -461,3 +463,10 @@ class Gateway:
             f"<Gateway {state} namespaces={names} {self.runtime.name}="
             f"{self.runtime.interpreter!r}>"
         )
+
+
+if TYPE_CHECKING:
+    from .api import CodeGateway
+
+    def _is_a_code_gateway(gateway: Gateway) -> CodeGateway:
+        return gateway  # mypy checks that a Gateway is a CodeGateway

@@ -563,3 +563,10 @@ class RemoteGateway:
         names = {ns: sorted(t) for ns, t in self._registry.namespaces.items()}
         state = "closed" if self._closed else "open"
         return f"<RemoteGateway {state} comm={self.comm_id} namespaces={names}>"
+
+
+if TYPE_CHECKING:
+    from kernelgate.gateway.api import CodeGateway
+
+    def _is_a_code_gateway(gateway: RemoteGateway) -> CodeGateway:
+        return gateway  # mypy checks that a RemoteGateway is a CodeGateway

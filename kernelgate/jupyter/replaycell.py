@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kernelgate.gateway.api import CodeGateway
 from kernelgate.gateway.debug import RunDebugger
 from kernelgate.gateway.gateway import Gateway
 from kernelgate.gateway.output import OutputListener
@@ -194,7 +195,7 @@ async def run_replay_cell(
     python: str | os.PathLike[str] | None = None,
     cwd: str | None = None,
     payload: list[dict[str, Any]] | None = None,
-    on_gateway: Callable[[Gateway], Any] | None = None,
+    on_gateway: Callable[[CodeGateway], Any] | None = None,
     like: Gateway | None = None,
 ) -> RunResult:
     """Run a replay cell: ``code`` (marker line included) against the recording's answers.
@@ -235,17 +236,28 @@ async def run_replay_cell(
         body = recorded.program
         if payload is not None:
             payload.append({"source": "set_next_input", "text": program, "replace": True})
-    report = await replay_async(
-        recorded,
-        program=program,
-        limits=limits,
-        python=python if python is not None or like is None else like.python,
-        gateway_options=_settings(like),
-        debug=debug,
-        on_output=on_output,
-        on_call=on_call,
-        on_gateway=on_gateway,
-    )
+    try:
+        report = await replay_async(
+            recorded,
+            program=program,
+            limits=limits,
+            python=python,
+            # The kernel's runtime (its interpreter) when the recording is in its language.
+            runtime=(
+                like.runtime
+                if python is None and like is not None and like.language == recorded.language
+                else None
+            ),
+            gateway_options=_settings(like),
+            debug=debug,
+            on_output=on_output,
+            on_call=on_call,
+            on_gateway=on_gateway,
+        )
+    except NotImplementedError as exc:
+        # A recording in a language this kernelgate cannot run yet: said, never raised.
+        return _refused(exc, "#| replay")
+
     # The marker line is the cell's, not the program's: the program is edited only if
     # what follows the marker differs from what was recorded (a front end's cell has no
     # final newline: that is no edit).

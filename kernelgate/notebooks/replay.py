@@ -40,10 +40,11 @@ from .reading import RecordedRun, load_run
 from .report import CallMatch, Difference, ReplayReport, compare_runs
 
 if TYPE_CHECKING:  # the runtime (gateway.run) loads only when a replay runs
+    from kernelgate.gateway.api import CodeGateway
     from kernelgate.gateway.debug import RunDebugger
-    from kernelgate.gateway.gateway import Gateway as _Gateway
     from kernelgate.gateway.output import OutputListener
     from kernelgate.gateway.plan import CallListener
+    from kernelgate.gateway.runtime import CodeRuntime
 
 __all__ = [
     "GATEWAY_OPTIONS",
@@ -267,6 +268,32 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
     return options
 
 
+def _runtime_options(
+    recorded: RunResult,
+    runtime: CodeRuntime | None,
+    python: str | os.PathLike[str] | None,
+    node: str | os.PathLike[str] | None,
+) -> dict[str, Any]:
+    """How the replay's gateway gets its runtime: the recording's language decides."""
+    if runtime is not None:
+        if runtime.name != recorded.language:
+            raise ValueError(
+                f"the recorded run is a {recorded.language} program; runtime={runtime!r} "
+                f"runs {runtime.name}: give a {recorded.language} runtime, or none"
+            )
+        if python is not None or node is not None:
+            raise TypeError(
+                "replay(runtime=...) takes its binary from the runtime; leave out python= and node="
+            )
+        return {"runtime": runtime}
+    options: dict[str, Any] = {"language": recorded.language}
+    if python is not None:
+        options["python"] = python
+    if node is not None:
+        options["node"] = node
+    return options
+
+
 def _live_bindings(
     recorded: RunResult, live: Mapping[str, Any], live_any: bool
 ) -> tuple[dict[str, dict[str, Callable[..., Any]]], Callable[..., CallKey]]:
@@ -302,8 +329,10 @@ async def replay_async(
     debug: RunDebugger | None = None,
     on_output: OutputListener | None = None,
     on_call: CallListener | None = None,
-    on_gateway: Callable[[_Gateway], Any] | None = None,
+    on_gateway: Callable[[CodeGateway], Any] | None = None,
     gateway_options: Mapping[str, Any] | None = None,
+    runtime: CodeRuntime | None = None,
+    node: str | os.PathLike[str] | None = None,
 ) -> ReplayReport:
     """:func:`replay` for async callers.
 
@@ -315,6 +344,10 @@ async def replay_async(
     ``gateway_options`` are more of that gateway's settings (:data:`GATEWAY_OPTIONS`:
     ``sandbox``, ``strict``, ``pool_size``, ``env``, ``tmp_dir``, ``read_paths``), e.g. a
     kernel's own; never its bindings, limits or recorder, which are the replay's.
+
+    The replay runs in the recorded run's language (``RunResult.language``): on
+    ``runtime`` when it is that language's (a kernel's own; the caller closes it), else
+    on that language's default runtime with ``python`` or ``node`` as its binary.
     """
     # Imported here, pointing down, for speed: ``import kernelgate.notebooks`` (reading,
     # rendering) must not load the runtime (pool, sandbox, run) that only a replay needs.
@@ -328,7 +361,7 @@ async def replay_async(
         recorded = load_run(source, cell, cell_id=cell_id, position=position)
         where, number = recorded.source, recorded.run_number
     if program is not None and not isinstance(program, str):
-        raise TypeError(f"program must be Python source (str), got {type(program).__name__}")
+        raise TypeError(f"program must be the program's source (str), got {type(program).__name__}")
     code = recorded.program if program is None else program
     run_limits = _limits(limits, recorded)
     if live_any and live is None:
@@ -338,7 +371,10 @@ async def replay_async(
     else:
         namespaces, key = recorded_bindings(recorded)
     gw = Gateway(
-        namespaces=namespaces, limits=run_limits, python=python, **_options(gateway_options)
+        namespaces=namespaces,
+        limits=run_limits,
+        **_runtime_options(recorded, runtime, python, node),
+        **_options(gateway_options),
     )
     if on_gateway is not None:
         on_gateway(gw)
