@@ -11,6 +11,10 @@ call of them on that comm, and this client answers with the local function's res
 ...     return result.value
 """
 
+# long: over ~500 lines because one RemoteGateway owns its kernel connection: opening and
+# letting go (each run_sync does both), the channel readers, the comm and its answers read
+# and write the same state; split, each part would reach into the others'.
+
 from __future__ import annotations
 
 import asyncio
@@ -26,18 +30,16 @@ import zmq
 import zmq.asyncio
 
 from kernelgate.gateway.bindings import BindingRegistry
-from kernelgate.gateway.describe import describe_binding, signature_schema
 from kernelgate.gateway.run import CallListener, OutputListener
-from kernelgate.model.describe import render_stub
 from kernelgate.model.language import DEFAULT_LANGUAGE, LANGUAGES
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import ErrorInfo, RunResult
-from kernelgate.model.signatures import signature_from_text
 from kernelgate.wire.messages import BINDINGS_TARGET, execute_request_content
 from kernelgate.wire.values import NotJSONError, check_json
 
 from .clients import OWNER_FIELD
 from .comms import call_reply_data, open_data
+from .remotedescribe import describe_remote
 from .remoterun import RemoteRun
 
 if TYPE_CHECKING:
@@ -273,32 +275,7 @@ class RemoteGateway:
         replace the kernel's of the same names). As a stub (``"text"``) or per binding
         JSON (``"json"``; the kernel's bindings have their signature's parameters only).
         """
-        own = self._registry.namespaces
-        kernels = {ns: t for ns, t in self.kernel_bindings.items() if ns not in own}
-        if format == "text":
-            specs: dict[str, dict[str, dict[str, Any]]] = {
-                ns: {name: {"signature": sig} for name, sig in t.items()}
-                for ns, t in kernels.items()
-            }
-            specs.update(
-                {ns: {n: dict(s) for n, s in t.items()} for ns, t in self._registry.specs().items()}
-            )
-            return render_stub(specs)
-        if format == "json":
-            entries = [
-                {
-                    "namespace": ns,
-                    "name": name,
-                    "description": "",
-                    "parameters": signature_schema(signature_from_text(sig)),
-                    "returns": {},
-                }
-                for ns, t in kernels.items()
-                for name, sig in sorted(t.items())
-            ]
-            entries += [describe_binding(t[n]) for t in own.values() for n in sorted(t)]
-            return entries
-        raise ValueError(f"describe(format={format!r}): use 'text' (a stub) or 'json'")
+        return describe_remote(self._registry, self.kernel_bindings, format)
 
     async def __aenter__(self) -> RemoteGateway:
         await self.open()

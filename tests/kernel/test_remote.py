@@ -245,3 +245,12 @@ def test_close_from_sync_code_on_the_gateway_s_loop() -> None:
             await gw.run("1")
 
     with_kernel(body)
+
+
+def test_describe_remote_doctests() -> None:
+    import doctest
+
+    from kernelgate.jupyter import remotedescribe
+
+    result = doctest.testmod(remotedescribe)
+    assert result.attempted > 0 and result.failed == 0
