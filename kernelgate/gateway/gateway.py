@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -15,8 +16,9 @@ from . import describe as _describe
 from . import tools as _tools
 from .bindings import BindingRegistry
 from .debug import RunDebugger
+from .outcome import Verdict, sandbox_unavailable
 from .run import CallListener, OutputListener, Policy, Run, RunPlan
-from .runtime import ChildPool, CodeRuntime, PythonRuntime, runtime_for
+from .runtime import ChildPool, CodeRuntime, ProgramError, PythonRuntime, runtime_for
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox
 from .teardown import sweep_leftovers
 
@@ -205,17 +207,17 @@ class Gateway:
         3
         """
         limits = self._check_run(program, limits)
+        if debug is not None and not self.runtime.debugger:
+            raise ValueError(
+                f"Gateway.run(debug=...): the debugger steps through Python programs; this "
+                f"gateway runs {self.runtime.name} programs (run it without debug=)"
+            )
         if self._support is None:
             self._support = await asyncio.to_thread(self._first_run)
+        plan = await self._prepared(program, self._plan(limits, self._support))
         if debug is not None:
             debug.claim()  # one run per RunDebugger: refused before any child is taken
-        run = Run(
-            program,
-            self._plan(limits, self._support),
-            on_output=on_output,
-            on_call=on_call,
-            debug=debug,
-        )
+        run = Run(program, plan, on_output=on_output, on_call=on_call, debug=debug)
         self._runs.add(run)
         try:
             result = await run.execute()
@@ -319,10 +321,10 @@ class Gateway:
         from, the policy and the binding threads."""
         level = self.sandbox or support.strongest
         missing = support.missing(level)
-        unavailable = ""
+        unavailable = None
         if missing:
             if self.strict:
-                unavailable = (
+                unavailable = sandbox_unavailable(
                     f"the sandbox level {level!r} is not available on this machine: {missing}; "
                     f"the strongest here is {support.strongest!r} (Gateway(strict=True) "
                     "refuses to run with less)"
@@ -335,11 +337,24 @@ class Gateway:
             env=self.env,
             sandbox=plan_sandbox(level, limits, support, self.read_paths),
             base_dir=self.tmp_dir,
-            sandbox_unavailable=unavailable,
+            refused=unavailable,
             policy=self.policy,
-            pool=self._pool_for(level, support) if not unavailable else None,
+            pool=self._pool_for(level, support) if unavailable is None else None,
             executor=self._binding_threads(),
         )
+
+    async def _prepared(self, program: str, plan: RunPlan) -> RunPlan:
+        """``plan`` with the code the child is sent, as the runtime prepares ``program``;
+        or refused, when the runtime cannot (before a child is taken: it costs none)."""
+        if plan.refused is not None:
+            return plan
+        try:
+            code = await self.runtime.prepare(program)
+        except ProgramError as exc:
+            # An exception, as if the program had raised it where the runtime says.
+            refused = Verdict("exception", exc.ename, exc.evalue, tuple(exc.traceback))
+            return dataclasses.replace(plan, refused=refused, pool=None)
+        return plan if code is program else dataclasses.replace(plan, code=code)
 
     def _first_run(self) -> SandboxSupport:
         """Before the first run, in a worker thread: probe what the machine allows, and

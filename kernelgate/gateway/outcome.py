@@ -41,7 +41,6 @@ __all__ = [
     "interpreter_failed",
     "interrupted",
     "memory_exceeded",
-    "program_refused",
     "protocol",
     "reply_verdict",
     "sandbox_unavailable",
@@ -60,13 +59,12 @@ MAX_TEXT_PLAIN = 64 * 1024
 
 @dataclass(frozen=True)
 class Verdict:
-    """The host's decision about how a run ends: a status, and why (``ename: message``,
-    and the lines of a traceback when the host has one: a program refused before it ran)."""
+    """The host's decision about how a run ends: a status, and why (``ename: message``)."""
 
     status: Status
     ename: str
     message: str
-    traceback: tuple[str, ...] = ()
+    traceback: tuple[str, ...] = ()  # a program refused before it ran may have one
 
 
 class Verdicts:
@@ -120,12 +118,6 @@ def interpreter_failed(python: str, exc: BaseException) -> Verdict:
     return Verdict(
         "worker_exit", "WorkerExit", f"could not start the interpreter {python!r}: {exc}"
     )
-
-
-def program_refused(ename: str, message: str, traceback: tuple[str, ...] = ()) -> Verdict:
-    """The program cannot run at all (its runtime refused it as it prepared it, e.g. a
-    TypeScript syntax error): an ``exception``, as if it had raised at that place."""
-    return Verdict("exception", ename, message, tuple(traceback))
 
 
 def interrupted(message: str) -> Verdict:
@@ -498,14 +490,7 @@ def build_result(end: Ending) -> RunResult:
         status = verdict.status
         error = ErrorInfo(verdict.ename, verdict.message, cap_lines(list(verdict.traceback)))
         outputs = [o for o in outputs if o is not end.result_output]
-        outputs.append(
-            {
-                "output_type": "error",
-                "ename": error.ename,
-                "evalue": error.evalue,
-                "traceback": list(error.traceback),
-            }
-        )
+        outputs.append({"output_type": "error", **error.to_dict()})
     return RunResult(
         status=status,
         value=value,

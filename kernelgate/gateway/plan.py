@@ -12,6 +12,7 @@ from kernelgate.model.result import CallRecord
 
 from .bindings import Binding, BindingRegistry
 from .cgroups import CgroupRoots
+from .outcome import Verdict
 from .runtime import ChildPool, CodeRuntime
 from .sandbox import SandboxPlan
 
@@ -38,8 +39,9 @@ class RunPlan:
     child comes from (``pool``: warm, or None: a cold spawn), the policy and where
     synchronous bindings run. A ``Run`` reads it and never changes it.
 
-    ``sandbox_unavailable`` is the reason a strict gateway refuses to run (the run then
-    ends ``"sandbox_unavailable"`` without starting a child).
+    ``refused`` is why the run ends before a child is taken: the sandbox level a strict
+    gateway cannot have (``"sandbox_unavailable"``), or a program its runtime refused as
+    it prepared it (``"exception"``).
 
     >>> from kernelgate.gateway.runtime import PythonRuntime
     >>> registry = BindingRegistry.from_arguments({}, "tools", None)
@@ -54,7 +56,9 @@ class RunPlan:
     env: Mapping[str, str] = field(default_factory=dict)
     sandbox: SandboxPlan = field(default_factory=_process_level)
     base_dir: str | None = None
-    sandbox_unavailable: str = ""
+    refused: Verdict | None = None
+    #: What the child is sent: the program as the runtime prepared it (None: as given).
+    code: str | None = None
     policy: Policy | None = None
     pool: ChildPool | None = None
     #: Where synchronous bindings run (None: the loop's default executor).

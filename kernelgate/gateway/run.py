@@ -52,7 +52,6 @@ from .outcome import (
     build_result,
     interpreter_failed,
     interrupted,
-    program_refused,
     protocol,
     reply_verdict,
     sandbox_unavailable,
@@ -62,7 +61,6 @@ from .output import OutputCollector, OutputListener, RunOutput
 from .plan import CallHandler, CallListener, Policy, RunPlan
 from .process import ChildProcess, make_run_dir, remove_tree
 from .runids import allocate_ids
-from .runtime import ProgramError
 from .sandbox import SandboxPlan
 from .teardown import Teardown, discard
 from .usage import descendants, measure_usage
@@ -102,8 +100,6 @@ class Run:
         debug: RunDebugger | None = None,
     ) -> None:
         self.program = program
-        #: What the child is sent: the program as its runtime prepares it.
-        self._code = program
         self.debug = debug
         self.plan = plan
         self.run_id = run_id or new_run_id()
@@ -111,8 +107,7 @@ class Run:
         self.output = RunOutput(plan.limits, on_output)
         self.verdicts = Verdicts()
         self.child: ChildProcess | None = None
-        #: The child came from the warm pool.
-        self.pooled = False
+        self.pooled = False  # the child came from the warm pool
         #: Set when run() returned on the reply while the child was still exiting: the
         #: rest of the teardown (reap, cgroup, run directory). The gateway awaits it.
         self.finishing: asyncio.Task[None] | None = None
@@ -185,14 +180,8 @@ class Run:
         loop = self._loop = asyncio.get_running_loop()
         self._t0 = time.monotonic()
         started_at = iso_now()
-        if self.plan.sandbox_unavailable:
-            self.verdicts.decide(sandbox_unavailable(self.plan.sandbox_unavailable))
-            return self._result(started_at)
-        try:
-            # Before a child is taken: a program that cannot run costs none.
-            self._code = await self.plan.runtime.prepare(self.program)
-        except ProgramError as exc:
-            self.verdicts.decide(program_refused(exc.ename, exc.evalue, exc.traceback))
+        if self.plan.refused is not None:
+            self.verdicts.decide(self.plan.refused)
             return self._result(started_at)
         run_dir = await self._start_child()
         if self.child is None or run_dir is None:
@@ -252,9 +241,7 @@ class Run:
                 ids.release()
             raise
         try:
-            child = plan.runtime.spawn(
-                env=plan.env, run_dir=run_dir, sandbox=plan.sandbox, ids=ids
-            )
+            child = plan.runtime.spawn(env=plan.env, run_dir=run_dir, sandbox=plan.sandbox, ids=ids)
             child.ids = ids
             self.child = child
         except OSError as exc:
@@ -328,7 +315,8 @@ class Run:
         }
         if self.debug is not None:
             options["debug"] = self.debug.options()
-        self._channel.send(ExecuteRequest(self._code, options))
+        code = self.program if self.plan.code is None else self.plan.code
+        self._channel.send(ExecuteRequest(code, options))
         if self.debug is not None:
             self.debug.attach(self)
 

@@ -102,6 +102,8 @@ class CodeRuntime(abc.ABC):
 
     #: The language of the programs (``RunResult.language``).
     name: Language
+    #: Its children take the debug options of ``execute_request`` (``Gateway.run(debug=)``).
+    debugger: bool = False
 
     @property
     @abc.abstractmethod
@@ -183,6 +185,7 @@ class PythonRuntime(CodeRuntime):
     """
 
     name: Language = "python"
+    debugger = True
 
     def __init__(self, python: str | os.PathLike[str] | None = None) -> None:
         self.python = resolve_interpreter(python)

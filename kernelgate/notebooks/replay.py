@@ -345,9 +345,8 @@ async def replay_async(
     ``sandbox``, ``strict``, ``pool_size``, ``env``, ``tmp_dir``, ``read_paths``), e.g. a
     kernel's own; never its bindings, limits or recorder, which are the replay's.
 
-    The replay runs in the recorded run's language (``RunResult.language``): on
-    ``runtime`` when it is that language's (a kernel's own; the caller closes it), else
-    on that language's default runtime with ``python`` or ``node`` as its binary.
+    It runs in the recording's language: on ``runtime`` (the caller's to close), else on
+    that language's own with ``python`` or ``node`` as its binary.
     """
     # Imported here, pointing down, for speed: ``import kernelgate.notebooks`` (reading,
     # rendering) must not load the runtime (pool, sandbox, run) that only a replay needs.
@@ -370,12 +369,8 @@ async def replay_async(
         namespaces, key = _live_bindings(recorded, live, live_any)
     else:
         namespaces, key = recorded_bindings(recorded)
-    gw = Gateway(
-        namespaces=namespaces,
-        limits=run_limits,
-        **_runtime_options(recorded, runtime, python, node),
-        **_options(gateway_options),
-    )
+    options = {**_runtime_options(recorded, runtime, python, node), **_options(gateway_options)}
+    gw = Gateway(namespaces=namespaces, limits=run_limits, **options)
     if on_gateway is not None:
         on_gateway(gw)
     async with gw:

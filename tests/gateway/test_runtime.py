@@ -190,3 +190,21 @@ def test_a_python_runtime_names_its_interpreter() -> None:
     runtime = PythonRuntime(os.path.realpath(sys.executable))
     assert repr(runtime).startswith("<PythonRuntime python ")
     assert "python=" in repr(Gateway(runtime=runtime))
+
+
+def test_a_runtime_without_a_debugger_refuses_a_debugged_run() -> None:
+    from kernelgate.gateway.debug import RunDebugger
+
+    class NoDebugger(CountingRuntime):
+        debugger = False
+
+    runtime = NoDebugger()
+
+    async def main() -> None:
+        async with Gateway(runtime=runtime, pool_size=0) as gw:
+            with pytest.raises(ValueError, match="debugger"):
+                await gw.run("1", debug=RunDebugger())
+            assert (await gw.run("@answer")).value == 42  # and nothing was taken
+
+    asyncio.run(main())
+    assert runtime.spawned == 1

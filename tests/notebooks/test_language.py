@@ -89,3 +89,28 @@ def test_replay_of_a_typescript_recording_needs_its_runtime(tmp_path: Path) -> N
         replay(path)
     with pytest.raises(TypeError, match="node="):
         replay(path, python="python3")  # Python's interpreter for a TypeScript run
+
+
+def test_a_replay_cell_of_a_typescript_recording_in_a_python_kernel_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A recording (anyone may write one) naming a language this kernelgate cannot run
+    yet: the cell ends saying so, the kernel's Python runtime is not lent to it, and
+    nothing is raised into the kernel."""
+    import asyncio
+
+    from kernelgate.jupyter.replaycell import replay_marker, run_replay_cell
+
+    _ts_run().save(tmp_path / "ts.ipynb")
+    code = "#| replay ts.ipynb\n"
+    marker = replay_marker(code)
+    assert marker is not None
+    kernel = Gateway(pool_size=0)
+
+    async def main() -> RunResult:
+        return await run_replay_cell(marker, code, limits=None, cwd=str(tmp_path), like=kernel)
+
+    result = asyncio.run(main())
+    assert result.status == "exception" and result.error is not None
+    assert result.error.ename == "NotImplementedError"
+    assert "language='typescript'" in result.error.evalue
