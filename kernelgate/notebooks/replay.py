@@ -429,6 +429,8 @@ def replay(
     debug: RunDebugger | None = None,
     on_output: OutputListener | None = None,
     on_call: CallListener | None = None,
+    runtime: CodeRuntime | None = None,
+    node: str | os.PathLike[str] | None = None,
 ) -> ReplayReport:
     """Re-run a recorded program in a fresh child and compare with the recording.
 
@@ -451,6 +453,8 @@ def replay(
     ``debug`` (a :class:`kernelgate.gateway.debug.RunDebugger`) lets the replay be stepped
     through, as for :meth:`Gateway.run <kernelgate.Gateway.run>`; its requests come from
     other tasks on the loop the replay runs on (``kernelgate replay --debug`` is one).
+    The replay runs in the recorded run's language, on ``runtime`` if given (else with
+    ``python`` or ``node`` as the binary), as :func:`replay_async` says.
 
     >>> import tempfile
     >>> from kernelgate import Gateway
@@ -482,5 +486,7 @@ def replay(
             debug=debug,
             on_output=on_output,
             on_call=on_call,
+            runtime=runtime,
+            node=node,
         )
     )
