@@ -405,9 +405,13 @@ class Gateway:
         return asyncio.run(self._run_to_the_end(program, limits))
 
     async def _run_to_the_end(self, program: str, limits: Limits | None) -> RunResult:
-        # The loop ends with this call: the run's teardown finishes inside it.
-        result = await self.run(program, limits=limits)
-        await self.wait_finished()
+        # The loop ends with this call: the run's teardown finishes inside it, and what the
+        # runtime holds on it (a helper whose pipes belong to it) goes with it.
+        try:
+            result = await self.run(program, limits=limits)
+            await self.wait_finished()
+        finally:
+            await self.runtime.end_loop()
         return result
 
     async def wait_finished(self) -> None:

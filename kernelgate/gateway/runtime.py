@@ -162,9 +162,14 @@ class CodeRuntime(abc.ABC):
         child is taken; it must not hang (bound any helper it waits for)."""
         return source
 
-    async def aclose(self) -> None:  # noqa: B027 - optional: most runtimes hold nothing
-        """Release what the runtime holds (a helper process); the gateway calls it as it
-        closes."""
+    async def end_loop(self) -> None:  # noqa: B027 - optional: most runtimes hold nothing
+        """Release what the runtime holds on the running event loop, which is about to
+        end (a helper process whose pipes belong to that loop): ``Gateway.run_sync``
+        calls it at the end of each run's loop, whoever owns the runtime."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional
+        """Release what the runtime holds (a helper process); a gateway calls it as it
+        closes, for a runtime it made itself."""
 
     def close(self) -> None:  # noqa: B027 - optional
         """:meth:`aclose` for synchronous callers."""

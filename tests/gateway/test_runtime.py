@@ -37,6 +37,7 @@ class CountingRuntime(PythonRuntime):
         self.spawned = 0
         self.prepared: list[str] = []
         self.closed = 0
+        self.loops_ended = 0
 
     async def prepare(self, source: str) -> str:
         self.prepared.append(source)
@@ -67,6 +68,10 @@ class CountingRuntime(PythonRuntime):
 
     async def aclose(self) -> None:
         self.closed += 1
+
+    async def end_loop(self) -> None:
+        asyncio.get_running_loop()  # called on the loop that ends, before it is closed
+        self.loops_ended += 1
 
 
 def test_the_default_runtime_is_python_on_this_interpreter() -> None:
@@ -166,6 +171,17 @@ def test_a_given_runtime_is_the_caller_s_to_close() -> None:
 
     asyncio.run(main())
     assert runtime.closed == 0
+
+
+def test_each_run_sync_tells_the_runtime_its_loop_ends() -> None:
+    """A runtime may hold a helper bound to the loop it was used on (the TypeScript
+    transform's): run_sync's loop is its own, so the runtime hears when it ends, whoever
+    owns the runtime, and also when the run failed."""
+    runtime = CountingRuntime()
+    with Gateway(runtime=runtime, pool_size=0, limits=FAST) as gw:
+        assert gw.run_sync("@answer").value == 42
+        assert gw.run_sync("x = 1\n@refuse").status == "exception"
+    assert runtime.loops_ended == 2 and runtime.closed == 0
 
 
 def test_a_run_of_a_shared_runtime_on_two_gateways() -> None:
