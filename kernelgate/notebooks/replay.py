@@ -26,7 +26,7 @@ import inspect
 import os
 import threading
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kernelgate.gateway.bindings import BindingRegistry
@@ -472,21 +472,31 @@ def replay(
         pass
     else:
         raise RuntimeError("replay() was called from a running event loop; use replay_async()")
-    return asyncio.run(
-        replay_async(
-            source,
-            cell=cell,
-            cell_id=cell_id,
-            position=position,
-            program=program,
-            live=live,
-            python=python,
-            limits=limits,
-            live_any=live_any,
-            debug=debug,
-            on_output=on_output,
-            on_call=on_call,
-            runtime=runtime,
-            node=node,
-        )
+    replaying = replay_async(
+        source,
+        cell=cell,
+        cell_id=cell_id,
+        position=position,
+        program=program,
+        live=live,
+        python=python,
+        limits=limits,
+        live_any=live_any,
+        debug=debug,
+        on_output=on_output,
+        on_call=on_call,
+        runtime=runtime,
+        node=node,
     )
+    return asyncio.run(_to_the_end(replaying, runtime))
+
+
+async def _to_the_end(
+    replaying: Coroutine[Any, Any, ReplayReport], runtime: CodeRuntime | None
+) -> ReplayReport:
+    """The replay on a loop of its own: a runtime the caller gave hears that it ends."""
+    try:
+        return await replaying
+    finally:
+        if runtime is not None:
+            await runtime.end_loop()

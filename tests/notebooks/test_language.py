@@ -114,3 +114,21 @@ def test_a_replay_cell_of_a_typescript_recording_in_a_python_kernel_is_refused(
     assert result.status == "exception" and result.error is not None
     assert result.error.ename == "NotImplementedError"
     assert "language='typescript'" in result.error.evalue
+
+
+def test_replay_on_a_given_runtime_of_the_recording_s_language(tmp_path: Path) -> None:
+    from kernelgate.gateway.runtime import PythonRuntime
+
+    class Lent(PythonRuntime):
+        ended = 0
+
+        async def end_loop(self) -> None:
+            Lent.ended += 1
+
+    with Gateway(bindings={"add": lambda a, b: a + b}, pool_size=0) as gw:
+        path = gw.run_sync("return await tools.add(1, 2)").save(tmp_path / "run.ipynb")
+    report = replay(path, runtime=Lent())
+    assert not report.diverged and report.result.value == 3
+    assert Lent.ended == 1  # replay()'s loop was its own: the runtime heard it end
+    with pytest.raises(ValueError, match="typescript program"):
+        replay(_ts_run().save(tmp_path / "ts.ipynb"), runtime=PythonRuntime())
