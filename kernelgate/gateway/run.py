@@ -59,7 +59,7 @@ from .outcome import (
 )
 from .output import OutputCollector, OutputListener, RunOutput
 from .plan import CallHandler, CallListener, Policy, RunPlan
-from .process import ChildProcess, make_run_dir, remove_tree, spawn_child
+from .process import ChildProcess, make_run_dir, remove_tree
 from .runids import allocate_ids
 from .sandbox import SandboxPlan
 from .teardown import Teardown, discard
@@ -107,8 +107,7 @@ class Run:
         self.output = RunOutput(plan.limits, on_output)
         self.verdicts = Verdicts()
         self.child: ChildProcess | None = None
-        #: The child came from the warm pool.
-        self.pooled = False
+        self.pooled = False  # the child came from the warm pool
         #: Set when run() returned on the reply while the child was still exiting: the
         #: rest of the teardown (reap, cgroup, run directory). The gateway awaits it.
         self.finishing: asyncio.Task[None] | None = None
@@ -181,8 +180,8 @@ class Run:
         loop = self._loop = asyncio.get_running_loop()
         self._t0 = time.monotonic()
         started_at = iso_now()
-        if self.plan.sandbox_unavailable:
-            self.verdicts.decide(sandbox_unavailable(self.plan.sandbox_unavailable))
+        if self.plan.refused is not None:
+            self.verdicts.decide(self.plan.refused)
             return self._result(started_at)
         run_dir = await self._start_child()
         if self.child is None or run_dir is None:
@@ -242,14 +241,14 @@ class Run:
                 ids.release()
             raise
         try:
-            child = spawn_child(plan.python, plan.env, run_dir, site=plan.site)
+            child = plan.runtime.spawn(env=plan.env, run_dir=run_dir, sandbox=plan.sandbox, ids=ids)
             child.ids = ids
             self.child = child
         except OSError as exc:
             remove_tree(run_dir)
             if ids is not None:
                 ids.release()
-            self.verdicts.decide(interpreter_failed(plan.python, exc))
+            self.verdicts.decide(interpreter_failed(plan.runtime.interpreter, exc))
             return None
         if plan.cgroup_roots is not None:
             # Before the program arrives, so everything it forks or fills is counted.
@@ -316,7 +315,8 @@ class Run:
         }
         if self.debug is not None:
             options["debug"] = self.debug.options()
-        self._channel.send(ExecuteRequest(self.program, options))
+        code = self.program if self.plan.code is None else self.plan.code
+        self._channel.send(ExecuteRequest(code, options))
         if self.debug is not None:
             self.debug.attach(self)
 
@@ -513,7 +513,8 @@ class Run:
                 started_at=started_at,
                 duration_s=time.monotonic() - self._t0,
                 program=self.program,
-                interpreter=self.plan.python,
+                interpreter=self.plan.runtime.interpreter,
+                language=self.plan.runtime.name,
                 bindings=self.plan.registry.signatures(),
             )
         )

@@ -11,6 +11,7 @@ MODULES = [
     "kernelgate.model.codec",
     "kernelgate.model.describe_ts",
     "kernelgate.model.keyorder",
+    "kernelgate.model.language",
     "kernelgate.model.limits",
     "kernelgate.model.removal",
     "kernelgate.model.result",
