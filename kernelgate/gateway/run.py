@@ -240,31 +240,44 @@ class Run:
             if ids is not None:
                 ids.release()
             raise
-        try:
-            child = plan.runtime.spawn(env=plan.env, run_dir=run_dir, sandbox=plan.sandbox, ids=ids)
-            child.ids = ids
-            self.child = child
-        except OSError as exc:
-            remove_tree(run_dir)
-            if ids is not None:
-                ids.release()
-            self.verdicts.decide(interpreter_failed(plan.runtime.interpreter, exc))
-            return None
+        cgroup: RunCgroup | None = None
         if plan.cgroup_roots is not None:
-            # Before the program arrives, so everything it forks or fills is counted.
             try:
                 cgroup = RunCgroup(
                     plan.cgroup_roots, self.run_id, max_pids, self.limits.memory_bytes
                 )
                 cgroup.begin(max_pids, self.limits.memory_bytes)
             except OSError:
-                return run_dir
-            try:
-                cgroup.attach(child.pid)
-            except OSError:
-                cgroup.settle()  # empty: removed at once
-            else:
+                cgroup = None
+
+        def enter_cgroup(child: ChildProcess) -> None:
+            # Before the child runs anything (a launched runtime: before its sandbox), so
+            # everything the run forks or fills is counted.
+            if cgroup is not None:
+                try:
+                    cgroup.attach(child.pid)
+                except OSError:
+                    return
                 self._cgroup = cgroup
+
+        try:
+            child = plan.runtime.spawn(
+                env=plan.env, run_dir=run_dir, sandbox=plan.sandbox, ids=ids,
+                before_start=enter_cgroup,
+            )
+            child.ids = ids
+            self.child = child
+        except OSError as exc:
+            remove_tree(run_dir)
+            if cgroup is not None:
+                cgroup.settle()
+            self._cgroup = None
+            if ids is not None:
+                ids.release()
+            self.verdicts.decide(interpreter_failed(plan.runtime.interpreter, exc))
+            return None
+        if cgroup is not None and self._cgroup is None:
+            cgroup.settle()  # not entered: empty, removed at once
         return run_dir
 
     def _open(self, loop: asyncio.AbstractEventLoop, child: ChildProcess, run_dir: str) -> Teardown:
