@@ -28,14 +28,15 @@ from kernelgate.kernels.node import KERNEL_JS
 from kernelgate.model.describe_ts import render_declarations
 from kernelgate.model.language import Language
 
-from .cgroups import CgroupRoots
+from .cgroups import CgroupRoots, RunCgroup
 from .jsprogram import ProgramSyntaxError, ProgramTransformer, ProgramTransformError
-from .launch import NodeInstall, probe_node, spawn_launched_child
-from .nodepool import NodePool
+from .launch import LaunchCommand, NodeInstall, probe_node, spawn_launched_child
+from .pool import WarmChild
 from .process import ChildProcess, resolve_interpreter
 from .runids import RunIds
 from .runtime import ChildPool, CodeRuntime, ProgramError, Specs
 from .sandbox import SandboxPlan, SandboxSupport, probe_support
+from .teardown import remove_cgroup
 
 __all__ = ["NodeRuntime", "heap_mib"]
 
@@ -95,7 +96,7 @@ class NodeRuntime(CodeRuntime):
         # allows it is what it allows a Python child of the launcher's interpreter.
         return probe_support(self.python)
 
-    def command_for(self, sandbox: SandboxPlan) -> Any:
+    def command_for(self, sandbox: SandboxPlan) -> LaunchCommand:
         """The launch command of a child for a run with ``sandbox``."""
         return self.install.command([KERNEL_JS], heap_mib(sandbox))
 
@@ -127,7 +128,9 @@ class NodeRuntime(CodeRuntime):
         cgroup_roots: CgroupRoots | None,
         read_paths: tuple[str, ...],
     ) -> ChildPool:
-        return NodePool(self, size=size, env=_node_env(env), level=level, base_dir=base_dir)
+        # Not yet: a Node child's limits (rlimits, V8's heap) are fixed before it starts, so
+        # a pool must be kept per run limits. Until then every run starts cold.
+        return ColdOnlyPool(level)
 
     def render_stub(self, specs: Specs, described: Sequence[Mapping[str, Any]] = ()) -> str:
         return render_declarations(described or _entries_from_specs(specs), specs)
@@ -159,6 +162,32 @@ class NodeRuntime(CodeRuntime):
     def close(self) -> None:
         # Helpers of loops that have ended are gone with end_loop(); one of a loop still
         # running is that loop's to end.
+        pass
+
+
+class ColdOnlyPool:
+    """A pool that has no children (every run starts a cold one): what a Node runtime's
+    ``pool_size > 0`` gives until its warm pool comes. ``cold_fallbacks`` counts runs."""
+
+    def __init__(self, level: str) -> None:
+        self._level = level
+        self.cold_fallbacks = 0
+
+    @property
+    def level(self) -> str:
+        return self._level
+
+    async def acquire(self) -> WarmChild | None:
+        self.cold_fallbacks += 1
+        return None
+
+    async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
+        await remove_cgroup(cgroup)
+
+    async def aclose(self) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
 
