@@ -22,7 +22,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from kernelgate.kernels.node import KERNEL_JS
 from kernelgate.model.describe_ts import render_declarations
@@ -77,7 +77,9 @@ class NodeRuntime(CodeRuntime):
         *,
         python: str | os.PathLike[str] | None = None,
     ) -> None:
-        if language not in ("typescript", "javascript"):
+        if language == "typescript" or language == "javascript":
+            self._script: Literal["typescript", "javascript"] = language
+        else:
             raise ValueError(
                 f"NodeRuntime runs 'typescript' or 'javascript' programs, not {language!r}"
             )
@@ -141,7 +143,7 @@ class NodeRuntime(CodeRuntime):
         if transformer is None:
             transformer = self._transformers[loop] = ProgramTransformer(self.install.executable)
         try:
-            return await transformer.transform(source, self.name)
+            return await transformer.transform(source, self._script)
         except ProgramSyntaxError as exc:
             raise ProgramError(
                 "SyntaxError",

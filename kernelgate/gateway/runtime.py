@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from kernelgate.model.describe import render_stub
-from kernelgate.model.language import Language, check_language, language_info
+from kernelgate.model.language import Language, language_info
 from kernelgate.model.site import SiteState
 
 from .cgroups import CgroupRoots, RunCgroup

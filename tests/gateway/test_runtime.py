@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from kernelgate import CodeGateway, Gateway, Limits, RemoteGateway
+from kernelgate.gateway.launch import NodeUnavailable
 from kernelgate.gateway.process import ChildProcess
 from kernelgate.gateway.runids import RunIds
 from kernelgate.gateway.runtime import CodeRuntime, ProgramError, PythonRuntime
-from kernelgate.gateway.launch import NodeUnavailable
 from kernelgate.gateway.runtimes import node_runtime, runtime_for
 from kernelgate.gateway.sandbox import SandboxPlan
 
