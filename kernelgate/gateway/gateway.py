@@ -18,7 +18,8 @@ from .bindings import BindingRegistry
 from .debug import RunDebugger
 from .outcome import Verdict, sandbox_unavailable
 from .run import CallListener, OutputListener, Policy, Run, RunPlan
-from .runtime import ChildPool, CodeRuntime, ProgramError, PythonRuntime, runtime_for
+from .runtime import ChildPool, CodeRuntime, ProgramError, PythonRuntime
+from .runtimes import runtime_for
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox
 from .teardown import sweep_leftovers
 
@@ -255,7 +256,9 @@ class Gateway:
         <BLANKLINE>
         """
         if format == "text":
-            return self.runtime.render_stub(self._registry.specs())
+            return self.runtime.render_stub(
+                self._registry.specs(), _describe.describe_json(self._registry)
+            )
         return _describe.describe(self._registry, format)  # type: ignore[call-overload,no-any-return]
 
     def tool_schema(self, api: str = "anthropic") -> dict[str, Any]:

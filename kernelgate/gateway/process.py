@@ -29,6 +29,7 @@ from .runids import RunIds
 __all__ = [
     "ChildProcess",
     "spawn_child",
+    "start_child",
     "resolve_interpreter",
     "make_run_dir",
     "remove_tree",
@@ -229,6 +230,19 @@ def spawn_child(
     With ``site`` (what the interpreter's ``site`` module makes, probed once) the child
     starts with ``-S`` and is given it as argv[2].
     """
+    if site is not None:
+        argv = [python, "-I", "-S", *extra_args, "-c", LOADER, package_root(), site.to_json()]
+    else:
+        argv = [python, "-I", *extra_args, "-c", LOADER, package_root()]
+    return start_child(python, argv, env)
+
+
+def start_child(
+    executable: str, argv: list[str], env: Mapping[str, str], stdin_fd: int | None = None
+) -> ChildProcess:
+    """Start ``argv`` (``executable``) in a new session: fd 0 ``stdin_fd`` (None:
+    ``/dev/null``), fd 1 and 2 pipes to us, fd 3 a socketpair to us, signals at their
+    defaults, nothing else inherited that was not inheritable (the loaders close the rest)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -236,18 +250,19 @@ def spawn_child(
     theirs.close()
     out_w, err_w = high_fd(out_w), high_fd(err_w)
     try:
+        stdin: tuple[int, int, str, int, int] | tuple[int, int, int] = (
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)
+            if stdin_fd is None
+            else (os.POSIX_SPAWN_DUP2, stdin_fd, 0)
+        )
         file_actions = [
-            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            stdin,
             (os.POSIX_SPAWN_DUP2, out_w, 1),
             (os.POSIX_SPAWN_DUP2, err_w, 2),
             (os.POSIX_SPAWN_DUP2, theirs_fd, 3),
         ]
-        if site is not None:
-            argv = [python, "-I", "-S", *extra_args, "-c", LOADER, package_root(), site.to_json()]
-        else:
-            argv = [python, "-I", *extra_args, "-c", LOADER, package_root()]
         pid = os.posix_spawn(
-            python,
+            executable,
             argv,
             env,
             file_actions=file_actions,

@@ -44,23 +44,21 @@ from kernelgate.wire.messages import iso_now
 from .calls import CallDispatcher
 from .cgroups import MemoryUse, RunCgroup
 from .channel import ChildChannel
+from .coldstart import start_cold
 from .debug import RunDebugger, pause_timeout
 from .outcome import (
     Ending,
     Verdict,
     Verdicts,
     build_result,
-    interpreter_failed,
     interrupted,
     protocol,
     reply_verdict,
-    sandbox_unavailable,
     wall_timeout,
 )
 from .output import OutputCollector, OutputListener, RunOutput
 from .plan import CallHandler, CallListener, Policy, RunPlan
-from .process import ChildProcess, make_run_dir, remove_tree
-from .runids import allocate_ids
+from .process import ChildProcess
 from .sandbox import SandboxPlan
 from .teardown import Teardown, discard
 from .usage import descendants, measure_usage
@@ -227,45 +225,12 @@ class Run:
             self.pooled = True
             self._cgroup = pooled.cgroup
             return pooled.run_dir
-        try:
-            ids = allocate_ids()  # a uid of its own on a root host (see .runids)
-        except OSError as exc:
-            self.verdicts.decide(
-                sandbox_unavailable(f"the run could not get a uid of its own: {exc}")
-            )
+        cold = start_cold(plan, self.run_id, max_pids, self.limits.memory_bytes)
+        if isinstance(cold, Verdict):
+            self.verdicts.decide(cold)
             return None
-        try:
-            run_dir = make_run_dir(plan.base_dir, self.run_id, ids)
-        except BaseException:
-            if ids is not None:
-                ids.release()
-            raise
-        try:
-            child = plan.runtime.spawn(env=plan.env, run_dir=run_dir, sandbox=plan.sandbox, ids=ids)
-            child.ids = ids
-            self.child = child
-        except OSError as exc:
-            remove_tree(run_dir)
-            if ids is not None:
-                ids.release()
-            self.verdicts.decide(interpreter_failed(plan.runtime.interpreter, exc))
-            return None
-        if plan.cgroup_roots is not None:
-            # Before the program arrives, so everything it forks or fills is counted.
-            try:
-                cgroup = RunCgroup(
-                    plan.cgroup_roots, self.run_id, max_pids, self.limits.memory_bytes
-                )
-                cgroup.begin(max_pids, self.limits.memory_bytes)
-            except OSError:
-                return run_dir
-            try:
-                cgroup.attach(child.pid)
-            except OSError:
-                cgroup.settle()  # empty: removed at once
-            else:
-                self._cgroup = cgroup
-        return run_dir
+        self.child, self._cgroup = cold.child, cold.cgroup
+        return cold.run_dir
 
     def _open(self, loop: asyncio.AbstractEventLoop, child: ChildProcess, run_dir: str) -> Teardown:
         """The run's rooms around its child: channel, calls, teardown."""

@@ -16,8 +16,9 @@ teardown, the notebooks, the Jupyter front, the agent helpers) knows which. A ru
   :class:`ProgramError` for a program that cannot run at all.
 
 :class:`PythonRuntime` is the CPython child (``python=``, the site probe, the zygote pool,
-the Python stub). ``Gateway(language="typescript" | "javascript", node=...)`` asks
-:func:`node_runtime` for the Node one.
+the Python stub); :class:`~.noderuntime.NodeRuntime` is the Node child of TypeScript and
+JavaScript programs; :func:`.runtimes.runtime_for` picks one for ``Gateway(runtime=,
+language=, python=, node=)``.
 
 >>> import asyncio, sys
 >>> rt = PythonRuntime()
@@ -31,11 +32,11 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from kernelgate.model.describe import render_stub
-from kernelgate.model.language import Language, check_language, language_info
+from kernelgate.model.language import Language, language_info
 from kernelgate.model.site import SiteState
 
 from .cgroups import CgroupRoots, RunCgroup
@@ -49,9 +50,7 @@ __all__ = [
     "CodeRuntime",
     "ProgramError",
     "PythonRuntime",
-    "node_runtime",
     "resolve_interpreter",
-    "runtime_for",
 ]
 
 #: What a binding spec is, as the child gets it: namespace -> name -> spec.
@@ -129,11 +128,15 @@ class CodeRuntime(abc.ABC):
         run_dir: str,
         sandbox: SandboxPlan,
         ids: RunIds | None,
+        before_start: Callable[[ChildProcess], None] | None = None,
     ) -> ChildProcess:
         """Start a cold child for one run in ``run_dir``: fd 0 ``/dev/null``, fds 1 and 2
         pipes, fd 3 the wire (a socketpair), a session of its own. ``sandbox`` and
         ``ids`` are the run's (the Python child applies them itself when its program
-        arrives; a child that cannot confine itself is started confined). ``OSError``
+        arrives; a child that cannot confine itself is started confined).
+        ``before_start(child)`` is called once the process exists and before it runs
+        anything of the program or the sandbox (the run puts it in its cgroup there); if
+        it raises, the child is killed and reaped and the exception goes on. ``OSError``
         when it cannot be started (the run ends ``worker_exit``, naming
         :attr:`interpreter`)."""
 
@@ -152,9 +155,11 @@ class CodeRuntime(abc.ABC):
         gateway's first warm run; replaced when the level changes)."""
 
     @abc.abstractmethod
-    def render_stub(self, specs: Specs) -> str:
+    def render_stub(self, specs: Specs, described: Sequence[Mapping[str, Any]] = ()) -> str:
         """The bindings (their specs, as the child gets them) as a model reads them, in
-        this language: what ``Gateway.describe()`` says."""
+        this language: what ``Gateway.describe()`` says. ``described``: what
+        ``describe(format="json")`` says of them, where the caller has it (types evaluated
+        from the host's annotations: a richer source than the specs)."""
 
     async def prepare(self, source: str) -> str:
         """The code sent in ``execute_request`` for ``source`` (default: ``source``);
@@ -214,12 +219,23 @@ class PythonRuntime(CodeRuntime):
         run_dir: str,
         sandbox: SandboxPlan,
         ids: RunIds | None,
+        before_start: Callable[[ChildProcess], None] | None = None,
     ) -> ChildProcess:
         # The sandbox and ids go with the program (execute_request): the child applies
         # them itself. With the probe's site state a cold child starts without site (-S),
         # 3 to 15 ms sooner; without one (not probed, or the probe could not tell) it
         # starts with site, as a warm one does.
-        return spawn_child(self.python, env, run_dir, site=self._site)
+        child = spawn_child(self.python, env, run_dir, site=self._site)
+        if before_start is not None:
+            # The Python child waits for its program before it runs anything of it.
+            try:
+                before_start(child)
+            except BaseException:
+                child.kill()
+                child.wait_gone(5.0)
+                child.close()
+                raise
+        return child
 
     def warm_pool(
         self,
@@ -241,72 +257,5 @@ class PythonRuntime(CodeRuntime):
             read_paths=read_paths,
         )
 
-    def render_stub(self, specs: Specs) -> str:
+    def render_stub(self, specs: Specs, described: Sequence[Mapping[str, Any]] = ()) -> str:
         return render_stub(specs)
-
-
-def node_runtime(language: Language, node: str | os.PathLike[str] | None = None) -> CodeRuntime:
-    """The runtime of ``language`` (``"typescript"`` or ``"javascript"``) programs, run by
-    Node (``node``: the binary, default ``node`` on PATH). What ``Gateway(language=...,
-    node=...)`` calls.
-
-    >>> node_runtime("typescript")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    NotImplementedError: Gateway(language='typescript') needs kernelgate's Node runtime, ...
-    """
-    raise NotImplementedError(
-        f"Gateway(language={language!r}) needs kernelgate's Node runtime, which this "
-        "kernelgate does not have yet (issue 20: the Node kernel, the TypeScript transform "
-        "and the launcher that sandboxes node); run Python programs (language='python', "
-        "the default), or install a kernelgate release that has it"
-    )
-
-
-def runtime_for(
-    *,
-    runtime: CodeRuntime | None = None,
-    language: str | None = None,
-    python: str | os.PathLike[str] | None = None,
-    node: str | os.PathLike[str] | None = None,
-) -> CodeRuntime:
-    """The runtime ``Gateway(runtime=, language=, python=, node=)`` asks for: ``runtime``
-    as given, else the runtime of ``language`` (default Python) with its binary.
-    Arguments that contradict each other are a ``TypeError`` naming them, an unknown
-    language a ``ValueError``.
-
-    >>> runtime_for(language="python").name
-    'python'
-    >>> runtime_for(language="typescript", python="python3")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    TypeError: Gateway(language='typescript', python=...): python= names the interpreter ...
-    """
-    if runtime is not None:
-        if not isinstance(runtime, CodeRuntime):
-            raise TypeError(
-                "runtime must be a kernelgate.gateway.runtime.CodeRuntime (e.g. "
-                f"PythonRuntime(python=...)), got {type(runtime).__name__}"
-            )
-        named = (("language", language), ("python", python), ("node", node))
-        given = [name for name, value in named if value is not None]
-        if given and not (given == ["language"] and language == runtime.name):
-            raise TypeError(
-                f"Gateway(runtime=...) takes its language and binary from the runtime "
-                f"({runtime!r}); leave out {', '.join(g + '=' for g in given)}"
-            )
-        return runtime
-    lang = check_language("python" if language is None else language)
-    if lang == "python":
-        if node is not None:
-            raise TypeError(
-                "Gateway(node=...) is for language='typescript' or 'javascript'; Python "
-                "programs run on python= (default: this interpreter)"
-            )
-        return PythonRuntime(python)
-    if python is not None:
-        raise TypeError(
-            f"Gateway(language={lang!r}, python=...): python= names the interpreter of "
-            f"Python programs; {lang} programs run on Node: give node= (or leave it out "
-            "for the node on PATH)"
-        )
-    return node_runtime(lang, node)
-

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["FRAME_OVERHEAD", "RUN_GID", "RUN_UID"]
+__all__ = ["FRAME_OVERHEAD", "LAUNCH_CONFIG_MAX", "RUN_GID", "RUN_UID"]
 
 #: Bytes a frame needs around a payload (header, parent header, field names): a value may
 #: use ``max_frame_bytes - FRAME_OVERHEAD``.
@@ -13,3 +13,7 @@ FRAME_OVERHEAD = 4096
 #: by every run, and the child's default when the host names none.
 RUN_UID = 65534
 RUN_GID = 65534
+
+#: The most bytes of the config the host hands a launcher on its fd 0 (a pipe): less than a
+#: pipe's buffer, so the host's one write never blocks.
+LAUNCH_CONFIG_MAX = 60 * 1024

@@ -7,21 +7,17 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
 
 from kernelgate import CodeGateway, Gateway, Limits, RemoteGateway
+from kernelgate.gateway.launch import NodeUnavailable
 from kernelgate.gateway.process import ChildProcess
 from kernelgate.gateway.runids import RunIds
-from kernelgate.gateway.runtime import (
-    CodeRuntime,
-    ProgramError,
-    PythonRuntime,
-    node_runtime,
-    runtime_for,
-)
+from kernelgate.gateway.runtime import CodeRuntime, ProgramError, PythonRuntime
+from kernelgate.gateway.runtimes import node_runtime, runtime_for
 from kernelgate.gateway.sandbox import SandboxPlan
 
 FAST = Limits(wall_seconds=20)
@@ -56,11 +52,18 @@ class CountingRuntime(PythonRuntime):
         run_dir: str,
         sandbox: SandboxPlan,
         ids: RunIds | None,
+        before_start: Callable[[ChildProcess], None] | None = None,
     ) -> ChildProcess:
         self.spawned += 1
-        return super().spawn(env=env, run_dir=run_dir, sandbox=sandbox, ids=ids)
+        return super().spawn(
+            env=env, run_dir=run_dir, sandbox=sandbox, ids=ids, before_start=before_start
+        )
 
-    def render_stub(self, specs: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    def render_stub(
+        self,
+        specs: Mapping[str, Mapping[str, Mapping[str, Any]]],
+        described: Sequence[Mapping[str, Any]] = (),
+    ) -> str:
         return "stub of " + ",".join(f"{ns}.{n}" for ns, t in specs.items() for n in sorted(t))
 
     def close(self) -> None:
@@ -82,14 +85,15 @@ def test_the_default_runtime_is_python_on_this_interpreter() -> None:
 
 
 @pytest.mark.parametrize("language", ["typescript", "javascript"])
-def test_node_languages_say_what_is_missing(language: str) -> None:
-    with pytest.raises(NotImplementedError) as caught:
-        Gateway(language=language)
+def test_node_languages_without_node_say_what_was_looked_for(language: str) -> None:
+    """No usable Node: a clear error when the gateway is made, naming what was looked
+    for and what to do; never a crash or a hang at the first run."""
+    with pytest.raises(NodeUnavailable) as caught:
+        Gateway(language=language, node="/nonexistent/bin/node")
     message = str(caught.value)
-    assert f"language={language!r}" in message and "Node runtime" in message
-    assert "language='python'" in message  # what to do instead
-    with pytest.raises(NotImplementedError):
-        node_runtime(language, "node")  # type: ignore[arg-type]
+    assert "'/nonexistent/bin/node'" in message and "apt-get install nodejs" in message
+    with pytest.raises(NodeUnavailable, match="PATH"):
+        node_runtime(language, "no-such-node-binary")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,10 @@ class Child {
       return;
     }
     const cwd = typeof options.cwd === 'string' ? options.cwd : null;
-    if (cwd !== null) {
+    // Launched confined, the child is there already: the launcher entered the run directory
+    // before it gave up the host's rights, and the run's own uid may not be able to walk to
+    // it by name (a 0700 ancestor).
+    if (cwd !== null && process.cwd() !== cwd) {
       try {
         process.chdir(cwd);
       } catch (exc) {

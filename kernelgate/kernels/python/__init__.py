@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["LOADER", "ZYGOTE_LOADER", "package_root"]
+__all__ = ["LOADER", "ZYGOTE_LOADER", "LAUNCHER", "package_root"]
 
 
 def _loader(module: str) -> str:
@@ -27,6 +27,9 @@ def _loader(module: str) -> str:
 LOADER = _loader("bootstrap")
 #: The same for the zygote, the template process of the warm pool.
 ZYGOTE_LOADER = _loader("zygote")
+#: The same for the launcher, which confines a runtime that cannot confine itself (Node)
+#: and execs it (:mod:`.launcher`).
+LAUNCHER = _loader("launcher")
 
 
 def package_root() -> str:

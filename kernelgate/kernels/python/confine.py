@@ -54,6 +54,7 @@ __all__ = [
     "not_dumpable",
     "die_with_parent",
     "interpreter_paths",
+    "system_paths",
     "lock_down",
 ]
 
@@ -257,6 +258,35 @@ def interpreter_paths() -> list[str]:
     return list(_interpreter_paths)
 
 
+#: What any dynamically linked program on the machine reads, whatever its runtime: the
+#: system's libraries and executables, the loader's cache, time zones, the harmless devices,
+#: and /proc (the pid namespace's own at the namespace levels).
+SYSTEM_PATHS = (
+    "/usr/lib",
+    "/usr/lib64",
+    "/lib",
+    "/lib64",
+    "/usr/local/lib",
+    "/usr/share/zoneinfo",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/urandom",
+    "/dev/random",
+    "/proc",
+    "/usr/bin",
+    "/bin",
+    "/usr/local/bin",
+)
+
+
+def system_paths() -> list[str]:
+    """:data:`SYSTEM_PATHS`, the part of every runtime's landlock read paths that does not
+    depend on the runtime (a launched Node adds its binary, libraries and kernel)."""
+    return list(SYSTEM_PATHS)
+
+
 def _find_interpreter_paths() -> list[str]:
     paths = {
         sys.prefix,
@@ -271,26 +301,7 @@ def _find_interpreter_paths() -> list[str]:
         for m in [sys.modules.get("kernelgate")]
         if m is not None and m.__file__
     )
-    paths.update(
-        [
-            "/usr/lib",
-            "/usr/lib64",
-            "/lib",
-            "/lib64",
-            "/usr/local/lib",
-            "/usr/share/zoneinfo",
-            "/etc/ld.so.cache",
-            "/etc/localtime",
-            "/dev/null",
-            "/dev/zero",
-            "/dev/urandom",
-            "/dev/random",
-            "/proc",
-            "/usr/bin",
-            "/bin",
-            "/usr/local/bin",
-        ]
-    )
+    paths.update(SYSTEM_PATHS)
     return sorted(paths)
 
 
@@ -303,6 +314,8 @@ def lock_down(
     read_paths: list[str],
     write_paths: list[str] | None = None,
     ids: Ids | None = None,
+    runtime_paths: list[str] | None = None,
+    runtime: str = "python",
 ) -> None:
     """What depends on the level only: the run's uid ``ids`` (``process`` on a root host;
     None: the shared :data:`RUN_UID`), landlock, seccomp, dropping capabilities.
@@ -310,6 +323,11 @@ def lock_down(
     A warm child does this before its program arrives, a cold one after. The seccomp filter
     comes after everything that needs a syscall it denies (landlock's own, capset,
     setresuid).
+
+    ``runtime_paths``: where the runtime that will run the program reads (None: this
+    interpreter, :func:`interpreter_paths`; a launched Node gives its binary, libraries
+    and kernel, plus :func:`system_paths`). ``runtime``: whose seccomp filter
+    (:data:`.seccomp.RUNTIMES`).
     """
     not_dumpable()
     if level == "process" and os.geteuid() == 0:
@@ -318,9 +336,9 @@ def lock_down(
         _landlock_domain()
     if level == "namespaces+landlock":
         _landlock(
-            [*interpreter_paths(), *read_paths],
+            [*(interpreter_paths() if runtime_paths is None else runtime_paths), *read_paths],
             [run_dir, "/tmp", "/dev/shm", "/dev/null", *(write_paths or [])],
         )
     if level != "process":
         _drop_capabilities()
-    seccomp.apply(level)
+    seccomp.apply(level, runtime)

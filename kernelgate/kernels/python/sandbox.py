@@ -50,6 +50,7 @@ from .confine import (
     lock_down,
     not_dumpable,
     run_ids,
+    system_paths,
 )
 from .syscalls import landlock_abi
 from .userns import Born, enter_namespaces, fork_into_namespaces, probe, read_all, read_status
@@ -63,6 +64,8 @@ __all__ = [
     "lock_down",
     "restrict",
     "enter",
+    "Launched",
+    "UNSUITED_RLIMITS",
     "not_dumpable",
     "warm_sandbox",
     "Born",
@@ -97,28 +100,65 @@ def prepare(
     read_paths: list[str] | None = None,
     born_in: Born | None = None,
     ids: Ids | None = None,
+    kept: list[str] | None = None,
 ) -> None:
     """What does not depend on the program: namespaces (when the level has them) and cwd.
 
     With namespaces this returns in a new process, the program's (pid 2). A warm child
     does this before its program arrives. ``ids``: the run's own uid and gid outside (a
-    root host; None: the shared :data:`RUN_UID`).
+    root host; None: the shared :data:`RUN_UID`). ``kept``: what the program's runtime
+    reads, brought back read-only where the view hides it (None: this interpreter; the
+    launcher gives Node's binary, libraries and kernel).
     """
     if level not in LEVELS:
         raise ValueError(f"unknown sandbox level {level!r}")
     if level in ("namespaces", "namespaces+landlock"):
-        enter_namespaces(run_dir, _kept_paths(), list(read_paths or []), born_in, ids)
+        view = _kept_paths() if kept is None else kept
+        enter_namespaces(run_dir, view, list(read_paths or []), born_in, ids)
         os.environ["TMPDIR"] = "/tmp"  # private to this run
     else:
         os.chdir(run_dir)
         os.environ["TMPDIR"] = run_dir  # the host's /tmp is shared: keep temp files here
 
 
-def restrict(options: dict[str, Any], locked: bool = False) -> None:
-    """What depends on the run's limits (rlimits), and :func:`lock_down` unless done."""
+#: Per launched runtime, the rlimits that do not suit it and are left unset. V8 reserves
+#: large address ranges up front (its pointer cage and code range, GiBs): under
+#: ``RLIMIT_AS`` at a run's ``memory_bytes`` (512 MiB) Node dies at start with SIGTRAP. The
+#: run's memory cgroup and V8's own ``--max-old-space-size`` (set by the host) bound it.
+UNSUITED_RLIMITS: dict[str, tuple[str, ...]] = {"node": ("RLIMIT_AS",)}
+
+
+class Launched:
+    """A runtime a launcher execs once the sandbox is in place (:mod:`.launcher`), as the
+    sandbox must know it: ``name`` (its seccomp filter, :data:`.seccomp.RUNTIMES`, and
+    the rlimits that do not suit it) and ``paths`` (what it reads: its binary, libraries
+    and kernel; the view brings them back where it hides them, and landlock lets it read
+    them and :func:`.confine.system_paths` instead of this interpreter's paths)."""
+
+    def __init__(self, name: str, paths: list[str]) -> None:
+        if name not in seccomp.RUNTIMES:
+            raise ValueError(
+                f"unknown runtime {name!r}; the sandbox knows {', '.join(seccomp.RUNTIMES)}"
+            )
+        self.name = name
+        self.paths = list(paths)
+
+    def read_paths(self) -> list[str]:
+        """Where landlock lets it read: the system's paths and its own."""
+        return [*system_paths(), *self.paths]
+
+
+def restrict(
+    options: dict[str, Any], locked: bool = False, launched: Launched | None = None
+) -> None:
+    """What depends on the run's limits (rlimits), and :func:`lock_down` unless done.
+    ``launched``: for a runtime the caller execs next (None: this interpreter)."""
     sandbox = options.get("sandbox") or {}
     rlimits = dict(sandbox.get("rlimits") or {})
     rlimits.setdefault("RLIMIT_CORE", [0, 0])
+    if launched is not None:
+        for name in UNSUITED_RLIMITS.get(launched.name, ()):
+            rlimits.pop(name, None)
     apply_rlimits(rlimits)
     if not locked:
         lock_down(
@@ -127,11 +167,17 @@ def restrict(options: dict[str, Any], locked: bool = False) -> None:
             list(sandbox.get("read_paths") or []),
             list(sandbox.get("write_paths") or []),
             run_ids(sandbox.get("ids")),
+            runtime_paths=launched.read_paths() if launched is not None else None,
+            runtime=launched.name if launched is not None else "python",
         )
 
 
-def enter(options: dict[str, Any], prepared: bool = False) -> None:
-    """Apply the sandbox ``options["sandbox"]`` asks for; returns in the program's process."""
+def enter(
+    options: dict[str, Any], prepared: bool = False, launched: Launched | None = None
+) -> None:
+    """Apply the sandbox ``options["sandbox"]`` asks for; returns in the program's process.
+    ``launched``: the runtime the caller execs next (None: this interpreter runs the
+    program)."""
     if not prepared:
         sandbox = options.get("sandbox") or {}
         prepare(
@@ -139,5 +185,6 @@ def enter(options: dict[str, Any], prepared: bool = False) -> None:
             options.get("cwd") or os.getcwd(),
             list(sandbox.get("read_paths") or []),
             ids=run_ids(sandbox.get("ids")),
+            kept=launched.paths if launched is not None else None,
         )
-    restrict(options, locked=prepared)
+    restrict(options, locked=prepared, launched=launched)
