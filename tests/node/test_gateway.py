@@ -219,3 +219,22 @@ def test_describe_gives_typescript_declarations() -> None:
         text = gw.describe()
     assert "declare const tools: {" in text
     assert "search(query: string, limit?: number): Promise<string[]>;" in text
+
+
+def test_run_code_for_a_typescript_gateway_says_typescript_and_returns_what_a_model_reads(
+    runs: str,
+) -> None:
+    async def main() -> None:
+        async with Gateway(language="typescript", bindings={"search": search}, tmp_dir=runs) as gw:
+            tool = gw.tool_schema("anthropic")
+            assert tool["description"].startswith("Run a TypeScript program")
+            assert (
+                "search(query: string, limit?: number): Promise<string[]>;" in (tool["description"])
+            )
+            assert "TypeScript" in tool["input_schema"]["properties"]["code"]["description"]
+            out = await gw.run_tool('console.log("hi");\n(await tools.search("q")).length')
+            assert (out.text, out.is_error) == ("printed:\nhi\nreturned:\n2", False)
+            bad = await gw.run_tool("let x: = 1")
+            assert bad.is_error and "line 1, column 8" in bad.text
+
+    asyncio.run(main())
