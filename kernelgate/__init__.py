@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Gateway": "kernelgate.gateway.gateway",
+    "CodeGateway": "kernelgate.gateway.api",
     "Limits": "kernelgate.model.limits",
     "RunResult": "kernelgate.model.result",
     "CallRecord": "kernelgate.model.result",
@@ -32,6 +33,7 @@ _EXPORTS = {
 
 __all__ = [
     "CallRecord",
+    "CodeGateway",
     "ErrorInfo",
     "Gateway",
     "Limits",
@@ -44,6 +46,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from kernelgate.gateway.api import CodeGateway
     from kernelgate.gateway.bindings import inline
     from kernelgate.gateway.gateway import Gateway
     from kernelgate.gateway.schemas import input_schema

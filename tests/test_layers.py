@@ -50,9 +50,10 @@ BOTTOM = {"wire": set(), "model": {"wire"}}
 FACADE = {"kernelgate"}
 STDLIB_ONLY = {"kernelgate.demo"}
 
-#: The host uses the child's package only for its paths and loader source
-#: (``package_root``, ``LOADER``, ``ZYGOTE_LOADER``), never the child's code.
-HOST_MAY_USE_CHILD = {"kernelgate.kernels.python"}
+#: The host uses the children's packages only for their paths and loader source
+#: (``package_root``, ``LOADER``, ``ZYGOTE_LOADER``; the Node kernel's ``KERNEL_JS`` and
+#: ``kernel_argv``), never the child's code.
+HOST_MAY_USE_CHILD = {"kernelgate.kernels.python", "kernelgate.kernels.node"}
 
 #: The one declared upward edge: ``RunResult.save()`` and ``to_notebook()`` are public
 #: conveniences that import :mod:`kernelgate.notebooks` when called.

@@ -10,6 +10,7 @@ from typing import Any
 
 from kernelgate.demo import BINDINGS, DEMO_PROGRAM
 from kernelgate.gateway.gateway import Gateway
+from kernelgate.gateway.launch import NodeUnavailable
 from kernelgate.model.limits import Limits
 
 from .common import (
@@ -132,6 +133,14 @@ def _check_record_path(path: str) -> str:
     return full
 
 
+#: The language of a program file, by its extension (anything else: Python).
+EXTENSIONS = {".ts": "typescript", ".mts": "typescript", ".js": "javascript", ".mjs": "javascript"}
+
+
+def _language_of(path: str) -> str:
+    return EXTENSIONS.get(os.path.splitext(path)[1].lower(), "python")
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     record = _check_record_path(args.record) if args.record else None
     limits = limits_from_args(args)
@@ -141,8 +150,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.bindings
         else {"tools": {}}
     )
+    language = args.language or _language_of(args.program)
     # One run: a warm pool would only cost a second interpreter.
-    gw = Gateway(namespaces=namespaces, limits=limits, pool_size=0)
+    try:
+        gw = Gateway(
+            namespaces=namespaces, limits=limits, pool_size=0, language=language, node=args.node
+        )
+    except (NodeUnavailable, TypeError) as exc:
+        raise UsageError(f"cannot run {language} programs: {exc}") from None
     on_output = None if args.json else _print_live
     result = run_stoppable(lambda: _run_once(gw, program, on_output))
     code = _report(result, args.json, limits=limits or Limits())
@@ -178,7 +193,16 @@ def register(subparsers: Any) -> None:
     run = subparsers.add_parser(
         "run", help="run a program file (or - for stdin) and print what it printed and returned"
     )
-    run.add_argument("program", help="path of a Python program, or - to read it from stdin")
+    run.add_argument(
+        "program",
+        help="path of a program (Python; .ts TypeScript, .js JavaScript), or - for stdin",
+    )
+    run.add_argument(
+        "--language",
+        choices=["python", "typescript", "javascript"],
+        help="the program's language (default: from its extension; Python for stdin)",
+    )
+    run.add_argument("--node", metavar="PATH", help="the Node binary (TypeScript/JavaScript)")
     run.add_argument(
         "--bindings",
         metavar="MODULE:ATTR",

@@ -10,10 +10,23 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["CallRecord", "ErrorInfo", "Gateway", "Limits", "RunDebugger", "RunResult"]
+__all__ = [
+    "CallRecord",
+    "CodeGateway",
+    "CodeRuntime",
+    "ErrorInfo",
+    "Gateway",
+    "Limits",
+    "PythonRuntime",
+    "RunDebugger",
+    "RunResult",
+]
 
 _EXPORTS = {
     "Gateway": "kernelgate.gateway.gateway",
+    "CodeGateway": "kernelgate.gateway.api",
+    "CodeRuntime": "kernelgate.gateway.runtime",
+    "PythonRuntime": "kernelgate.gateway.runtime",
     "Limits": "kernelgate.model.limits",
     "RunDebugger": "kernelgate.gateway.debug",
     "RunResult": "kernelgate.model.result",
@@ -22,8 +35,10 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from kernelgate.gateway.api import CodeGateway
     from kernelgate.gateway.debug import RunDebugger
     from kernelgate.gateway.gateway import Gateway
+    from kernelgate.gateway.runtime import CodeRuntime, PythonRuntime
     from kernelgate.model.limits import Limits
     from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
 

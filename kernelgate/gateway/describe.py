@@ -25,6 +25,7 @@ import typing
 from typing import Any, Literal, overload
 
 from kernelgate.model.describe import render_stub
+from kernelgate.model.describe_ts import render_declarations
 
 from .bindings import Binding, BindingRegistry
 
@@ -191,10 +192,17 @@ def describe_json(registry: BindingRegistry) -> list[dict[str, Any]]:
 def describe(registry: BindingRegistry, format: Literal["text"] = "text") -> str: ...
 @overload
 def describe(registry: BindingRegistry, format: Literal["json"]) -> list[dict[str, Any]]: ...
+@overload
+def describe(registry: BindingRegistry, format: Literal["typescript"]) -> str: ...
 def describe(registry: BindingRegistry, format: str = "text") -> str | list[dict[str, Any]]:
-    """The bindings of ``registry`` as a Python stub (``"text"``) or JSON (``"json"``)."""
+    """The bindings of ``registry`` as a Python stub (``"text"``), JSON (``"json"``) or
+    TypeScript declarations (``"typescript"``, for programs written in TypeScript)."""
     if format == "text":
         return render_stub(registry.specs())
     if format == "json":
         return describe_json(registry)
-    raise ValueError(f"describe(format={format!r}): use 'text' (a Python stub) or 'json'")
+    if format == "typescript":
+        return render_declarations(describe_json(registry), registry.specs())
+    raise ValueError(
+        f"describe(format={format!r}): use 'text' (a Python stub), 'json' or 'typescript'"
+    )

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, Protocol, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload, runtime_checkable
 
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import RunResult
@@ -15,10 +16,11 @@ from . import describe as _describe
 from . import tools as _tools
 from .bindings import BindingRegistry
 from .debug import RunDebugger
-from .pool import WarmPool
-from .process import resolve_interpreter
+from .outcome import Verdict, sandbox_unavailable
 from .run import CallListener, OutputListener, Policy, Run, RunPlan
-from .sandbox import LEVELS, SandboxSupport, plan_sandbox, probe_support
+from .runtime import ChildPool, CodeRuntime, ProgramError, PythonRuntime
+from .runtimes import runtime_for
+from .sandbox import LEVELS, SandboxSupport, plan_sandbox
 from .teardown import sweep_leftovers
 
 __all__ = ["Gateway", "Recorder"]
@@ -32,21 +34,19 @@ class Recorder(Protocol):
     def append(self, result: RunResult, /) -> Any: ...
 
 
-#: What the interpreter needs in an otherwise empty environment. The host's own variables
-#: never reach the child; ``Gateway(env=...)`` adds to (or overrides) these.
-
-
 def _default_threads() -> int:
     """Synchronous bindings of one gateway running at once (more wait for a thread): a
     few per CPU, as they mostly wait on I/O; between 8 and 32."""
     return max(8, min(32, 4 * (os.cpu_count() or 1)))
 
 
+#: What the interpreter needs in an otherwise empty environment. The host's own variables
+#: never reach the child; ``Gateway(env=...)`` adds to (or overrides) these.
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
 class Gateway:
-    """Runs programs, each in a fresh CPython child, with host bindings as async calls.
+    """Runs programs, each in a fresh child process, with host bindings as async calls.
 
     >>> def add(a: int, b: int) -> int:
     ...     return a + b
@@ -59,6 +59,14 @@ class Gateway:
     ``namespaces`` gives several at once (``{"tools": {...}, "db": {...}}``). ``run()`` never
     raises for what a program did: failures are in the result's ``status`` and ``error``.
     ``record_to`` names a directory where every run is saved as a notebook.
+
+    The programs' language is the ``runtime``'s (:class:`~.runtime.CodeRuntime`); the
+    default, :class:`~.runtime.PythonRuntime`, runs each in a fresh CPython child of
+    ``python`` (default: this interpreter). ``language="typescript"`` or
+    ``"javascript"`` runs them on Node (``node``: its binary, default ``node`` on PATH).
+    Give one of ``runtime``, or ``language`` with its binary: a contradiction (``runtime``
+    with ``python``, ``language="typescript"`` with ``python``) is a ``TypeError``. A
+    runtime given as ``runtime`` may serve several gateways: closing one leaves it open.
 
     ``sandbox`` is the isolation level (``"process"``, ``"namespaces"``,
     ``"namespaces+landlock"``; default: the strongest this machine allows); with
@@ -79,6 +87,9 @@ class Gateway:
         namespaces: Mapping[str, Mapping[str, Callable[..., Any]]] | None = None,
         limits: Limits | None = None,
         python: str | os.PathLike[str] | None = None,
+        language: str | None = None,
+        node: str | os.PathLike[str] | None = None,
+        runtime: CodeRuntime | None = None,
         env: Mapping[str, str] | None = None,
         tmp_dir: str | os.PathLike[str] | None = None,
         record_to: str | os.PathLike[str] | Recorder | None = None,
@@ -93,7 +104,10 @@ class Gateway:
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be a kernelgate.Limits, got {type(limits).__name__}")
         self.limits = limits or Limits()
-        self.python = resolve_interpreter(python)
+        #: How programs are started and described: the language they are written in.
+        self.runtime = runtime_for(runtime=runtime, language=language, python=python, node=node)
+        # A runtime the caller gave may serve other gateways too: it is the caller's to close.
+        self._owns_runtime = runtime is None
         child_env = dict(_BASE_ENV)
         for key, value in (env or {}).items():
             if not isinstance(key, str) or not isinstance(value, str) or "=" in key or not key:
@@ -132,7 +146,7 @@ class Gateway:
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0:
             raise ValueError(f"pool_size must be an integer >= 0, got {pool_size!r}")
         self.pool_size = pool_size
-        self._pool: WarmPool | None = None
+        self._pool: ChildPool | None = None
         self._runs: set[Run] = set()
         # Runs that returned on their reply while their child was still exiting.
         self._finishing: set[asyncio.Task[None]] = set()
@@ -148,6 +162,17 @@ class Gateway:
     @property
     def registry(self) -> BindingRegistry:
         return self._registry
+
+    @property
+    def language(self) -> str:
+        """The language programs are written in (the runtime's name): ``"python"``,
+        ``"typescript"`` or ``"javascript"``."""
+        return self.runtime.name
+
+    @property
+    def python(self) -> str | None:
+        """The interpreter of a Python gateway's children (None for another language)."""
+        return self.runtime.python if isinstance(self.runtime, PythonRuntime) else None
 
     @property
     def closed(self) -> bool:
@@ -183,17 +208,17 @@ class Gateway:
         3
         """
         limits = self._check_run(program, limits)
+        if debug is not None and not self.runtime.debugger:
+            raise ValueError(
+                f"Gateway.run(debug=...): the debugger steps through Python programs; this "
+                f"gateway runs {self.runtime.name} programs (run it without debug=)"
+            )
         if self._support is None:
             self._support = await asyncio.to_thread(self._first_run)
+        plan = await self._prepared(program, self._plan(limits, self._support))
         if debug is not None:
             debug.claim()  # one run per RunDebugger: refused before any child is taken
-        run = Run(
-            program,
-            self._plan(limits, self._support),
-            on_output=on_output,
-            on_call=on_call,
-            debug=debug,
-        )
+        run = Run(program, plan, on_output=on_output, on_call=on_call, debug=debug)
         self._runs.add(run)
         try:
             result = await run.execute()
@@ -214,10 +239,13 @@ class Gateway:
     def describe(self, format: Literal["text"] = "text") -> str: ...
     @overload
     def describe(self, format: Literal["json"]) -> list[dict[str, Any]]: ...
+    @overload
+    def describe(self, format: Literal["typescript"]) -> str: ...
     def describe(self, format: str = "text") -> str | list[dict[str, Any]]:
-        """The bindings as a model is told about them: a Python stub (the text
-        ``help(tools)`` prints in a program), or per binding JSON with a JSON Schema of its
-        parameters (``format="json"``). See :mod:`kernelgate.gateway.describe`.
+        """The bindings as a model is told about them: a stub in the programs' language
+        (for Python the text ``help(tools)`` prints in a program), or per binding JSON
+        with a JSON Schema of its parameters (``format="json"``), or TypeScript
+        declarations (``format="typescript"``). See :mod:`kernelgate.gateway.describe`.
 
         >>> def add(a: int, b: int) -> int:
         ...     return a + b
@@ -227,6 +255,10 @@ class Gateway:
                 ...
         <BLANKLINE>
         """
+        if format == "text":
+            return self.runtime.render_stub(
+                self._registry.specs(), _describe.describe_json(self._registry)
+            )
         return _describe.describe(self._registry, format)  # type: ignore[call-overload,no-any-return]
 
     def tool_schema(self, api: str = "anthropic") -> dict[str, Any]:
@@ -237,7 +269,7 @@ class Gateway:
         >>> Gateway().tool_schema("anthropic")["input_schema"]["required"]
         ['code']
         """
-        return _tools.tool_schema(self.describe(), api)
+        return _tools.tool_schema(self.describe(), api, self.language)
 
     async def run_tool(
         self, code: str, *, max_chars: int = _tools.MAX_CHARS, limits: Limits | None = None
@@ -255,7 +287,7 @@ class Gateway:
         1
         """
         if not isinstance(code, str):
-            raise TypeError(f"code must be str (Python source), got {type(code).__name__}")
+            raise TypeError(f"code must be str (the program's source), got {type(code).__name__}")
         result = await self.run(code, limits=limits)
         return _tools.tool_output(result, max_chars)
 
@@ -264,7 +296,9 @@ class Gateway:
         if self._closed:
             raise RuntimeError("this Gateway is closed; create a new one to run programs")
         if not isinstance(program, str):
-            raise TypeError(f"program must be str (Python source), got {type(program).__name__}")
+            raise TypeError(
+                f"program must be str (the program's source), got {type(program).__name__}"
+            )
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be a kernelgate.Limits, got {type(limits).__name__}")
         return limits or self.limits
@@ -290,10 +324,10 @@ class Gateway:
         from, the policy and the binding threads."""
         level = self.sandbox or support.strongest
         missing = support.missing(level)
-        unavailable = ""
+        unavailable = None
         if missing:
             if self.strict:
-                unavailable = (
+                unavailable = sandbox_unavailable(
                     f"the sandbox level {level!r} is not available on this machine: {missing}; "
                     f"the strongest here is {support.strongest!r} (Gateway(strict=True) "
                     "refuses to run with less)"
@@ -302,16 +336,28 @@ class Gateway:
         return RunPlan(
             registry=self._registry,
             limits=limits,
-            python=self.python,
+            runtime=self.runtime,
             env=self.env,
             sandbox=plan_sandbox(level, limits, support, self.read_paths),
             base_dir=self.tmp_dir,
-            sandbox_unavailable=unavailable,
+            refused=unavailable,
             policy=self.policy,
-            pool=self._pool_for(level, support) if not unavailable else None,
+            pool=self._pool_for(level, support) if unavailable is None else None,
             executor=self._binding_threads(),
-            site=support.site,
         )
+
+    async def _prepared(self, program: str, plan: RunPlan) -> RunPlan:
+        """``plan`` with the code the child is sent, as the runtime prepares ``program``;
+        or refused, when the runtime cannot (before a child is taken: it costs none)."""
+        if plan.refused is not None:
+            return plan
+        try:
+            code = await self.runtime.prepare(program)
+        except ProgramError as exc:
+            # An exception, as if the program had raised it where the runtime says.
+            refused = Verdict("exception", exc.ename, exc.evalue, tuple(exc.traceback))
+            return dataclasses.replace(plan, refused=refused, pool=None)
+        return plan if code is program else dataclasses.replace(plan, code=code)
 
     def _first_run(self) -> SandboxSupport:
         """Before the first run, in a worker thread: probe what the machine allows, and
@@ -319,22 +365,21 @@ class Gateway:
         their zygote was killed too, or they had none), so a machine that restarts kernels
         all day does not fill up. A cgroup of theirs may take a moment to empty: that wait
         is never on the event loop."""
-        support = probe_support(self.python)
+        support = self.runtime.probe()
         if not self._swept:
             self._swept = True
             sweep_leftovers(self.tmp_dir, support.cgroups)
         return support
 
-    def _pool_for(self, level: str, support: SandboxSupport) -> WarmPool | None:
+    def _pool_for(self, level: str, support: SandboxSupport) -> ChildPool | None:
         """The warm pool for ``level`` (made on first use; None with ``pool_size=0``)."""
         if self.pool_size == 0:
             return None
         if self._pool is None or self._pool.level != level:
             if self._pool is not None:
                 self._retire(self._pool)
-            self._pool = WarmPool(
+            self._pool = self.runtime.warm_pool(
                 size=self.pool_size,
-                python=self.python,
                 env=self.env,
                 level=level,
                 base_dir=self.tmp_dir,
@@ -343,7 +388,7 @@ class Gateway:
             )
         return self._pool
 
-    def _retire(self, pool: WarmPool) -> None:
+    def _retire(self, pool: ChildPool) -> None:
         """Close a pool that is no longer used, on the loop without blocking it; awaited
         by wait_finished and aclose like the teardown of a run."""
         task = asyncio.get_running_loop().create_task(pool.aclose())
@@ -363,9 +408,13 @@ class Gateway:
         return asyncio.run(self._run_to_the_end(program, limits))
 
     async def _run_to_the_end(self, program: str, limits: Limits | None) -> RunResult:
-        # The loop ends with this call: the run's teardown finishes inside it.
-        result = await self.run(program, limits=limits)
-        await self.wait_finished()
+        # The loop ends with this call: the run's teardown finishes inside it, and what the
+        # runtime holds on it (a helper whose pipes belong to it) goes with it.
+        try:
+            result = await self.run(program, limits=limits)
+            await self.wait_finished()
+        finally:
+            await self.runtime.end_loop()
         return result
 
     async def wait_finished(self) -> None:
@@ -399,12 +448,16 @@ class Gateway:
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.aclose()
+        if self._owns_runtime:
+            await self.runtime.aclose()
 
     def _close_pool(self) -> None:
         self._close_threads()
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        if self._owns_runtime:
+            self.runtime.close()
 
     def close(self) -> None:
         """Close from synchronous code: stop every live run (their loops finish them)."""
@@ -428,4 +481,14 @@ class Gateway:
     def __repr__(self) -> str:
         names = {ns: sorted(t) for ns, t in self._registry.namespaces.items()}
         state = "closed" if self._closed else "open"
-        return f"<Gateway {state} namespaces={names} python={self.python!r}>"
+        return (
+            f"<Gateway {state} namespaces={names} {self.runtime.name}="
+            f"{self.runtime.interpreter!r}>"
+        )
+
+
+if TYPE_CHECKING:
+    from .api import CodeGateway
+
+    def _is_a_code_gateway(gateway: Gateway) -> CodeGateway:
+        return gateway  # mypy checks that a Gateway is a CodeGateway

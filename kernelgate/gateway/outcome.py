@@ -20,6 +20,7 @@ import signal as signal_module
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from kernelgate.model.language import DEFAULT_LANGUAGE, Language
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord, ErrorInfo, RunResult, Status
 from kernelgate.wire.events import ExecuteReply
@@ -63,6 +64,7 @@ class Verdict:
     status: Status
     ename: str
     message: str
+    traceback: tuple[str, ...] = ()  # a program refused before it ran may have one
 
 
 class Verdicts:
@@ -353,6 +355,7 @@ class Ending:
     duration_s: float = 0.0
     program: str = ""
     interpreter: str = ""
+    language: Language = DEFAULT_LANGUAGE
     bindings: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -485,11 +488,9 @@ def build_result(end: Ending) -> RunResult:
         if verdict is None:
             verdict = worker_exit(end.limits, sig, exit_code)
         status = verdict.status
-        error = ErrorInfo(verdict.ename, verdict.message)
+        error = ErrorInfo(verdict.ename, verdict.message, cap_lines(list(verdict.traceback)))
         outputs = [o for o in outputs if o is not end.result_output]
-        outputs.append(
-            {"output_type": "error", "ename": error.ename, "evalue": error.evalue, "traceback": []}
-        )
+        outputs.append({"output_type": "error", **error.to_dict()})
     return RunResult(
         status=status,
         value=value,
@@ -505,6 +506,7 @@ def build_result(end: Ending) -> RunResult:
         started_at=end.started_at,
         program=end.program,
         interpreter=end.interpreter,
+        language=end.language,
         limits=end.limits.to_dict(),
         bindings=end.bindings,
         # The host's plan, never the child's word; none when the sandbox was not entered.

@@ -9,11 +9,11 @@ from typing import Any
 
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord
-from kernelgate.model.site import SiteState
 
 from .bindings import Binding, BindingRegistry
 from .cgroups import CgroupRoots
-from .pool import WarmPool
+from .outcome import Verdict
+from .runtime import ChildPool, CodeRuntime
 from .sandbox import SandboxPlan
 
 __all__ = ["CallHandler", "CallListener", "Policy", "RunPlan"]
@@ -34,33 +34,36 @@ def _process_level() -> SandboxPlan:
 @dataclass(frozen=True)
 class RunPlan:
     """How one run is made, fixed before it starts: its bindings and limits, the
-    interpreter and environment, the sandbox (level, rlimits, cgroup roots), where its
+    runtime (the language: how its child is started and its program prepared) and
+    environment, the sandbox (level, rlimits, cgroup roots), where its
     child comes from (``pool``: warm, or None: a cold spawn), the policy and where
     synchronous bindings run. A ``Run`` reads it and never changes it.
 
-    ``sandbox_unavailable`` is the reason a strict gateway refuses to run (the run then
-    ends ``"sandbox_unavailable"`` without starting a child).
+    ``refused`` is why the run ends before a child is taken: the sandbox level a strict
+    gateway cannot have (``"sandbox_unavailable"``), or a program its runtime refused as
+    it prepared it (``"exception"``).
 
-    >>> plan = RunPlan(BindingRegistry.from_arguments({}, "tools", None), Limits(), "python3")
-    >>> plan.sandbox.level, plan.warm, plan.cgroup_roots
-    ('process', False, None)
+    >>> from kernelgate.gateway.runtime import PythonRuntime
+    >>> registry = BindingRegistry.from_arguments({}, "tools", None)
+    >>> plan = RunPlan(registry, Limits(), PythonRuntime())
+    >>> plan.sandbox.level, plan.warm, plan.cgroup_roots, plan.runtime.name
+    ('process', False, None, 'python')
     """
 
     registry: BindingRegistry
     limits: Limits
-    python: str
+    runtime: CodeRuntime
     env: Mapping[str, str] = field(default_factory=dict)
     sandbox: SandboxPlan = field(default_factory=_process_level)
     base_dir: str | None = None
-    sandbox_unavailable: str = ""
+    refused: Verdict | None = None
+    #: What the child is sent: the program as the runtime prepared it (None: as given).
+    code: str | None = None
     policy: Policy | None = None
-    pool: WarmPool | None = None
+    pool: ChildPool | None = None
     #: Where synchronous bindings run (None: the loop's default executor).
     executor: Executor | None = None
     call_handler: CallHandler | None = None
-    #: What the interpreter's ``site`` makes (:class:`SiteState`): a cold child is started
-    #: without ``site`` and given this (None: started with ``site``).
-    site: SiteState | None = None
 
     @property
     def warm(self) -> bool:

@@ -60,7 +60,7 @@ from .teardown import (
     sweep_leftovers,
 )
 
-__all__ = ["WarmPool", "PooledChild", "Zygote", "sweep_leftovers"]
+__all__ = ["WarmChild", "WarmPool", "PooledChild", "Zygote", "sweep_leftovers"]
 
 
 #: How long a refill waits when other children are still ready: about a warm run.
@@ -312,16 +312,25 @@ def exit_code_of(status: int) -> int | None:
     return None
 
 
-class PooledChild(ChildProcess):
+class WarmChild(ChildProcess):
+    """A child started ahead of its run, in its sandbox and waiting for its program: what
+    any runtime's warm pool hands a run (:class:`~.runtime.ChildPool`). ``run_dir`` is its
+    run directory; ``cgroup`` the run cgroup it is in (None: none here)."""
+
+    def __init__(self, *args: Any, run_dir: str) -> None:
+        super().__init__(*args)
+        self.run_dir = run_dir
+        self.cgroup: RunCgroup | None = None
+
+
+class PooledChild(WarmChild):
     """A child forked by the zygote: the zygote reaps it and reports its status."""
 
     reaped_by_zygote = True
 
     def __init__(self, *args: Any, zygote: Zygote, run_dir: str) -> None:
-        super().__init__(*args)
+        super().__init__(*args, run_dir=run_dir)
         self.zygote = zygote
-        self.run_dir = run_dir
-        self.cgroup: RunCgroup | None = None
 
     def on_status(self, callback: Callable[[], None]) -> None:
         self.zygote.wait_status(self.pid, callback)
@@ -348,7 +357,8 @@ class PooledChild(ChildProcess):
 
 
 class WarmPool:
-    """Keeps ``size`` booted children ready for one gateway's interpreter and sandbox level."""
+    """Keeps ``size`` booted children ready for one gateway's interpreter and sandbox level:
+    :class:`~.runtime.PythonRuntime`'s warm pool (a :class:`~.runtime.ChildPool`)."""
 
     def __init__(
         self,

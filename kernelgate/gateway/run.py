@@ -44,23 +44,21 @@ from kernelgate.wire.messages import iso_now
 from .calls import CallDispatcher
 from .cgroups import MemoryUse, RunCgroup
 from .channel import ChildChannel
+from .coldstart import start_cold
 from .debug import RunDebugger, pause_timeout
 from .outcome import (
     Ending,
     Verdict,
     Verdicts,
     build_result,
-    interpreter_failed,
     interrupted,
     protocol,
     reply_verdict,
-    sandbox_unavailable,
     wall_timeout,
 )
 from .output import OutputCollector, OutputListener, RunOutput
 from .plan import CallHandler, CallListener, Policy, RunPlan
-from .process import ChildProcess, make_run_dir, remove_tree, spawn_child
-from .runids import allocate_ids
+from .process import ChildProcess
 from .sandbox import SandboxPlan
 from .teardown import Teardown, discard
 from .usage import descendants, measure_usage
@@ -107,8 +105,7 @@ class Run:
         self.output = RunOutput(plan.limits, on_output)
         self.verdicts = Verdicts()
         self.child: ChildProcess | None = None
-        #: The child came from the warm pool.
-        self.pooled = False
+        self.pooled = False  # the child came from the warm pool
         #: Set when run() returned on the reply while the child was still exiting: the
         #: rest of the teardown (reap, cgroup, run directory). The gateway awaits it.
         self.finishing: asyncio.Task[None] | None = None
@@ -181,8 +178,8 @@ class Run:
         loop = self._loop = asyncio.get_running_loop()
         self._t0 = time.monotonic()
         started_at = iso_now()
-        if self.plan.sandbox_unavailable:
-            self.verdicts.decide(sandbox_unavailable(self.plan.sandbox_unavailable))
+        if self.plan.refused is not None:
+            self.verdicts.decide(self.plan.refused)
             return self._result(started_at)
         run_dir = await self._start_child()
         if self.child is None or run_dir is None:
@@ -228,45 +225,12 @@ class Run:
             self.pooled = True
             self._cgroup = pooled.cgroup
             return pooled.run_dir
-        try:
-            ids = allocate_ids()  # a uid of its own on a root host (see .runids)
-        except OSError as exc:
-            self.verdicts.decide(
-                sandbox_unavailable(f"the run could not get a uid of its own: {exc}")
-            )
+        cold = start_cold(plan, self.run_id, max_pids, self.limits.memory_bytes)
+        if isinstance(cold, Verdict):
+            self.verdicts.decide(cold)
             return None
-        try:
-            run_dir = make_run_dir(plan.base_dir, self.run_id, ids)
-        except BaseException:
-            if ids is not None:
-                ids.release()
-            raise
-        try:
-            child = spawn_child(plan.python, plan.env, run_dir, site=plan.site)
-            child.ids = ids
-            self.child = child
-        except OSError as exc:
-            remove_tree(run_dir)
-            if ids is not None:
-                ids.release()
-            self.verdicts.decide(interpreter_failed(plan.python, exc))
-            return None
-        if plan.cgroup_roots is not None:
-            # Before the program arrives, so everything it forks or fills is counted.
-            try:
-                cgroup = RunCgroup(
-                    plan.cgroup_roots, self.run_id, max_pids, self.limits.memory_bytes
-                )
-                cgroup.begin(max_pids, self.limits.memory_bytes)
-            except OSError:
-                return run_dir
-            try:
-                cgroup.attach(child.pid)
-            except OSError:
-                cgroup.settle()  # empty: removed at once
-            else:
-                self._cgroup = cgroup
-        return run_dir
+        self.child, self._cgroup = cold.child, cold.cgroup
+        return cold.run_dir
 
     def _open(self, loop: asyncio.AbstractEventLoop, child: ChildProcess, run_dir: str) -> Teardown:
         """The run's rooms around its child: channel, calls, teardown."""
@@ -316,7 +280,8 @@ class Run:
         }
         if self.debug is not None:
             options["debug"] = self.debug.options()
-        self._channel.send(ExecuteRequest(self.program, options))
+        code = self.program if self.plan.code is None else self.plan.code
+        self._channel.send(ExecuteRequest(code, options))
         if self.debug is not None:
             self.debug.attach(self)
 
@@ -513,7 +478,8 @@ class Run:
                 started_at=started_at,
                 duration_s=time.monotonic() - self._t0,
                 program=self.program,
-                interpreter=self.plan.python,
+                interpreter=self.plan.runtime.interpreter,
+                language=self.plan.runtime.name,
                 bindings=self.plan.registry.signatures(),
             )
         )

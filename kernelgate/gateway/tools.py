@@ -25,6 +25,7 @@ from kernelgate.model.result import RunResult
 __all__ = [
     "APIS",
     "MAX_CHARS",
+    "INTROS",
     "TOOL_NAME",
     "ToolOutput",
     "tool_description",
@@ -39,7 +40,7 @@ MAX_CHARS = 20_000
 #: The API shapes :func:`tool_schema` knows.
 APIS = ("anthropic", "openai", "mcp")
 
-_INTRO = """\
+_PYTHON_INTRO = """\
 Run a Python program in a fresh, isolated Python interpreter and get back what it printed \
 and the value it returned. Write the program as the body of an async function: use `await` \
 at top level and end with `return <value>` (JSON: dict, list, str, int, float, bool, None). \
@@ -52,35 +53,69 @@ The bindings, as a Python stub:
 
 """
 
+_NODE_INTRO = """\
+Run a {name} program in a fresh, isolated Node.js process and get back what it printed \
+(console.log) and the value of its last expression or `return`. Write the program as the \
+body of an async function: use `await` at top level; values and arguments are JSON \
+(objects, arrays, strings, numbers, booleans, null). Nothing is kept between runs: do all \
+the work one task needs in one program, calling the bindings below with `await` (several \
+at once with `Promise.all`) and printing or returning only what you need. On failure you \
+get the error, the program's stack and what it printed: fix the program and run it again.
+
+The bindings, as {name} declarations:
+
+"""
+
+#: What a model is told about programs, per language (the runtime's name). A language
+#: kernelgate runs but has no text for here yet is refused by tool_description.
+INTROS: dict[str, str] = {
+    "python": _PYTHON_INTRO,
+    "typescript": _NODE_INTRO.format(name="TypeScript"),
+    "javascript": _NODE_INTRO.format(name="JavaScript"),
+}
+#: The ``code`` argument's description, per language.
+_CODE_HELP: dict[str, str] = {
+    "python": "The Python program: the body of an async function (top-level await, "
+    "`return value`).",
+    "typescript": "The TypeScript program: the body of an async function (top-level await; "
+    "the last expression, or `return value`, is its value).",
+    "javascript": "The JavaScript program: the body of an async function (top-level await; "
+    "the last expression, or `return value`, is its value).",
+}
+
 _INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "code": {
-            "type": "string",
-            "description": "The Python program: the body of an async function (top-level "
-            "await, `return value`).",
-        }
+        "code": {"type": "string", "description": _CODE_HELP["python"]}
     },
     "required": ["code"],
     "additionalProperties": False,
 }
 
 
-def tool_description(stub: str) -> str:
-    """The ``run_code`` description: how programs run, then the bindings' stub."""
-    return _INTRO + stub
+def tool_description(stub: str, language: str = "python") -> str:
+    """The ``run_code`` description: how ``language`` programs run, then the bindings'
+    stub (in that language: ``describe()`` of the gateway that runs them)."""
+    intro = INTROS.get(language)
+    if intro is None:
+        raise ValueError(
+            f"there is no run_code description for {language!r} programs yet; this "
+            f"kernelgate describes {', '.join(sorted(INTROS))} programs"
+        )
+    return intro + stub
 
 
-def tool_schema(stub: str, api: str = "anthropic") -> dict[str, Any]:
+def tool_schema(stub: str, api: str = "anthropic", language: str = "python") -> dict[str, Any]:
     """The ``run_code`` tool definition in ``api``'s shape (``anthropic``: ``name``,
     ``description``, ``input_schema``; ``openai``: a Chat Completions ``function`` tool;
-    ``mcp``: an MCP ``Tool`` with ``inputSchema``).
+    ``mcp``: an MCP ``Tool`` with ``inputSchema``), for programs in ``language``.
 
     >>> tool_schema("class tools: ...", "openai")["function"]["parameters"]["required"]
     ['code']
     """
-    description = tool_description(stub)
+    description = tool_description(stub, language)
     schema = json.loads(json.dumps(_INPUT_SCHEMA))  # a fresh copy the caller may edit
+    schema["properties"]["code"]["description"] = _CODE_HELP[language]
     if api == "anthropic":
         return {"name": TOOL_NAME, "description": description, "input_schema": schema}
     if api == "openai":

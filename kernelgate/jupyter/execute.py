@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from kernelgate.gateway.api import CodeGateway
 from kernelgate.gateway.debug import RunDebugger
 from kernelgate.gateway.gateway import Gateway
 from kernelgate.model.codec import encode_metadata
@@ -71,7 +72,7 @@ class Cell:
         self.program: Program | None = None
         #: The gateway a replay cell's program runs on (the replay's own, with the
         #: recording's answers for bindings), once it is made: interrupts go there.
-        self.run_gateway: Gateway | None = None
+        self.run_gateway: CodeGateway | None = None
 
 
 class Executor:
@@ -320,7 +321,7 @@ class Executor:
         """A replay cell's run: its program against the recording's answers."""
         assert plan.program is not None
 
-        def on_gateway(gateway: Gateway) -> None:
+        def on_gateway(gateway: CodeGateway) -> None:
             cell.run_gateway = gateway
 
         return await run_replay_cell(
@@ -331,7 +332,6 @@ class Executor:
             debug=debug,
             on_output=on_output,
             on_call=on_call,
-            python=cell.gateway.python,
             payload=plan.payload,
             on_gateway=on_gateway,
             like=cell.gateway,  # the kernel's sandbox level, pool and paths

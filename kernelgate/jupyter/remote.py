@@ -11,6 +11,10 @@ call of them on that comm, and this client answers with the local function's res
 ...     return result.value
 """
 
+# long: over ~500 lines because one RemoteGateway owns its kernel connection: opening and
+# letting go (each run_sync does both), the channel readers, the comm and its answers read
+# and write the same state; split, each part would reach into the others'.
+
 from __future__ import annotations
 
 import asyncio
@@ -20,13 +24,14 @@ import logging
 import secrets
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import zmq
 import zmq.asyncio
 
 from kernelgate.gateway.bindings import BindingRegistry
 from kernelgate.gateway.run import CallListener, OutputListener
+from kernelgate.model.language import DEFAULT_LANGUAGE, LANGUAGES
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import ErrorInfo, RunResult
 from kernelgate.wire.messages import BINDINGS_TARGET, execute_request_content
@@ -34,6 +39,7 @@ from kernelgate.wire.values import NotJSONError, check_json
 
 from .clients import OWNER_FIELD
 from .comms import call_reply_data, open_data
+from .remotedescribe import describe_remote
 from .remoterun import RemoteRun
 
 if TYPE_CHECKING:
@@ -64,6 +70,9 @@ class RemoteGateway:
     its runs are single programs the notebook's setup cells never touch, its bindings are
     called only by its own runs and answered only by it, and it answers only the calls of
     its runs in flight (docs/kernel.md, "Several clients").
+
+    It is a :class:`kernelgate.CodeGateway`, as :class:`kernelgate.Gateway` is: a caller
+    written against that protocol runs its programs here or locally alike.
     """
 
     def __init__(
@@ -92,6 +101,12 @@ class RemoteGateway:
         self._ready: asyncio.Future[dict[str, Any]] | None = None
         self._announce = any(self._registry.namespaces.values())
         self._closed = False
+        #: The loop the gateway is open on (its readers are tasks of that loop).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._info_id = ""
+        self._language: str = DEFAULT_LANGUAGE
+        #: The task close() started on the gateway's loop, which aclose() there awaits.
+        self._closing: asyncio.Task[None] | None = None
 
     @property
     def registry(self) -> BindingRegistry:
@@ -101,16 +116,24 @@ class RemoteGateway:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def language(self) -> str:
+        """The kernel's language, as its ``kernel_info_reply`` says once the gateway is
+        open (``"python"`` until then, and for a kernel that names none kernelgate runs)."""
+        return self._language
+
     # -- opening and closing ---------------------------------------------------------------
 
     async def open(self) -> None:
         """Wait for the kernel, then announce the bindings (done by ``run()`` if needed)."""
         if self._closed:
             raise RuntimeError("this RemoteGateway is closed; create a new one")
+        if self._loop is not None and self._loop.is_closed():
+            self._forget()  # opened under an asyncio.run that has ended
         if self._ready is not None:
             await asyncio.shield(self._ready)
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._ready = ready = loop.create_future()
         try:
             kc = self.kernel_client
@@ -124,6 +147,9 @@ class RemoteGateway:
             ]
             if "control" in self._sockets:
                 self._pumps.append(asyncio.create_task(self._drain(self._sockets["control"])))
+            # The kernel's language, for callers that write programs for it (its reply
+            # comes to the shell reader; runs do not wait for it).
+            self._info_id = self._send_shell("kernel_info_request", {})
             if self._announce:
                 self._open_id = self._send_shell(
                     "comm_open",
@@ -150,16 +176,26 @@ class RemoteGateway:
 
     async def aclose(self) -> None:
         """Close: live runs are interrupted and awaited, the comm is closed, readers stop."""
-        if self._closed:
-            return
         self._closed = True
+        closing = self._closing
+        if closing is not None and closing.get_loop() is asyncio.get_running_loop():
+            await asyncio.shield(closing)  # close() started it on this loop
+        await self._detach()
+
+    async def _detach(self) -> None:
+        """Let go of the kernel: live runs are interrupted and awaited, the comm is
+        closed, the readers stop. The gateway can open again (unless closed)."""
+        ready = self._ready
+        if ready is None:  # not open, or another _detach is under way
+            return
+        self._ready = None
         if self._runs:
             self._interrupt()
             waits = [asyncio.create_task(run.done.wait()) for run in self._runs.values()]
             await asyncio.wait(waits, timeout=_CLOSE_GRACE)
             for w in waits:
                 w.cancel()
-        if self._announce and self._ready is not None and self._ready.done():
+        if self._announce and ready.done():
             with contextlib.suppress(Exception):
                 self._send_shell("comm_close", {"comm_id": self.comm_id, "data": {}})
         tasks = [*self._answers.values(), *self._pumps]
@@ -169,6 +205,77 @@ class RemoteGateway:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._pumps = []
         self._close_own()
+        self._loop = None
+        # A new comm when it opens again: the kernel has closed this one.
+        self.comm_id = uuid.uuid4().hex
+        self._open_id = ""
+
+    def close(self) -> None:
+        """Close from synchronous code. Open on a loop that still runs, the gateway is
+        closed on that loop (in a task; ``aclose()`` there waits for it); else at once."""
+        self._closed = True
+        loop = self._loop
+        if loop is None:
+            return
+        if loop.is_running():
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                self._closing = loop.create_task(self._detach())
+            else:
+                asyncio.run_coroutine_threadsafe(self._detach(), loop)
+            return
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop what the gateway held on a loop that no longer runs (its readers went with
+        it): the next open() starts afresh."""
+        self._pumps = []
+        self._answers.clear()
+        self._close_own()
+        self._ready = None
+        self._loop = None
+
+    def run_sync(self, program: str, *, limits: Limits | None = None) -> RunResult:
+        """:meth:`run` for synchronous callers (not from inside a running event loop):
+        the gateway opens, runs ``program`` and lets go of the kernel again, each time
+        (a new loop each call; the bindings are announced each time)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "run_sync() was called from a running event loop; use 'await gateway.run(...)'"
+            )
+        if self._closed:
+            raise RuntimeError("this RemoteGateway is closed; create a new one")
+        if self._loop is not None and not self._loop.is_closed():
+            raise RuntimeError(
+                "this RemoteGateway is open on an event loop: run programs there with "
+                "'await gateway.run(...)'"
+            )
+        return asyncio.run(self._run_once(program, limits))
+
+    async def _run_once(self, program: str, limits: Limits | None) -> RunResult:
+        try:
+            return await self.run(program, limits=limits)
+        finally:
+            await self._detach()
+
+    @overload
+    def describe(self, format: Literal["text"] = "text") -> str: ...
+    @overload
+    def describe(self, format: Literal["json"]) -> list[dict[str, Any]]: ...
+    def describe(self, format: str = "text") -> str | list[dict[str, Any]]:
+        """The bindings programs run here can call: this gateway's own, and the kernel's
+        as the kernel reported them when this gateway announced its own (its namespaces
+        replace the kernel's of the same names). As a stub (``"text"``) or per binding
+        JSON (``"json"``; the kernel's bindings have their signature's parameters only).
+        """
+        return describe_remote(self._registry, self.kernel_bindings, format)
 
     async def __aenter__(self) -> RemoteGateway:
         await self.open()
@@ -328,9 +435,14 @@ class RemoteGateway:
             msg = await (kc.get_shell_msg() if own is None else self._receive(own))
             if msg is None:
                 continue
-            run = self._runs.get((msg.get("parent_header") or {}).get("msg_id", ""))
+            parent = (msg.get("parent_header") or {}).get("msg_id", "")
+            run = self._runs.get(parent)
             if run is not None and msg.get("msg_type") == "execute_reply":
                 run.on_reply(msg)
+            elif parent and parent == self._info_id and msg.get("msg_type") == "kernel_info_reply":
+                info = (msg.get("content") or {}).get("language_info")
+                name = info.get("name") if isinstance(info, dict) else None
+                self._language = name if name in LANGUAGES else DEFAULT_LANGUAGE
 
     def _on_iopub(self, msg: dict[str, Any]) -> None:
         kind = msg.get("msg_type")
@@ -428,3 +540,10 @@ class RemoteGateway:
         names = {ns: sorted(t) for ns, t in self._registry.namespaces.items()}
         state = "closed" if self._closed else "open"
         return f"<RemoteGateway {state} comm={self.comm_id} namespaces={names}>"
+
+
+if TYPE_CHECKING:
+    from kernelgate.gateway.api import CodeGateway
+
+    def _is_a_code_gateway(gateway: RemoteGateway) -> CodeGateway:
+        return gateway  # mypy checks that a RemoteGateway is a CodeGateway

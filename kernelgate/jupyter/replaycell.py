@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kernelgate.gateway.api import CodeGateway
 from kernelgate.gateway.debug import RunDebugger
 from kernelgate.gateway.gateway import Gateway
 from kernelgate.gateway.output import OutputListener
@@ -194,7 +195,7 @@ async def run_replay_cell(
     python: str | os.PathLike[str] | None = None,
     cwd: str | None = None,
     payload: list[dict[str, Any]] | None = None,
-    on_gateway: Callable[[Gateway], Any] | None = None,
+    on_gateway: Callable[[CodeGateway], Any] | None = None,
     like: Gateway | None = None,
 ) -> RunResult:
     """Run a replay cell: ``code`` (marker line included) against the recording's answers.
@@ -202,13 +203,14 @@ async def run_replay_cell(
     ``limits`` are the kernel's for the cell (``None``: the replay's budget follows the
     recording, :func:`~kernelgate.notebooks.replay.replay_budget`); ``debug``,
     ``on_output`` and ``on_call`` are as for :meth:`kernelgate.Gateway.run`, and
-    ``python`` is the kernel's interpreter for the child. ``cwd`` is where a relative
+    ``python`` an interpreter for the child. ``cwd`` is where a relative
     PATH starts (default: the kernel's working directory). ``on_gateway`` is given the
     gateway the replay runs on (not the kernel's: it has the recording's stand-ins for
     bindings) before the run starts: interrupt the cell with its ``interrupt()``. ``like``
     is the kernel's gateway: the replay's gets its sandbox level, strictness, pool size,
-    environment, temporary directory and read paths (and its interpreter, unless
-    ``python`` is given), so a replay cell runs as isolated as any cell of the kernel.
+    environment, temporary directory and read paths (and its runtime, when the recording
+    is in its language and ``python`` is not given), so a replay cell runs as isolated as
+    any cell of the kernel.
 
     Ends with one more ``on_output``: the replay's report (role ``replay``), saying
     whether the run matched the recording and every difference if not. A cell holding
@@ -235,17 +237,23 @@ async def run_replay_cell(
         body = recorded.program
         if payload is not None:
             payload.append({"source": "set_next_input", "text": program, "replace": True})
-    report = await replay_async(
-        recorded,
-        program=program,
-        limits=limits,
-        python=python if python is not None or like is None else like.python,
-        gateway_options=_settings(like),
-        debug=debug,
-        on_output=on_output,
-        on_call=on_call,
-        on_gateway=on_gateway,
-    )
+    # The kernel's runtime (its interpreter) when the recording is in its language.
+    lend = python is None and like is not None and like.language == recorded.language
+    try:
+        report = await replay_async(
+            recorded,
+            program=program,
+            limits=limits,
+            python=python,
+            runtime=like.runtime if lend and like is not None else None,
+            gateway_options=_settings(like),
+            debug=debug,
+            on_output=on_output,
+            on_call=on_call,
+            on_gateway=on_gateway,
+        )
+    except NotImplementedError as exc:  # a language this kernelgate cannot run yet
+        return _refused(exc, "#| replay")
     # The marker line is the cell's, not the program's: the program is edited only if
     # what follows the marker differs from what was recorded (a front end's cell has no
     # final newline: that is no edit).

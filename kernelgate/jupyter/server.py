@@ -52,7 +52,9 @@ def _failed(exc: BaseException) -> str:
     )
 
 
-def kernel_info_content() -> dict[str, Any]:
+def kernel_info_content(language_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``kernel_info_reply``; ``language_info`` is the kernel's runtime's (default
+    Python's, :data:`LANGUAGE_INFO`)."""
     from kernelgate import __version__
 
     return {
@@ -60,7 +62,7 @@ def kernel_info_content() -> dict[str, Any]:
         "protocol_version": PROTOCOL_VERSION,
         "implementation": "kernelgate",
         "implementation_version": __version__,
-        "language_info": dict(LANGUAGE_INFO),
+        "language_info": dict(LANGUAGE_INFO if language_info is None else language_info),
         "banner": (
             f"kernelgate {__version__} (Python {platform.python_version()}): every cell is a "
             "fresh program in its own child process; bindings are 'await tools.name(...)'."
@@ -306,7 +308,8 @@ class KernelServer:
         content = msg.get("content") or {}
         reply = self.channels.reply
         if msg_type == "kernel_info_request":
-            reply(channel, "kernel_info_reply", kernel_info_content(), msg, idents)
+            info = kernel_info_content(self.gateway.runtime.language_info)
+            reply(channel, "kernel_info_reply", info, msg, idents)
         elif msg_type == "shutdown_request":
             restart = bool(content.get("restart", False))
             reply(channel, "shutdown_reply", {"status": "ok", "restart": restart}, msg, idents)

@@ -25,17 +25,18 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, TextContent, Tool
 
 from kernelgate import __version__
-from kernelgate.gateway.gateway import Gateway
-from kernelgate.gateway.tools import MAX_CHARS, TOOL_NAME
+from kernelgate.gateway.api import CodeGateway
+from kernelgate.gateway.tools import MAX_CHARS, TOOL_NAME, tool_output, tool_schema
+from kernelgate.model.language import check_language, title
 
 from .guard import HttpGuard
 
 __all__ = ["build_server", "check_loopback", "listen", "serve_http", "serve_stdio"]
 
 _INSTRUCTIONS = (
-    "This server has one tool, run_code: write one Python program per task that calls the "
-    "bindings its description lists (with await) and returns what you need. Each program "
-    "runs in a fresh, isolated interpreter; nothing is kept between runs."
+    "This server has one tool, run_code: write one {language} program per task that calls "
+    "the bindings its description lists (with await) and returns what you need. Each "
+    "program runs in a fresh, isolated process; nothing is kept between runs."
 )
 
 
@@ -44,11 +45,14 @@ def _error(text: str) -> CallToolResult:
 
 
 def build_server(
-    gateway: Gateway, *, max_chars: int = MAX_CHARS, name: str = "kernelgate"
+    gateway: CodeGateway, *, max_chars: int = MAX_CHARS, name: str = "kernelgate"
 ) -> Server[Any]:
     """An MCP server (the SDK's low-level ``Server``) whose one tool runs programs on
-    ``gateway``; ``max_chars`` caps the text of each answer."""
-    definition = gateway.tool_schema("mcp")
+    ``gateway`` (a :class:`kernelgate.Gateway`, or any :class:`kernelgate.CodeGateway`:
+    a :class:`kernelgate.RemoteGateway` serves a kernel elsewhere), in its language;
+    ``max_chars`` caps the text of each answer."""
+    language = gateway.language
+    definition = tool_schema(gateway.describe(), "mcp", language)
     tool = Tool(
         name=definition["name"],
         description=definition["description"],
@@ -68,7 +72,7 @@ def build_server(
                 f"{type(code).__name__}"
             )
         try:
-            out = await gateway.run_tool(code, max_chars=max_chars)
+            out = tool_output(await gateway.run(code), max_chars)
         except Exception as exc:  # the host's own trouble (closed, a recorder that failed)
             return _error(f"kernelgate could not run the program: {type(exc).__name__}: {exc}")
         return CallToolResult(
@@ -78,7 +82,7 @@ def build_server(
     return Server(
         name,
         version=__version__,
-        instructions=_INSTRUCTIONS,
+        instructions=_INSTRUCTIONS.format(language=title(check_language(language))),
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
     )

@@ -44,6 +44,7 @@ from typing import Any, cast
 from kernelgate import __version__
 
 from .keyorder import key_orders, restore_key_orders
+from .language import DEFAULT_LANGUAGE, LANGUAGES
 from .result import STATUSES, CallRecord, ErrorInfo, RunResult, Status
 
 __all__ = [
@@ -301,6 +302,8 @@ def encode_metadata(result: RunResult, run_number: int | None = None) -> dict[st
             value = getattr(result, f.name)
             if f.name == "note" and not value:
                 continue  # most runs have none; recordings made before it stay identical
+            if f.name == "language" and value == DEFAULT_LANGUAGE:
+                continue  # the same for Python runs: a run without it is Python's
             is_instance = is_dataclass(value) and not isinstance(value, type)
             meta[f.name] = asdict(value) if is_instance else value
     if result.status == "ok" and result.value is not None:
@@ -348,6 +351,7 @@ _READ_HERE = _FROM_OUTPUTS | {
     "interpreter",
     "limits",
     "bindings",
+    "language",
 }
 #: Types of the RunResult fields taken from the metadata as they are.
 _EXTRA_TYPES: dict[str, type] = {"isolation": str, "usage": dict, "note": str}
@@ -402,6 +406,10 @@ def decode_metadata(
         "limits": dict(limits),
         "bindings": _bindings(check, f"{prefix}bindings", meta.get("bindings", [])),
     }
+    language = meta.get("language", DEFAULT_LANGUAGE)
+    if language not in LANGUAGES:
+        raise check.bad(f"{prefix}language", language, "one of " + ", ".join(LANGUAGES))
+    out["language"] = language
     for f in fields(RunResult):
         if f.name in _READ_HERE or f.name not in meta:
             continue

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
+from .language import DEFAULT_LANGUAGE, Language
+
 __all__ = [
     "RunResult",
     "CallRecord",
@@ -115,6 +117,9 @@ class RunResult:
     #: What a model should know about a run that ended well, e.g. that the final
     #: expression's value was not JSON (so ``value`` is None). Empty when there is nothing.
     note: str = ""
+    #: What the program was written in ("python", "typescript", "javascript"): which
+    #: runtime ran it, and which replays it.
+    language: Language = DEFAULT_LANGUAGE
 
     @property
     def ok(self) -> bool:

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import base64
 import html
-import platform
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kernelgate.gateway.sanitize import sanitize_outputs
 from kernelgate.model.codec import FORMAT, call_to_json, encode_metadata
+from kernelgate.model.language import DEFAULT_LANGUAGE, Language, kernelspec, language_info
 from kernelgate.model.result import RunResult
 from kernelgate.wire.messages import CALL_MIME
 
@@ -66,19 +66,12 @@ __all__ = [
     "value_shown",
 ]
 
-#: The kernel that runs kernelgate programs in Jupyter.
-KERNELSPEC = {"name": "kernelgate", "display_name": "kernelgate (Python)", "language": "python"}
+#: The kernel that runs kernelgate's Python programs in Jupyter (a notebook of runs in
+#: another language names that language's: :func:`kernelgate.model.language.kernelspec`).
+KERNELSPEC = kernelspec("python")
 #: What the kernel reports in ``kernel_info`` and a recording's notebook metadata holds:
 #: the same, so JupyterLab does not mark a recording "modified" the moment it opens it.
-LANGUAGE_INFO: dict[str, Any] = {
-    "name": "python",
-    "version": platform.python_version(),
-    "mimetype": "text/x-python",
-    "file_extension": ".py",
-    "pygments_lexer": "ipython3",
-    "codemirror_mode": {"name": "ipython", "version": 3},
-    "nbconvert_exporter": "python",
-}
+LANGUAGE_INFO: dict[str, Any] = language_info("python")
 
 #: What a run's cell says about it under ``metadata.kernelgate`` (the codec's encoder).
 run_metadata = encode_metadata
@@ -294,14 +287,19 @@ def run_header_cell(result: RunResult, run_number: int) -> dict[str, Any]:
     }
 
 
-def notebook_dict(cells: list[dict[str, Any]], kernelgate_meta: dict[str, Any]) -> dict[str, Any]:
-    """A v4.5 notebook as a plain dict, with kernelgate's kernelspec."""
+def notebook_dict(
+    cells: list[dict[str, Any]],
+    kernelgate_meta: dict[str, Any],
+    language: Language = DEFAULT_LANGUAGE,
+) -> dict[str, Any]:
+    """A v4.5 notebook as a plain dict, with the kernelspec and ``language_info`` of
+    kernelgate's kernel for ``language`` (the language of the runs it holds)."""
     return {
         "cells": cells,
         "metadata": {
             "kernelgate": kernelgate_meta,
-            "kernelspec": dict(KERNELSPEC),
-            "language_info": dict(LANGUAGE_INFO),
+            "kernelspec": kernelspec(language),
+            "language_info": language_info(language),
         },
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -311,7 +309,9 @@ def notebook_dict(cells: list[dict[str, Any]], kernelgate_meta: dict[str, Any]) 
 def run_notebook_dict(result: RunResult, *, timeline: bool = True) -> dict[str, Any]:
     """:func:`run_to_notebook` as a plain dict (no nbformat import)."""
     return notebook_dict(
-        [run_code_cell(result, timeline=timeline)], {"kind": "run", **run_metadata(result)}
+        [run_code_cell(result, timeline=timeline)],
+        {"kind": "run", **run_metadata(result)},
+        result.language,
     )
 
 

@@ -26,7 +26,7 @@ import inspect
 import os
 import threading
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kernelgate.gateway.bindings import BindingRegistry
@@ -40,10 +40,11 @@ from .reading import RecordedRun, load_run
 from .report import CallMatch, Difference, ReplayReport, compare_runs
 
 if TYPE_CHECKING:  # the runtime (gateway.run) loads only when a replay runs
+    from kernelgate.gateway.api import CodeGateway
     from kernelgate.gateway.debug import RunDebugger
-    from kernelgate.gateway.gateway import Gateway as _Gateway
     from kernelgate.gateway.output import OutputListener
     from kernelgate.gateway.plan import CallListener
+    from kernelgate.gateway.runtime import CodeRuntime
 
 __all__ = [
     "GATEWAY_OPTIONS",
@@ -267,6 +268,32 @@ def _options(given: Mapping[str, Any] | None) -> dict[str, Any]:
     return options
 
 
+def _runtime_options(
+    recorded: RunResult,
+    runtime: CodeRuntime | None,
+    python: str | os.PathLike[str] | None,
+    node: str | os.PathLike[str] | None,
+) -> dict[str, Any]:
+    """How the replay's gateway gets its runtime: the recording's language decides."""
+    if runtime is not None:
+        if runtime.name != recorded.language:
+            raise ValueError(
+                f"the recorded run is a {recorded.language} program; runtime={runtime!r} "
+                f"runs {runtime.name}: give a {recorded.language} runtime, or none"
+            )
+        if python is not None or node is not None:
+            raise TypeError(
+                "replay(runtime=...) takes its binary from the runtime; leave out python= and node="
+            )
+        return {"runtime": runtime}
+    options: dict[str, Any] = {"language": recorded.language}
+    if python is not None:
+        options["python"] = python
+    if node is not None:
+        options["node"] = node
+    return options
+
+
 def _live_bindings(
     recorded: RunResult, live: Mapping[str, Any], live_any: bool
 ) -> tuple[dict[str, dict[str, Callable[..., Any]]], Callable[..., CallKey]]:
@@ -302,8 +329,10 @@ async def replay_async(
     debug: RunDebugger | None = None,
     on_output: OutputListener | None = None,
     on_call: CallListener | None = None,
-    on_gateway: Callable[[_Gateway], Any] | None = None,
+    on_gateway: Callable[[CodeGateway], Any] | None = None,
     gateway_options: Mapping[str, Any] | None = None,
+    runtime: CodeRuntime | None = None,
+    node: str | os.PathLike[str] | None = None,
 ) -> ReplayReport:
     """:func:`replay` for async callers.
 
@@ -315,6 +344,9 @@ async def replay_async(
     ``gateway_options`` are more of that gateway's settings (:data:`GATEWAY_OPTIONS`:
     ``sandbox``, ``strict``, ``pool_size``, ``env``, ``tmp_dir``, ``read_paths``), e.g. a
     kernel's own; never its bindings, limits or recorder, which are the replay's.
+
+    It runs in the recording's language: on ``runtime`` (the caller's to close), else on
+    that language's own with ``python`` or ``node`` as its binary.
     """
     # Imported here, pointing down, for speed: ``import kernelgate.notebooks`` (reading,
     # rendering) must not load the runtime (pool, sandbox, run) that only a replay needs.
@@ -328,7 +360,7 @@ async def replay_async(
         recorded = load_run(source, cell, cell_id=cell_id, position=position)
         where, number = recorded.source, recorded.run_number
     if program is not None and not isinstance(program, str):
-        raise TypeError(f"program must be Python source (str), got {type(program).__name__}")
+        raise TypeError(f"program must be the program's source (str), got {type(program).__name__}")
     code = recorded.program if program is None else program
     run_limits = _limits(limits, recorded)
     if live_any and live is None:
@@ -337,9 +369,8 @@ async def replay_async(
         namespaces, key = _live_bindings(recorded, live, live_any)
     else:
         namespaces, key = recorded_bindings(recorded)
-    gw = Gateway(
-        namespaces=namespaces, limits=run_limits, python=python, **_options(gateway_options)
-    )
+    options = {**_runtime_options(recorded, runtime, python, node), **_options(gateway_options)}
+    gw = Gateway(namespaces=namespaces, limits=run_limits, **options)
     if on_gateway is not None:
         on_gateway(gw)
     async with gw:
@@ -398,6 +429,8 @@ def replay(
     debug: RunDebugger | None = None,
     on_output: OutputListener | None = None,
     on_call: CallListener | None = None,
+    runtime: CodeRuntime | None = None,
+    node: str | os.PathLike[str] | None = None,
 ) -> ReplayReport:
     """Re-run a recorded program in a fresh child and compare with the recording.
 
@@ -420,6 +453,8 @@ def replay(
     ``debug`` (a :class:`kernelgate.gateway.debug.RunDebugger`) lets the replay be stepped
     through, as for :meth:`Gateway.run <kernelgate.Gateway.run>`; its requests come from
     other tasks on the loop the replay runs on (``kernelgate replay --debug`` is one).
+    The replay runs in the recorded run's language, on ``runtime`` if given (else with
+    ``python`` or ``node`` as the binary), as :func:`replay_async` says.
 
     >>> import tempfile
     >>> from kernelgate import Gateway
@@ -437,19 +472,31 @@ def replay(
         pass
     else:
         raise RuntimeError("replay() was called from a running event loop; use replay_async()")
-    return asyncio.run(
-        replay_async(
-            source,
-            cell=cell,
-            cell_id=cell_id,
-            position=position,
-            program=program,
-            live=live,
-            python=python,
-            limits=limits,
-            live_any=live_any,
-            debug=debug,
-            on_output=on_output,
-            on_call=on_call,
-        )
+    replaying = replay_async(
+        source,
+        cell=cell,
+        cell_id=cell_id,
+        position=position,
+        program=program,
+        live=live,
+        python=python,
+        limits=limits,
+        live_any=live_any,
+        debug=debug,
+        on_output=on_output,
+        on_call=on_call,
+        runtime=runtime,
+        node=node,
     )
+    return asyncio.run(_to_the_end(replaying, runtime))
+
+
+async def _to_the_end(
+    replaying: Coroutine[Any, Any, ReplayReport], runtime: CodeRuntime | None
+) -> ReplayReport:
+    """The replay on a loop of its own: a runtime the caller gave hears that it ends."""
+    try:
+        return await replaying
+    finally:
+        if runtime is not None:
+            await runtime.end_loop()

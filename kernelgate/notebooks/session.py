@@ -11,6 +11,7 @@ from typing import Any
 
 from kernelgate import __version__
 from kernelgate.model.codec import FORMAT, NotARunError
+from kernelgate.model.language import Language
 from kernelgate.model.result import RunResult
 
 from .reading import RecordedRun, cell_to_run, load_run, read_notebook, run_cells, run_number
@@ -82,7 +83,9 @@ class SessionLog:
     def __repr__(self) -> str:
         return f"SessionLog({str(self.path)!r})"
 
-    def _new_notebook(self) -> dict[str, Any]:
+    def _new_notebook(self, language: Language) -> dict[str, Any]:
+        """A log with no run yet; its kernelspec and ``language_info`` are those of
+        ``language``, the first run's (a session's runs share their gateway's runtime)."""
         intro = (
             f"# {self.title}\n\n"
             "Each run below is one program an agent ran with kernelgate, in a fresh "
@@ -105,7 +108,7 @@ class SessionLog:
             "title": self.title,
             "runs": 0,
         }
-        return notebook_dict([cell], meta)
+        return notebook_dict([cell], meta, language)
 
     def _read(self) -> dict[str, Any] | None:
         try:
@@ -139,7 +142,7 @@ class SessionLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with _locked(str(self.path)):
             self._clean_stale()
-            nb = self._read() or self._new_notebook()
+            nb = self._read() or self._new_notebook(result.language)
             runs = run_cells(nb)
             number = 1 + max(
                 (

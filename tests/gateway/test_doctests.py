@@ -12,6 +12,9 @@ MODULES = [
     "kernelgate.gateway.gateway",
     "kernelgate.gateway.bindings",
     "kernelgate.gateway.sandbox",
+    "kernelgate.gateway.runtime",
+    "kernelgate.gateway.plan",
+    "kernelgate.gateway.tools",
     *(f"kernelgate.model.{m}" for m in ("limits", "result", "text")),
 ]
 

@@ -389,12 +389,13 @@ def test_a_remote_run_takes_its_facts_from_the_reply_s_run_metadata() -> None:
         bindings={"tools": {"search": "(query: str)"}},
         isolation="process",
         usage={"calls": 0},
+        language="typescript",
     )
     result = _remote_run({"kernelgate": encode_metadata(facts), "status": "ok"})
     assert (result.status, result.value, result.stdout) == ("ok", 42, "hi\n")
     assert result.program == "print('hi')\n6 * 7"
     for name in ("run_id", "started_at", "duration_s", "exit_code", "interpreter", "limits",
-                 "bindings", "isolation", "usage"):  # fmt: skip
+                 "bindings", "isolation", "usage", "language"):  # fmt: skip
         assert getattr(result, name) == getattr(facts, name), name
 
 
@@ -405,6 +406,8 @@ def test_a_remote_run_takes_its_facts_from_the_reply_s_run_metadata() -> None:
         ({"kernelgate": {"status": "fine"}}, "metadata.kernelgate.status is 'fine'"),
         ({"kernelgate": {"status": "ok", "duration_s": "1"}}, "duration_s is '1'"),
         ({"kernelgate": []}, "metadata.kernelgate is list"),
+        # A language kernelgate does not run is no run of a kernelgate kernel.
+        ({"kernelgate": {"status": "ok", "language": "ruby"}}, "language is 'ruby'"),
     ],
 )
 def test_a_remote_run_with_bad_run_metadata_ends_protocol(metadata: Any, phrase: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 
-from kernelgate import CallRecord, Limits, RemoteGateway, RunResult
+from kernelgate import CallRecord, CodeGateway, Limits, RemoteGateway, RunResult
 
 from .helpers import KERNEL_NAME
 
@@ -189,3 +189,68 @@ def test_a_kernel_that_is_not_kernelgate_refuses_the_bindings() -> None:
             await km.shutdown_kernel()
 
     asyncio.run(main())
+
+
+def test_a_remote_gateway_is_a_code_gateway() -> None:
+    """The protocol's other half, against a real kernel: language, describe (the kernel's
+    bindings and the client's), run_sync from synchronous code (twice: it opens and lets go
+    each time, on a loop of its own), and close from synchronous code."""
+
+    def lookup(key: int) -> int:
+        """Look a key up."""
+        return key * 2
+
+    async def main() -> None:
+        km = AsyncKernelManager(kernel_name=KERNEL_NAME)
+        await km.start_kernel()
+        try:
+            await asyncio.to_thread(sync_part, km)
+        finally:
+            await km.shutdown_kernel()
+
+    def sync_part(km: AsyncKernelManager) -> None:
+        kc = km.client()
+        kc.start_channels()
+        try:
+            gw: CodeGateway = RemoteGateway(kc, bindings={"lookup": lookup}, namespace="agent")
+            assert gw.language == "python"
+            assert "lookup" in gw.describe()
+            for n in (1, 2):
+                r = gw.run_sync(f"return await agent.lookup({n})")
+                assert r.ok and r.value == 2 * n, r.error
+                assert r.language == "python"
+            # The kernel's own bindings came with the ready of the last announcement.
+            text = gw.describe()
+            assert "class agent:" in text and "class tools:" in text and "search" in text
+            names = {(e["namespace"], e["name"]) for e in gw.describe("json")}
+            assert {("agent", "lookup"), ("tools", "search")} <= names
+            gw.close()
+            with pytest.raises(RuntimeError, match="closed"):
+                gw.run_sync("1")
+        finally:
+            kc.stop_channels()
+
+    asyncio.run(main())
+
+
+def test_close_from_sync_code_on_the_gateway_s_loop() -> None:
+    async def body(kc: Any) -> None:
+        gw = RemoteGateway(kc, bindings={"f": lambda: 1})
+        r = await gw.run("return await tools.f()")
+        assert r.ok and r.value == 1 and gw.language == "python"
+        gw.close()  # from a synchronous callback on the loop: finished by aclose here
+        await gw.aclose()
+        assert gw.closed
+        with pytest.raises(RuntimeError, match="closed"):
+            await gw.run("1")
+
+    with_kernel(body)
+
+
+def test_describe_remote_doctests() -> None:
+    import doctest
+
+    from kernelgate.jupyter import remotedescribe
+
+    result = doctest.testmod(remotedescribe)
+    assert result.attempted > 0 and result.failed == 0

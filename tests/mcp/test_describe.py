@@ -101,7 +101,7 @@ def test_tool_schemas_are_valid_for_each_api() -> None:
         assert description.endswith(stub) and "return <value>" in description
     with pytest.raises(ValueError, match="use one of anthropic, openai, mcp"):
         gw.tool_schema("gemini")
-    with pytest.raises(ValueError, match=r"'text' .* or 'json'"):
+    with pytest.raises(ValueError, match=r"'text' .*'json'"):
         gw.describe(format="yaml")  # type: ignore[call-overload]
 
 

@@ -9,7 +9,9 @@ import pytest
 
 MODULES = [
     "kernelgate.model.codec",
+    "kernelgate.model.describe_ts",
     "kernelgate.model.keyorder",
+    "kernelgate.model.language",
     "kernelgate.model.limits",
     "kernelgate.model.removal",
     "kernelgate.model.result",
