@@ -338,7 +338,9 @@ class Gateway:
             limits=limits,
             runtime=self.runtime,
             env=self.env,
-            sandbox=plan_sandbox(level, limits, support, self.read_paths),
+            sandbox=plan_sandbox(
+                level, limits, support, self.read_paths, self.runtime.own_tasks
+            ),
             base_dir=self.tmp_dir,
             refused=unavailable,
             policy=self.policy,
