@@ -949,8 +949,18 @@ _PROBE = (
 )
 
 
+#: The child's interpreter for the recursion tests: the gateway's own (settrace's backend on
+#: this suite's 3.11) and 3.13 (sys.monitoring's, which CPython never drops at the limit).
+TRACERS = pytest.mark.parametrize("minor", [None, 13], ids=["default", "py3.13"])
+
+
+def _python_kwargs(minor: int | None) -> dict[str, Any]:
+    return {} if minor is None else {"python": _python_minor(minor)}
+
+
 @ALL_LEVELS
 @BOTH
+@TRACERS
 @pytest.mark.parametrize(
     "probe",
     [
@@ -958,14 +968,14 @@ _PROBE = (
         pytest.param(True, id="after-the-limit"),
     ],
 )
-def test_a_stop_deep_in_recursion(hostile, level, warm, probe):
+def test_a_stop_deep_in_recursion(hostile, level, warm, minor, probe):
     """A breakpoint 60 frames short of the recursion limit stops and answers; and so it
     does after the program has hit the limit once and caught the RecursionError."""
     program = RECURSION.replace("PROBE", _PROBE if probe else "depth -= 0")
     line = program.splitlines().index("        return sys.getrecursionlimit()") + 1
 
     async def main() -> tuple[Debugged, RunResult, list[dict[str, Any]]]:
-        d = Debugged(hostile, level, warm)
+        d = Debugged(hostile, level, warm, **_python_kwargs(minor))
         await d.start(program, [line])
         await d.stopped()
         replies = [
@@ -1227,7 +1237,8 @@ def test_a_program_that_digs_out_the_monitoring_functions_only_ends_its_debuggin
 
 @ALL_LEVELS
 @BOTH
-def test_pause_after_the_program_hit_the_recursion_limit(hostile, level, warm):
+@TRACERS
+def test_pause_after_the_program_hit_the_recursion_limit(hostile, level, warm, minor):
     """A busy program that once caught a RecursionError (CPython dropped the trace function
     then) still stops on ``pause``: the reader has the main thread trace again. Before this
     suite's fix the pause was accepted and never taken."""
@@ -1237,7 +1248,7 @@ def test_pause_after_the_program_hit_the_recursion_limit(hostile, level, warm):
     )
 
     async def main() -> tuple[Debugged, RunResult, dict[str, Any]]:
-        d = Debugged(hostile, level, warm)
+        d = Debugged(hostile, level, warm, **_python_kwargs(minor))
         await d.start(program)
         await asyncio.wait_for(d.said.wait(), 30)  # it printed 'busy': it is in its loop
         await d.ok("pause")

@@ -280,11 +280,12 @@ def test_the_zygote_writes_the_debuggers_bytecode_once(make_gateway):  # noqa: F
     assert all(os.path.exists(path) for path in cached)
 
 
-@pytest.mark.parametrize("minor", [10, 13])
+@pytest.mark.parametrize("minor", [10, 12, 13])
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 def test_a_debugged_run_on_another_python(make_gateway, minor, warm):  # noqa: F811
-    """The gateway's child on 3.10 and 3.13 (its zygote writes that interpreter's bytecode
-    of the debugger): breakpoint, a step into the program's coroutine over a real call."""
+    """The gateway's child on 3.10, 3.12 and 3.13 (its zygote writes that interpreter's
+    bytecode of the debugger; settrace's backend on 3.10, sys.monitoring's from 3.12):
+    breakpoint, a step into the program's coroutine over a real call."""
     python = _python(minor)
 
     async def main() -> None:

@@ -13,8 +13,9 @@ How it runs:
 - ``sys.settrace`` on the program's main thread before 3.12 (other threads run untraced;
   threadId is always 1). From 3.12 :mod:`.debugmonitor` runs this same debugger on
   ``sys.monitoring`` events instead (the ``_start_tracer`` ... ``_tracer_off`` switch), with
-  no SIGURG nudge: what follows of tracing and retracing is the settrace backend's. Only frames whose code comes from ``"<program>"`` are traced, shown or stepped
-  into: kernelgate's, asyncio's and the standard library's never are. A program frame is
+  no SIGURG nudge: what follows of tracing and retracing is the settrace backend's. Only
+  frames whose code comes from ``"<program>"`` are traced, shown or stepped into:
+  kernelgate's, asyncio's and the standard library's never are. A program frame is
   traced only while something could stop in it (breakpoints, a step, a pause), so a run with
   no breakpoint costs one check per function call.
 - When the main thread stops (breakpoint, step, pause, exception, entry) it sends a

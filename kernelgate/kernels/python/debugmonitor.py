@@ -20,7 +20,9 @@ How it differs from the settrace backend underneath (what the program sees is th
   recursing to the limit does not end its debugging, and the settrace backend's SIGURG nudge
   and retrace after each binding answer are not needed here (:meth:`retrace` does nothing).
 - Events are per interpreter, not per thread: a program function another thread runs calls
-  the callbacks too (they return at once: only the main thread stops, as with settrace).
+  the callbacks too (only the main thread stops, as with settrace; a line no one wants is
+  disabled whichever thread reaches it, but one holding a breakpoint costs a callback on
+  every thread that runs it).
 - 3.12 only: a local of a function frame assigned by ``evaluate`` is written back with
   ``PyFrame_LocalsToFast`` through ctypes (settrace did that after each trace call;
   3.13's ``f_locals`` writes through), ctypes being imported only then.
@@ -264,11 +266,12 @@ class MonitorDebugger(Debugger):
     # -- the callbacks (main thread; any thread runs them, only the main one stops) ---------
 
     def _on_line(self, code: types.CodeType, line: int) -> Any:
-        if self._quiet or _get_ident() != self.main_ident:
+        if self._quiet:
             return None
         gen = self._gen
         try:
-            if self.tracing and self._at_line(_getframe(1), code, line):
+            main = _get_ident() == self.main_ident
+            if self.tracing and self._at_line(_getframe(1), code, line, main):
                 return None
         except RecursionError:
             return None  # the program is at the limit: this line is not lost for good
@@ -277,7 +280,7 @@ class MonitorDebugger(Debugger):
         return None
 
     def _on_jump(self, code: types.CodeType, src: int, dest: int) -> Any:
-        if self._quiet or _get_ident() != self.main_ident:
+        if self._quiet:
             return None
         if dest >= src:
             return _DISABLE  # only a backward jump can stand for a line
@@ -289,7 +292,8 @@ class MonitorDebugger(Debugger):
             line = lines.get(dest)
             if line is None or line != lines.get(src):
                 return _DISABLE  # to another line: its LINE event comes
-            if self.tracing and self._at_line(_getframe(1), code, line):
+            main = _get_ident() == self.main_ident
+            if self.tracing and self._at_line(_getframe(1), code, line, main):
                 return None
         except RecursionError:
             return None
@@ -297,45 +301,50 @@ class MonitorDebugger(Debugger):
             return _DISABLE
         return None
 
-    def _at_line(self, frame: types.FrameType, code: types.CodeType, line: int) -> bool:
-        """A line starts in ``frame``: stop if something wants to. False: nothing wants
-        this location now (it may be disabled)."""
+    def _at_line(self, frame: types.FrameType, code: types.CodeType, line: int, main: bool) -> bool:
+        """A line starts in ``frame``: stop if something wants to (on the main thread
+        only). False: nothing wants this location now, on any thread (it may be disabled:
+        a loop in another thread runs at full speed too)."""
         if frame.f_code is not code:
             return True
         if self.pausing:
-            self._stop(frame, "pause", "Paused")
+            if main:
+                self._stop(frame, "pause", "Paused")
             return True
         if self.entry:
-            self.entry = False
-            self._stop(frame, "entry", "Paused on entry")
+            if main:
+                self.entry = False
+                self._stop(frame, "entry", "Paused on entry")
             return True
         bps = self.breaks.get(line)
         if bps:
-            hit = self._hits(bps, frame)
-            if hit:
-                self._stop(frame, "breakpoint", "Paused on breakpoint", hit_ids=hit)
+            if main:
+                hit = self._hits(bps, frame)
+                if hit:
+                    self._stop(frame, "breakpoint", "Paused on breakpoint", hit_ids=hit)
             return True
         mode = self.mode
         if mode == _STEP_IN or mode == _ANY_LINE:
-            self._stop(frame, "step", "Paused after a step")
+            if main:
+                self._stop(frame, "step", "Paused after a step")
             return True
         if mode == _STEP_OVER:
             step = self.step_frame
-            if frame is step:
+            if frame is step and main:
                 self._stop(frame, "step", "Paused after a step")
                 return True
             return step is not None and step.f_code is code
         return False
 
     def _on_return(self, code: types.CodeType, _offset: int, _value: Any) -> Any:
-        if self._quiet or _get_ident() != self.main_ident:
+        if self._quiet:
             return None
         gen = self._gen
         try:
             frame = _getframe(1)
             step = self.step_frame
             if self.tracing and step is not None:
-                if frame is step:
+                if frame is step and _get_ident() == self.main_ident:
                     self._stepped_out(frame)
                     return None
                 if step.f_code is code:
