@@ -281,6 +281,11 @@ def test_pause_a_one_line_busy_loop(child):
     c = child(program, [])
     c.ok("pause", {"threadId": 1})
     assert c.wait_stopped()["reason"] == "pause"
+    if c.where() == [("<module>", 1)]:  # the pause came before the loop
+        assert c.step("next")["reason"] == "step" and c.line() == 2
+        c.ok("continue")  # into the loop, which it leaves on a pause only
+        c.ok("pause", {"threadId": 1})
+        assert c.wait_stopped()["reason"] == "pause"
     assert c.where() == [("<module>", 2)]
     assert c.evaluate("stop = 1").success
     c.ok("continue")
