@@ -634,6 +634,34 @@ y = 2
     assert len(c.stops()) == 1
 
 
+def test_a_forked_process_is_not_debugged_at_all(child):
+    """3.12+: a process the program forks has no debugger events, the tool id free and
+    sys.monitoring's own functions (the debugger's guard is the parent's only)."""
+    if child.minor < 12:
+        pytest.skip("sys.monitoring is 3.12's")
+    program = """\
+import os, sys
+mon = sys.monitoring
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    here = sys._getframe().f_code
+    seen = [mon.get_tool(0), mon.get_events(0), mon.get_local_events(0, here),
+            type(mon.set_events).__name__]
+    os.write(w, repr(seen).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+got = os.read(r, 1000).decode()
+print(got, mon.get_tool(0))
+"""
+    c = child(program, [{"line": 7}, {"line": 13}])
+    c.wait_stopped()
+    assert c.line() == 13
+    c.ok("continue")
+    assert c.wait_done().status == "ok"
+    assert c.stdout == "[None, 0, 0, 'builtin_function_or_method'] kernelgate debugger\n"
+
+
 def test_a_program_that_blocks_sigalrm_still_gets_its_slow_repr_cut(child):
     program = """\
 import signal, time

@@ -179,8 +179,12 @@ class MonitorDebugger(Debugger):
         """Nothing to do (see :meth:`retrace`)."""
 
     def _forked(self) -> None:
+        """The program forked (in the new process): no events, the tool free and
+        sys.monitoring's own functions back, as in a process never debugged."""
+        # The reader thread may have held the lock at the fork: it is not in this process.
+        self._arm_lock = _thread.allocate_lock()
         super()._forked()
-        self._disarm()
+        self._end_tracer()
 
     def _trace_running_frames(self, with_breaks_only: bool = False) -> None:
         # The state wants more events (breakpoints, a pause, exception filters): a code
