@@ -757,7 +757,7 @@ seen = [
     mon and mon.get_tool(0),
     mon and bool(mon.get_local_events(0, here) & mon.events.LINE),
     mon and mon.get_local_events(0, json.dumps.__code__),
-    mon and mon.get_events(0),
+    mon and mon.get_events(0) == mon.events.PY_START,
 ]
 x = 1
 """
@@ -765,14 +765,15 @@ x = 1
 
 def test_which_backend_traces_the_program(child):
     """From 3.12 the debugger uses sys.monitoring (tool 0), never sys.settrace: the program
-    sees no trace function, LINE events on its own code only, and no global event; before
+    sees no trace function, LINE events on its own code only, and one global event, PY_START
+    (disabled in code not the program's at its first call); before
     3.12 it sees the settrace backend's trace function. ``tracer: settrace`` (the
     benchmarks' comparison) asks for settrace's on any version."""
     c = child(BACKEND, [{"line": 11}])
     c.wait_stopped()
     seen = c.evaluate("seen").body["result"]
     if child.minor >= 12:
-        assert seen == "[True, 'kernelgate debugger', True, 0, 0]"
+        assert seen == "[True, 'kernelgate debugger', True, 0, True]"
     else:
         assert seen == "[False, None, None, None, None]"
     c.ok("continue")
@@ -829,6 +830,14 @@ SCENARIOS: dict[str, tuple[str, dict[str, Any], str, str]] = {
         "1",
     ),
     "raised and uncaught": (RAISES, {"exceptionFilters": ["raised", "uncaught"]}, "next", "1"),
+    "code made at run time": (
+        "def f(a):\n    b = a + 1\n    return b\n"
+        "f.__code__ = f.__code__.replace(co_name='g')\nx = f(1)\n"
+        "exec(compile('def h():\\n    return 5\\n', '<program>', 'exec'))\ny = h()\n",
+        {"breakpoints": [{"line": 2}]},
+        "next",
+        "1",
+    ),
     "entry, then stepIn": (
         "def f():\n    return 1\nx = f()\n",
         {"stopOnEntry": True},

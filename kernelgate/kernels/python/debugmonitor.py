@@ -12,8 +12,10 @@ How it differs from the settrace backend underneath (what the program sees is th
   ``sys.monitoring.DISABLE`` and costs nothing more until the debugger's state changes (a
   new breakpoint, a step, a pause: ``restart_events``). A loop of the program with a
   breakpoint on a rarely hit line runs at nearly full speed.
-- Two events are global (CPython has them only so): PY_UNWIND while a step waits for a frame
-  to end (it may end by an exception), RAISE while the "raised" filter is on.
+- Global events (CPython has these only so): PY_START, to find code of ``"<program>"`` made
+  at run time (compiled by the program, a function's ``__code__`` replaced: settrace traces
+  it) and disabled in any other code at its first call; PY_UNWIND while a step waits for a
+  frame to end (it may end by an exception); RAISE while the "raised" filter is on.
 - A backward jump to the same line fires no LINE event (settrace calls it a line): the JUMP
   event stands in for it, so a breakpoint on a one-line loop stops at each turn, as there.
 - CPython never drops a tool whose callback fails (it drops a trace function): a program
@@ -36,8 +38,8 @@ switch its own debugging off, as one calling ``PyEval_SetTrace`` through ctypes 
 settrace: the run then goes on undebugged; nothing of it reaches the host but the messages
 the host checks anyway.
 
->>> make_debugger.__name__
-'make_debugger'
+>>> TOOL_NAME
+'kernelgate debugger'
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ _RESUME = opcode.opmap.get("RESUME", -1)
 #: The functions of sys.monitoring that act on a tool id: guarded (see the module's doc).
 _GUARDED = ("free_tool_id", "set_events", "set_local_events", "register_callback", "clear_tool_id")
 _MISSING = object()
+#: The most code objects the debugger takes for the program's (a program compiling code
+#: in a loop must not grow its work without end).
+_MAX_CODES = 100_000
 if _mon is not None:
     _E = _mon.events
     _DISABLE = _mon.DISABLE
@@ -109,6 +114,7 @@ def make_debugger(
 
 
 def _free_tool() -> int | None:
+    """The debugger's tool id: DEBUGGER_ID if free, else another free one (None: none)."""
     if _mon is None:
         return None
     for tool in (_mon.DEBUGGER_ID, *range(6)):  # 6 and 7 are sys.settrace's and setprofile's
@@ -123,12 +129,10 @@ class MonitorDebugger(Debugger):
     def __init__(self, *args: Any, tool: int) -> None:
         super().__init__(*args)
         self.tool = tool
-        self.codes = _all_codes(self.main_code)
-        self._first_on_resume = (
-            frozenset(c for c in self.codes if _first_on_resume(c))
-            if _START_FOR_FIRST_LINE
-            else frozenset()
-        )
+        self.codes: list[types.CodeType] = []
+        self._known: set[types.CodeType] = set()
+        self._first_on_resume: set[types.CodeType] = set()
+        self._adopt(self.main_code)
         self._events: dict[types.CodeType, int] = {}  # the local events set now
         self._global_events = 0
         self._offset_lines: dict[types.CodeType, dict[int, int | None]] = {}
@@ -150,7 +154,7 @@ class MonitorDebugger(Debugger):
         _register(tool, _RETURN, self._on_return)
         _register(tool, _UNWIND, self._on_unwind)
         _register(tool, _RAISE, self._on_raise)
-        _register(tool, _START, _on_start)
+        _register(tool, _START, self._on_start)
         self._armed = True
         for name, fn in _ORIGINAL.items():
             self._saved_mon[name] = getattr(_mon, name)
@@ -170,13 +174,10 @@ class MonitorDebugger(Debugger):
         self._quiet = True
 
     def retrace(self) -> None:
-        """Nothing to do: CPython never drops a monitoring tool."""
+        """Nothing to do: CPython never drops a monitoring tool (nor :meth:`nudge`,
+        :meth:`retrace_soon`: the settrace backend's machinery for that)."""
 
-    def nudge(self) -> None:
-        """Nothing to do (see :meth:`retrace`)."""
-
-    def retrace_soon(self) -> None:
-        """Nothing to do (see :meth:`retrace`)."""
+    nudge = retrace_soon = retrace
 
     def _forked(self) -> None:
         """The program forked (in the new process): no events, the tool free and
@@ -230,8 +231,10 @@ class MonitorDebugger(Debugger):
                 if ev & _LINES and code in self._first_on_resume:
                     ev |= _START
                 events[code] = ev
-            glob = (_RAISE if "raised" in self.exception_filters else 0) | (
-                _UNWIND if step_code is not None else 0
+            glob = (
+                _START
+                | (_RAISE if "raised" in self.exception_filters else 0)
+                | (_UNWIND if step_code is not None else 0)
             )
             self._set(events, glob)
             _restart_events()
@@ -267,7 +270,36 @@ class MonitorDebugger(Debugger):
                 _register(self.tool, event, None)
             _free_tool_id(self.tool)
 
+    def _adopt(self, code: types.CodeType) -> None:
+        """``code`` and the code objects nested in it are the program's."""
+        for c in _all_codes(code):
+            if c not in self._known and len(self.codes) < _MAX_CODES:
+                self._known.add(c)
+                self.codes.append(c)
+                if _START_FOR_FIRST_LINE and _first_on_resume(c):
+                    self._first_on_resume.add(c)
+
     # -- the callbacks (main thread; any thread runs them, only the main one stops) ---------
+
+    def _on_start(self, code: types.CodeType, _offset: int) -> Any:
+        """A call starts: a code object of ``"<program>"`` not seen yet (made at run time:
+        compiled by the program, or a function's ``__code__`` replaced) becomes the
+        program's, as settrace would trace it; any other code is disabled here."""
+        if code.co_filename != FILENAME:
+            return _DISABLE
+        gen = self._gen
+        try:
+            if code not in self._known and self.tracing:
+                self._adopt(code)
+                self._arm()
+                return None
+            if code in self._first_on_resume and self._events.get(code, 0) & _E.LINE:
+                return None  # 3.13: the first line's LINE event needs this one on
+        except RecursionError:
+            return None
+        if gen == self._gen:
+            return _DISABLE
+        return None
 
     def _on_line(self, code: types.CodeType, line: int) -> Any:
         if self._quiet:
@@ -284,10 +316,8 @@ class MonitorDebugger(Debugger):
         return None
 
     def _on_jump(self, code: types.CodeType, src: int, dest: int) -> Any:
-        if self._quiet:
-            return None
-        if dest >= src:
-            return _DISABLE  # only a backward jump can stand for a line
+        if dest >= src or self._quiet:  # only a backward jump can stand for a line
+            return _DISABLE if dest >= src else None
         gen = self._gen
         try:
             lines = self._offset_lines.get(code)
@@ -441,12 +471,6 @@ def _locals_to_fast(frames: list[types.FrameType], stderr: Any) -> None:
             raise
         except BaseException:
             pass
-
-
-def _on_start(_code: types.CodeType, _offset: int) -> None:
-    """Nothing: the event is on only for the first line's LINE event (3.13). Never
-    DISABLE: that would take the first line's LINE event with it."""
-    return None
 
 
 def _first_on_resume(code: types.CodeType) -> bool:
