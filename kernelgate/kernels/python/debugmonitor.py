@@ -4,23 +4,20 @@
 
 How it differs from the settrace backend underneath (what the program sees is the same):
 
-- Events are set per code object, on the program's own code only (``set_local_events`` on
-  the code objects compiled from ``"<program>"``): kernelgate's, asyncio's and the standard
-  library's code run at full speed, always. A code object gets LINE and JUMP events while
-  something could stop in it (a breakpoint in its own lines, a step, a pause), PY_RETURN
-  while a step waits for one of its frames to end. A line no one wants returns
-  ``sys.monitoring.DISABLE`` and costs nothing more until the debugger's state changes (a
-  new breakpoint, a step, a pause: ``restart_events``). A loop of the program with a
-  breakpoint on a rarely hit line runs at nearly full speed.
+- Events are set per code object, on the program's own code only (``set_local_events``):
+  LINE and JUMP while something could stop in it (a breakpoint in its own lines, a step, a
+  pause), PY_RETURN while a step waits for one of its frames to end. A line no one wants
+  returns ``sys.monitoring.DISABLE`` and costs nothing more until the debugger's state
+  changes (``restart_events``): a loop with a breakpoint on a rarely hit line runs at nearly
+  full speed.
 - Global events (CPython has these only so): PY_START, to find code of ``"<program>"`` made
   at run time (compiled by the program, a function's ``__code__`` replaced: settrace traces
   it) and disabled in any other code at its first call; PY_UNWIND while a step waits for a
   frame to end (it may end by an exception); RAISE while the "raised" filter is on.
 - A backward jump to the same line fires no LINE event (settrace calls it a line): the JUMP
   event stands in for it, so a breakpoint on a one-line loop stops at each turn, as there.
-- CPython never drops a tool whose callback fails (it drops a trace function): a program
-  recursing to the limit does not end its debugging, and the settrace backend's SIGURG nudge
-  and retrace after each binding answer are not needed here (:meth:`retrace` does nothing).
+- CPython never drops a tool whose callback fails (it drops a trace function): recursion
+  to the limit does not end the debugging; settrace's SIGURG nudge and retrace are not needed.
 - Events are per interpreter, not per thread: a program function another thread runs calls
   the callbacks too (only the main thread stops, as with settrace; a line no one wants is
   disabled whichever thread reaches it, but one holding a breakpoint costs a callback on
@@ -29,14 +26,12 @@ How it differs from the settrace backend underneath (what the program sees is th
   ``PyFrame_LocalsToFast`` through ctypes (settrace did that after each trace call;
   3.13's ``f_locals`` writes through), ctypes being imported only then.
 
-The debugger's tool id is ``sys.monitoring.DEBUGGER_ID`` (0), or another free one. The
-program cannot take it (``use_tool_id`` says it is in use), and ``sys.monitoring``'s
-``free_tool_id``, ``set_events``, ``set_local_events``, ``register_callback`` (and
-``clear_tool_id``) refuse it with a ValueError while the program runs: its own tools (the
-other ids) work as usual. A program that digs the original functions out of this module can
-switch its own debugging off, as one calling ``PyEval_SetTrace`` through ctypes can with
-settrace: the run then goes on undebugged; nothing of it reaches the host but the messages
-the host checks anyway.
+The debugger's tool id is ``sys.monitoring.DEBUGGER_ID`` (0), or another free one: the
+program's ``use_tool_id``, ``free_tool_id``, ``set_events``, ``set_local_events``,
+``register_callback`` (``clear_tool_id``) refuse it with a ValueError; its own tools work as
+usual. A program that digs the real functions out of this module can switch its own
+debugging off (as ``PyEval_SetTrace`` through ctypes can settrace's): it runs on undebugged,
+and nothing of it reaches the host but the messages the host checks anyway.
 
 >>> TOOL_NAME
 'kernelgate debugger'
@@ -205,11 +200,13 @@ class MonitorDebugger(Debugger):
 
     # -- which events, where ----------------------------------------------------------------
 
-    def _arm(self) -> None:
+    def _arm(self, new: list[types.CodeType] | None = None) -> None:
         """Set the events the state needs now (any thread), and let every location a
-        callback disabled fire again."""
+        callback disabled fire again. ``new``: only these code objects, just adopted (they
+        have nothing disabled: a program making code in a loop arms only what it made)."""
         with self._arm_lock:
-            self._gen += 1
+            if new is None:
+                self._gen += 1
             if not self._armed:
                 return
             if not self.tracing:
@@ -224,7 +221,7 @@ class MonitorDebugger(Debugger):
             every = self.pausing or self.entry or mode == _STEP_IN or mode == _ANY_LINE
             breaks = self.breaks
             events = {}
-            for code in self.codes:
+            for code in self.codes if new is None else new:
                 ev = _LINES if every or (breaks and self._holds_break(code, breaks)) else 0
                 if code is step_code:
                     ev |= _RETURN | (_LINES if mode == _STEP_OVER else 0)
@@ -237,7 +234,8 @@ class MonitorDebugger(Debugger):
                 | (_UNWIND if step_code is not None else 0)
             )
             self._set(events, glob)
-            _restart_events()
+            if new is None:
+                _restart_events()
 
     def _holds_break(self, code: types.CodeType, breaks: dict[int, Any]) -> bool:
         own = self._own_lines.get(code)
@@ -270,14 +268,17 @@ class MonitorDebugger(Debugger):
                 _register(self.tool, event, None)
             _free_tool_id(self.tool)
 
-    def _adopt(self, code: types.CodeType) -> None:
-        """``code`` and the code objects nested in it are the program's."""
+    def _adopt(self, code: types.CodeType) -> list[types.CodeType]:
+        """``code`` and the code objects nested in it are the program's (those new)."""
+        new = []
         for c in _all_codes(code):
             if c not in self._known and len(self.codes) < _MAX_CODES:
                 self._known.add(c)
                 self.codes.append(c)
+                new.append(c)
                 if _START_FOR_FIRST_LINE and _first_on_resume(c):
                     self._first_on_resume.add(c)
+        return new
 
     # -- the callbacks (main thread; any thread runs them, only the main one stops) ---------
 
@@ -290,8 +291,7 @@ class MonitorDebugger(Debugger):
         gen = self._gen
         try:
             if code not in self._known and self.tracing:
-                self._adopt(code)
-                self._arm()
+                self._arm(self._adopt(code))
                 return None
             if code in self._first_on_resume and self._events.get(code, 0) & _E.LINE:
                 return None  # 3.13: the first line's LINE event needs this one on
