@@ -949,8 +949,18 @@ _PROBE = (
 )
 
 
+#: The child's interpreter for the recursion tests: the gateway's own (settrace's backend on
+#: this suite's 3.11) and 3.13 (sys.monitoring's, which CPython never drops at the limit).
+TRACERS = pytest.mark.parametrize("minor", [None, 13], ids=["default", "py3.13"])
+
+
+def _python_kwargs(minor: int | None) -> dict[str, Any]:
+    return {} if minor is None else {"python": _python_minor(minor)}
+
+
 @ALL_LEVELS
 @BOTH
+@TRACERS
 @pytest.mark.parametrize(
     "probe",
     [
@@ -958,14 +968,14 @@ _PROBE = (
         pytest.param(True, id="after-the-limit"),
     ],
 )
-def test_a_stop_deep_in_recursion(hostile, level, warm, probe):
+def test_a_stop_deep_in_recursion(hostile, level, warm, minor, probe):
     """A breakpoint 60 frames short of the recursion limit stops and answers; and so it
     does after the program has hit the limit once and caught the RecursionError."""
     program = RECURSION.replace("PROBE", _PROBE if probe else "depth -= 0")
     line = program.splitlines().index("        return sys.getrecursionlimit()") + 1
 
     async def main() -> tuple[Debugged, RunResult, list[dict[str, Any]]]:
-        d = Debugged(hostile, level, warm)
+        d = Debugged(hostile, level, warm, **_python_kwargs(minor))
         await d.start(program, [line])
         await d.stopped()
         replies = [
@@ -1060,7 +1070,8 @@ MONITORING = textwrap.dedent(
 @BOTH
 def test_a_program_using_sys_monitoring_is_still_debugged(hostile, level, warm):
     """On 3.13 a program takes every ``sys.monitoring`` tool id it can, with callbacks that
-    disable their events, and calls ``sys.settrace(None)``: the breakpoint still stops."""
+    disable their events, restarts them all, and calls ``sys.settrace(None)``: the
+    breakpoint still stops (the debugger's tool, 0, is not one it can take)."""
     import glob
 
     found = sorted(glob.glob("/root/.pyenv/versions/3.13.*/bin/python3.13"))
@@ -1081,14 +1092,153 @@ def test_a_program_using_sys_monitoring_is_still_debugged(hostile, level, warm):
     d, r, frames = go(main())
     assert r.ok, r.message
     taken, x = r.value
-    assert x == 2 and taken == list(range(6)), r.value  # 6 and 7 are sys.settrace's own
+    # 0 is the debugger's (sys.monitoring.DEBUGGER_ID), 6 and 7 are sys.settrace's own.
+    assert x == 2 and taken == [1, 2, 3, 4, 5], r.value
     assert [(f["name"], f["line"]) for f in frames] == [("<module>", line)]
     assert d.names() == ["stopped", "continued", "stopped", "continued", "terminated"]
 
 
+#: A program that goes for the debugger's own sys.monitoring tool (0) through the module's
+#: functions: every one refuses it (an int subclass that is not equal to 0 too); the
+#: program's own tool (1) works.
+MONITOR_TOOL = textwrap.dedent(
+    """\
+    import sys
+    mon = sys.monitoring
+    here = sys._getframe().f_code
+    class Sly(int):
+        def __eq__(self, other):
+            return False
+        __hash__ = int.__hash__
+    def mine(*args):
+        return 'hijacked'
+    refused = []
+    for name, args in [
+        ('set_events', (0, 0)),
+        ('set_local_events', (0, here, 0)),
+        ('register_callback', (0, mon.events.LINE, mine)),
+        ('register_callback', (0, mon.events.PY_RETURN, None)),
+        ('free_tool_id', (0,)),
+        ('clear_tool_id', (0,)),
+        ('use_tool_id', (0, 'mine')),
+        ('set_events', (Sly(0), 0)),
+    ]:
+        fn = getattr(mon, name, None)
+        if fn is None:
+            refused.append(name)  # 3.12/3.13 have no clear_tool_id
+            continue
+        try:
+            fn(*args)
+        except ValueError:
+            refused.append(name)
+    lines = []
+    mon.use_tool_id(1, 'mine')
+    mon.register_callback(1, mon.events.LINE, lambda code, line: lines.append(line))
+    mon.set_local_events(1, here, mon.events.LINE)
+    x = 1
+    x = 2
+    mon.set_local_events(1, here, 0)
+    mon.free_tool_id(1)
+    [refused, mon.get_tool(0), sys.gettrace() is None, sorted(set(lines))[:2]]
+    """
+)
+
+
+def _python_minor(minor: int) -> str:
+    import glob
+
+    found = sorted(glob.glob(f"/root/.pyenv/versions/3.{minor}.*/bin/python3.{minor}"))
+    if not found:
+        pytest.skip(f"python3.{minor} is not installed here")
+    return found[-1]
+
+
 @ALL_LEVELS
 @BOTH
-def test_pause_after_the_program_hit_the_recursion_limit(hostile, level, warm):
+@pytest.mark.parametrize("minor", [12, 13])
+def test_a_program_cannot_switch_off_the_debuggers_monitoring_tool(hostile, level, warm, minor):
+    """From 3.12 the debugger is sys.monitoring tool 0: a program that sets its events to
+    none, replaces or removes its callbacks, or frees it, is refused (ValueError), and the
+    breakpoint and the step after it still stop."""
+    line = MONITOR_TOOL.splitlines().index("x = 2") + 1
+
+    async def main() -> tuple[Debugged, RunResult, list[Any]]:
+        d = Debugged(hostile, level, warm, python=_python_minor(minor))
+        await d.start(MONITOR_TOOL, [line])
+        await d.stopped()
+        frames = (await d.ok("stackTrace"))["stackFrames"]
+        await d.ok("next")
+        await d.stopped()
+        await d.ok("continue")
+        return d, await d.result(), frames
+
+    d, r, frames = go(main())
+    assert r.ok, r.message
+    refused, tool, untraced, lines = r.value
+    assert refused == [
+        "set_events",
+        "set_local_events",
+        "register_callback",
+        "register_callback",
+        "free_tool_id",
+        "clear_tool_id",
+        "use_tool_id",
+        "set_events",
+    ], refused
+    assert tool == "kernelgate debugger" and untraced is True
+    assert lines == [line - 1, line], lines  # the program's own tool saw its lines
+    assert [(f["name"], f["line"]) for f in frames] == [("<module>", line)]
+    assert d.names() == ["stopped", "continued", "stopped", "continued", "terminated"]
+
+
+#: A program that digs the real sys.monitoring functions out of the debugger's module, frees
+#: the debugger's tool and puts its own callback there: its debugging is over (as with
+#: PyEval_SetTrace through ctypes for settrace), nothing else.
+MONITOR_DUG = textwrap.dedent(
+    """\
+    import sys
+    mon = sys.monitoring
+    real = sys.modules['kernelgate.kernels.python.debugmonitor']._ORIGINAL
+    here = sys._getframe().f_code
+    seen = []
+    real['set_events'](0, 0)
+    real['set_local_events'](0, here, 0)
+    real['free_tool_id'](0)
+    mon.use_tool_id(0, 'mine')
+    real['register_callback'](0, mon.events.LINE, lambda code, line: seen.append(line))
+    real['set_local_events'](0, here, mon.events.LINE)
+    x = await tools.add(1, 2)
+    x = x + 1
+    real['set_local_events'](0, here, 0)
+    [x, mon.get_tool(0), len(seen) > 0]
+    """
+)
+
+
+@ALL_LEVELS
+@BOTH
+def test_a_program_that_digs_out_the_monitoring_functions_only_ends_its_debugging(
+    hostile, level, warm
+):
+    """Beyond the guard (the originals, found through sys.modules): the program runs on
+    undebugged, its own callback sees its own lines, the binding call is answered, and the
+    host gets the result and ``terminated``: no stop, nothing forged, nothing hung."""
+    line = MONITOR_DUG.splitlines().index("x = x + 1") + 1
+
+    async def main() -> tuple[Debugged, RunResult]:
+        d = Debugged(hostile, level, warm, python=_python_minor(13))
+        await d.start(MONITOR_DUG, [line])
+        return d, await d.result()
+
+    d, r = go(main())
+    assert r.ok and r.value == [4, "mine", True], r.message
+    assert d.names() == ["terminated"]
+
+
+@ALL_LEVELS
+@BOTH
+@TRACERS
+def test_pause_after_the_program_hit_the_recursion_limit(hostile, level, warm, minor):
     """A busy program that once caught a RecursionError (CPython dropped the trace function
     then) still stops on ``pause``: the reader has the main thread trace again. Before this
     suite's fix the pause was accepted and never taken."""
@@ -1098,7 +1248,7 @@ def test_pause_after_the_program_hit_the_recursion_limit(hostile, level, warm):
     )
 
     async def main() -> tuple[Debugged, RunResult, dict[str, Any]]:
-        d = Debugged(hostile, level, warm)
+        d = Debugged(hostile, level, warm, **_python_kwargs(minor))
         await d.start(program)
         await asyncio.wait_for(d.said.wait(), 30)  # it printed 'busy': it is in its loop
         await d.ok("pause")

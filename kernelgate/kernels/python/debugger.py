@@ -10,9 +10,12 @@ trace function at the recursion limit).
 
 How it runs:
 
-- ``sys.settrace`` on the program's main thread (other threads run untraced; threadId is
-  always 1). Only frames whose code comes from ``"<program>"`` are traced, shown or stepped
-  into: kernelgate's, asyncio's and the standard library's never are. A program frame is
+- ``sys.settrace`` on the program's main thread before 3.12 (other threads run untraced;
+  threadId is always 1). From 3.12 :mod:`.debugmonitor` runs this same debugger on
+  ``sys.monitoring`` events instead (the ``_start_tracer`` ... ``_tracer_off`` switch), with
+  no SIGURG nudge: what follows of tracing and retracing is the settrace backend's. Only
+  frames whose code comes from ``"<program>"`` are traced, shown or stepped into:
+  kernelgate's, asyncio's and the standard library's never are. A program frame is
   traced only while something could stop in it (breakpoints, a step, a pause), so a run with
   no breakpoint costs one check per function call.
 - When the main thread stops (breakpoint, step, pause, exception, entry) it sends a
@@ -200,11 +203,33 @@ class Debugger(StopView):
         self._saved_hooks = sys.settrace, sys.breakpointhook
         sys.settrace = self._refuse_settrace
         sys.breakpointhook = self._breakpointhook
+        self._start_tracer()
+
+    # -- the tracer's switch: sys.settrace here; .debugmonitor's backend overrides these ------
+
+    def _start_tracer(self) -> None:
+        """Install the tracer (once, from :meth:`trace`)."""
         try:
             self._old_nudge = _signal(_NUDGE, self._nudge)
         except (ValueError, OSError):
             self._old_nudge = None
         _settrace(self._on_call)
+
+    def _end_tracer(self) -> None:
+        """Remove what :meth:`_start_tracer` installed (once, from :meth:`untrace`)."""
+        try:
+            if _getsignal(_NUDGE) == self._nudge:
+                _signal(_NUDGE, self._old_nudge if self._old_nudge is not None else signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+    def _tracer_on(self) -> None:
+        """Trace the main thread again after :meth:`_tracer_off`."""
+        _settrace(self._on_call)
+
+    def _tracer_off(self) -> None:
+        """Trace nothing on the main thread (a stop outside a trace call, the end)."""
+        _settrace(None)
 
     def _on_nudge(self, _signum: int, _frame: Any) -> None:
         """On the main thread, between two of the program's bytecodes (see _NUDGE)."""
@@ -260,12 +285,12 @@ class Debugger(StopView):
         stack = self._waiting_stack()
         if not stack:
             return  # nothing of the program waits here (e.g. it blocks in another thread)
-        _settrace(None)  # this stop is not inside a trace call: what it runs is not traced
+        self._tracer_off()  # this stop is not inside a trace call: what it runs is not traced
         try:
             self._stop(stack[0][0], "pause", "Paused while waiting", stack=stack)
         finally:
             if self.tracing:
-                _settrace(self._on_call)
+                self._tracer_on()
 
     def _waiting_stack(self) -> list[tuple[types.FrameType, int]]:
         """The program frames of the suspended coroutine chains of the loop's tasks,
@@ -297,20 +322,16 @@ class Debugger(StopView):
         self.mode = _CONTINUE
         self.pausing = self.entry = False
         self.exception_filters = frozenset()
-        _settrace(None)
+        self._tracer_off()
 
     def untrace(self) -> None:
         """The program is over: no more tracing, and requests say so."""
-        _settrace(None)
+        self._tracer_off()
         self.tracing = False
         with self.lock:
             self.finished = True
         sys.settrace, sys.breakpointhook = self._saved_hooks
-        try:
-            if _getsignal(_NUDGE) == self._nudge:
-                _signal(_NUDGE, self._old_nudge if self._old_nudge is not None else signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
+        self._end_tracer()
 
     def _refuse_settrace(self, function: Any) -> None:
         if self._warned_settrace:
@@ -561,7 +582,7 @@ class Debugger(StopView):
         raised (the frames are those of its traceback) before it is reported."""
         if "uncaught" not in self.exception_filters or isinstance(exc, (SystemExit, GeneratorExit)):
             return
-        _settrace(None)  # the program is over: what runs while stopped must not trace
+        self._tracer_off()  # the program is over: what runs while stopped must not trace
         self.tracing = False
         stack = []
         tb = exc.__traceback__
