@@ -824,6 +824,30 @@ def test_program_code_every_request_runs_is_cut_off(hostile, level, warm, entry)
     assert r.ok and r.value == 1, r.message
 
 
+@ALL_LEVELS
+@BOTH
+def test_a_program_that_rebinds_isinstance_keeps_its_reader(hostile, level, warm):
+    """The reader thread runs while the program's builtins are in force. It used
+    ``signal.getsignal``, whose enum conversion calls ``isinstance``: a program that rebound
+    ``builtins.isinstance`` and stayed quiet for a second (the reader's nudge) made the
+    reader fail, and the run end ``InternalError``. It stops at its breakpoint now."""
+    program = (
+        "import builtins, time\nreal = builtins.isinstance\nbuiltins.isinstance = None\n"
+        "time.sleep(2.5)\nbuiltins.isinstance = real\nx = 1\nx"
+    )
+
+    async def main() -> tuple[Debugged, RunResult]:
+        d = Debugged(hostile, level, warm)
+        await d.start(program, [6])
+        await d.stopped()
+        await d.ok("continue")
+        return d, await d.result()
+
+    d, r = go(main())
+    assert r.ok and r.value == 1, r.message
+    assert d.names() == ["stopped", "continued", "terminated"]
+
+
 # -- 3. time: a stopped clock, CPU while "stopped", interrupt while stopped -------------------
 
 
