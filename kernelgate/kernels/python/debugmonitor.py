@@ -142,6 +142,7 @@ class MonitorDebugger(Debugger):
     # -- the switch (see Debugger._start_tracer) --------------------------------------------
 
     def _start_tracer(self) -> None:
+        self._install_nudge()
         tool = self.tool
         _use_tool_id(tool, TOOL_NAME)
         _register(tool, _E.LINE, self._on_line)
@@ -157,6 +158,7 @@ class MonitorDebugger(Debugger):
         self._arm()
 
     def _end_tracer(self) -> None:
+        self._remove_nudge()
         self._disarm()
         for name, fn in self._saved_mon.items():
             setattr(_mon, name, fn)
