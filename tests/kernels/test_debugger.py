@@ -876,3 +876,38 @@ def test_both_backends_stop_at_the_same_places(child, scenario):
     traced = _walk(child(program, debug=forced), resume, probe)
     assert monitored == traced
     assert len(monitored) >= 2, monitored
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("trap", ["swallow", "disarm"])
+def test_a_value_whose_repr_fights_the_deadline_does_not_wedge_either_backend(child, trap):
+    """The repr traps of tests/hardening/test_debug_attacks.py, on every interpreter: the
+    settrace backend (3.10, 3.11) and sys.monitoring's (3.12+). The host is always
+    answered: the trap is cut off ("took too long"), or, where CPython lets a repr that
+    swallows every interruption loop on (a ``while True`` over ``try: ... except
+    BaseException: pass`` on 3.10 and 3.12), the reader thread answers that the program is
+    stuck, and the next request is answered too."""
+    reprs = {
+        "swallow": "        while True:\n            try:\n                time.sleep(1000)\n"
+        "            except BaseException:\n                pass\n",
+        "disarm": "        signal.setitimer(signal.ITIMER_REAL, 0)\n        time.sleep(1000)\n",
+    }
+    program = (
+        "import signal, time\nclass T:\n    def __repr__(self):\n"
+        + reprs[trap]
+        + "trap = T()\nafter = 1\n"
+    )
+    c = child(program, [{"line": 10 if trap == "swallow" else 7}])
+    c.wait_stopped()
+    reply = c.request("scopes", {"frameId": c.ok("stackTrace")["stackFrames"][0]["id"]})
+    ref = next(s["variablesReference"] for s in reply.body["scopes"] if s["name"] == "Globals")
+    answer = c.request("variables", {"variablesReference": ref}, timeout=30)
+    if answer.success:
+        shown = {v["name"]: v["value"] for v in answer.body["variables"]}["trap"]
+        assert "took too long" in shown or "ran out of time" in shown, shown
+        c.ok("continue")
+        assert c.wait_done().status == "ok"
+    else:
+        assert trap == "swallow", answer.message
+        assert "stuck in its own code" in answer.message and "__repr__" in answer.message
+        assert c.request("threads").success  # the stop still answers
