@@ -1,0 +1,194 @@
+"""The warm pool of Node children (``Gateway(language=..., pool_size=N)``, gateway/nodepool.py):
+runs take children started ahead at every level; a run with other limits starts cold with
+its own; a killed idle child is dropped; 8 runs share a pool of 2; and nothing (process,
+zombie, run directory, cgroup, uid) is left once the gateway is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kernelgate import Gateway, Limits, RunResult
+from kernelgate.gateway.nodepool import NodePool
+from tests.hardening.conftest import ALL_LEVELS, kernelgate_cgroups
+from tests.procs import _pids, _stat
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("node") is None, reason="node (>= 18) is not installed"),
+    pytest.mark.timeout(180),
+]
+
+LIMITS = Limits(wall_seconds=60)
+CALL = "const n: number = await tools.add(1, 2);\nn"
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def children_of_us() -> list[int]:
+    """Every process whose parent is this test process, zombies included."""
+    me = os.getpid()
+    return [p for p in _pids() if (s := _stat(p)) is not None and s[1] == me]
+
+
+@pytest.fixture
+def runs(tmp_path: Any, no_fd_leak: None) -> Iterator[str]:
+    """The run directories' base; after the test: no directory, process (zombie included)
+    or pool cgroup of ours is left, nor an fd (a pidfd, a run uid's lock: no_fd_leak)."""
+    base = tmp_path / "runs"
+    base.mkdir()
+    yield str(base)
+    assert os.listdir(base) == [], "run directories are left"
+    assert children_of_us() == [], "child processes (or zombies) of the test process are left"
+    assert kernelgate_cgroups({"nodepool-"}) == [], "pool cgroups are left"
+
+
+def gateway(base: str, level: str = "process", size: int = 2, **kwargs: Any) -> Gateway:
+    return Gateway(
+        language="typescript",
+        bindings={"add": add},
+        sandbox=level,
+        limits=LIMITS,
+        tmp_dir=base,
+        pool_size=size,
+        **kwargs,
+    )
+
+
+async def filled(gw: Gateway) -> NodePool:
+    """The gateway's Node pool, once its refill has ended."""
+    pool = gw._pool
+    assert isinstance(pool, NodePool), pool
+    await pool.filled()
+    return pool
+
+
+def ok(result: RunResult, value: Any = 3) -> None:
+    assert result.status == "ok", (result.status, result.error, result.stderr)
+    assert result.value == value
+
+
+@ALL_LEVELS
+def test_pooled_runs_are_warm(runs: str, level: str) -> None:
+    async def body() -> None:
+        async with gateway(runs, level) as gw:
+            first = await gw.run(CALL)
+            ok(first)
+            assert first.usage["warm"] is False  # the pool starts its children as it is made
+            pool = await filled(gw)
+            assert pool.ready == 2
+            for _ in range(3):
+                result = await gw.run(CALL)
+                ok(result)
+                assert result.usage["warm"] is True
+                assert result.isolation == level
+                await pool.filled()
+            assert pool.handed_out == 3
+            assert pool.cold_fallbacks == 1
+
+    asyncio.run(body())
+
+
+@ALL_LEVELS
+def test_a_run_with_other_limits_starts_cold_with_its_own(runs: str, level: str) -> None:
+    """The pool's children have the gateway's heap flag and rlimits; a run with another
+    memory_bytes or max_file_bytes gets its own (cold), never the pool's."""
+
+    async def body() -> None:
+        heap = "process.execArgv.find((a: string) => a.startsWith('--max-old-space-size'))"
+        write = (
+            "let r = 'written';\n"
+            "try { require('fs').writeFileSync('big', Buffer.alloc(300000)) }"
+            " catch (e: any) { r = e.code }\nr"
+        )
+        async with gateway(runs, level) as gw:
+            ok(await gw.run("1", limits=LIMITS), 1)
+            pool = await filled(gw)
+            warm = await gw.run(heap)
+            assert warm.usage["warm"] is True
+            assert warm.value == f"--max-old-space-size={(LIMITS.memory_bytes >> 20) - 48}"
+            await pool.filled()
+            cold = await gw.run(heap, limits=Limits(wall_seconds=60, memory_bytes=256 << 20))
+            assert cold.usage["warm"] is False
+            assert cold.value == "--max-old-space-size=208"
+            small = await gw.run(write, limits=Limits(wall_seconds=60, max_file_bytes=100_000))
+            assert small.usage["warm"] is False
+            assert small.value == "EFBIG", (small.status, small.error)
+            big = await gw.run(write)
+            assert big.usage["warm"] is True
+            assert big.value == "written", (big.status, big.error)
+            assert pool.cold_fallbacks == 3  # the first run's, and the two with other limits
+
+    asyncio.run(body())
+
+
+@ALL_LEVELS
+def test_a_killed_idle_child_is_dropped(runs: str, level: str) -> None:
+    async def body() -> None:
+        async with gateway(runs, level) as gw:
+            ok(await gw.run(CALL))
+            pool = await filled(gw)
+            idle = list(pool._ready)
+            assert len(idle) == 2
+            for child in idle:
+                os.kill(child.pid, signal.SIGKILL)
+            for child in idle:
+                assert await asyncio.to_thread(child.wait_gone, 10)
+            result = await gw.run(CALL)
+            ok(result)
+            assert result.usage["warm"] is False
+            assert pool.discarded == 2
+            await pool.filled()
+            again = await gw.run(CALL)
+            ok(again)
+            assert again.usage["warm"] is True
+
+    asyncio.run(body())
+
+
+def test_eight_concurrent_runs_share_a_pool_of_two(runs: str) -> None:
+    async def body() -> None:
+        async with gateway(runs) as gw:
+            ok(await gw.run(CALL))
+            pool = await filled(gw)
+            results = await asyncio.gather(
+                *(gw.run(f"const n: number = await tools.add({i}, 1);\nn") for i in range(8))
+            )
+            for i, result in enumerate(results):
+                ok(result, i + 1)
+            warm = sum(bool(r.usage["warm"]) for r in results)
+            assert warm >= 2
+            assert pool.handed_out == warm
+            assert pool.cold_fallbacks == 1 + 8 - warm
+
+    asyncio.run(body())
+
+
+def test_closing_while_the_pool_refills_leaves_nothing(runs: str) -> None:
+    async def body() -> None:
+        async with gateway(runs, size=3) as gw:
+            ok(await gw.run(CALL))
+            # aclose now: the refill is under way (children started and starting).
+
+    asyncio.run(body())
+
+
+def test_run_sync_and_close_leave_nothing(runs: str) -> None:
+    """run_sync has a loop per run: the pool's children outlive it, its refill does not."""
+    with gateway(runs) as gw:
+        ok(gw.run_sync(CALL))
+        warm = 0
+        for _ in range(3):
+            result = gw.run_sync(CALL)
+            ok(result)
+            warm += bool(result.usage["warm"])
+        assert warm >= 1
+    assert gw._pool is None
