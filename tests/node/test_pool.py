@@ -17,7 +17,8 @@ import pytest
 
 from kernelgate import Gateway, Limits, RunResult
 from kernelgate.gateway.nodepool import NodePool
-from tests.hardening.conftest import ALL_LEVELS, kernelgate_cgroups
+from kernelgate.gateway.process import owner_prefix
+from tests.hardening.conftest import ALL_LEVELS, at_levels, kernelgate_cgroups
 from tests.procs import _pids, _stat
 
 pytestmark = [
@@ -48,7 +49,7 @@ def runs(tmp_path: Any, no_fd_leak: None) -> Iterator[str]:
     yield str(base)
     assert os.listdir(base) == [], "run directories are left"
     assert children_of_us() == [], "child processes (or zombies) of the test process are left"
-    assert kernelgate_cgroups({"nodepool-"}) == [], "pool cgroups are left"
+    assert kernelgate_cgroups({owner_prefix() + "nodepool-"}) == [], "pool cgroups are left"
 
 
 def gateway(base: str, level: str = "process", size: int = 2, **kwargs: Any) -> Gateway:
@@ -150,6 +151,40 @@ def test_a_killed_idle_child_is_dropped(runs: str, level: str) -> None:
             again = await gw.run(CALL)
             ok(again)
             assert again.usage["warm"] is True
+
+    asyncio.run(body())
+
+
+@at_levels("process", "namespaces", "namespaces+landlock", process_needs_root=True)
+def test_a_warm_run_cannot_reach_the_idle_child_beside_it(runs: str, level: str) -> None:
+    """The other idle child of the pool (the next run's) is another uid (a root host) or
+    outside the run's pid namespace: the program can neither signal nor read it, and it
+    serves the next run warm."""
+    attack = (
+        "const out: string[] = [];\n"
+        "try { process.kill(PID, 'SIGKILL'); out.push('killed') }"
+        " catch (e: any) { out.push(e.code) }\n"
+        "try { require('fs').readFileSync('/proc/PID/environ'); out.push('read') }"
+        " catch (e: any) { out.push(e.code) }\n"
+        "out"
+    )
+
+    async def body() -> None:
+        async with gateway(runs, level) as gw:
+            ok(await gw.run(CALL))
+            pool = await filled(gw)
+            _, other = pool._ready
+            result = await gw.run(attack.replace("PID", str(other.pid)))
+            assert result.usage["warm"] is True
+            assert result.status == "ok", result.error
+            assert "killed" not in result.value and "read" not in result.value, result.value
+            assert other.alive()
+            await pool.filled()
+            assert other in pool._ready
+            nxt = await gw.run(CALL)
+            ok(nxt)
+            assert nxt.usage["warm"] is True
+            assert pool.discarded == 0
 
     asyncio.run(body())
 
