@@ -333,7 +333,7 @@ class Gateway:
                     "refuses to run with less)"
                 )
             level = support.strongest  # what is missing is above it: fall back to it
-        sandbox = plan_sandbox(level, limits, support, self.read_paths)
+        sandbox = plan_sandbox(level, limits, support, self.read_paths, self.runtime.own_tasks)
         pool = self._pool_for(level, support) if unavailable is None else None
         return RunPlan(
             registry=self._registry,
@@ -387,7 +387,9 @@ class Gateway:
                 base_dir=self.tmp_dir,
                 cgroup_roots=support.cgroups,
                 read_paths=self.read_paths,
-                sandbox=plan_sandbox(level, self.limits, support, self.read_paths),
+                sandbox=plan_sandbox(
+                    level, self.limits, support, self.read_paths, self.runtime.own_tasks
+                ),
             )
         return self._pool
 

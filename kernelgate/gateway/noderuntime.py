@@ -44,6 +44,9 @@ _MIB = 1 << 20
 #: is memory_bytes less this, so V8 says "heap out of memory" before the cgroup kills.
 _BESIDE_HEAP_MIB = 48
 _MIN_HEAP_MIB = 16
+#: V8's platform workers and libuv's pool, down from Node's 4 and 4 (NodeRuntime.own_tasks).
+_V8_THREADS = 2
+_UV_THREADS = 2
 
 
 def heap_mib(sandbox: SandboxPlan) -> int | None:
@@ -68,6 +71,12 @@ class NodeRuntime(CodeRuntime):
     one)."""
 
     debugger = False
+    #: Node's own threads beside the program's main one, made as it starts (the kernel's
+    #: first read of fd 3 starts libuv's whole pool): V8's platform workers and libuv's
+    #: pool, two each (the flags below), and two of Node's own. The run's pids.max and
+    #: RLIMIT_NPROC allow them on top of max_processes, so the program's processes stop
+    #: where a Python program's do.
+    own_tasks = 6
 
     def __init__(
         self,
@@ -99,7 +108,7 @@ class NodeRuntime(CodeRuntime):
 
     def command_for(self, sandbox: SandboxPlan) -> LaunchCommand:
         """The launch command of a child for a run with ``sandbox``."""
-        return self.install.command([KERNEL_JS], heap_mib(sandbox))
+        return self.install.command([f"--v8-pool-size={_V8_THREADS}", KERNEL_JS], heap_mib(sandbox))
 
     def spawn(
         self,
@@ -176,8 +185,11 @@ class NodeRuntime(CodeRuntime):
 
 def _node_env(env: Mapping[str, str]) -> dict[str, str]:
     """The child's environment: the run's, without what would make Node load code or
-    options from outside the run (NODE_OPTIONS --require, NODE_PATH, ...)."""
-    return {k: v for k, v in env.items() if not k.startswith(("NODE_", "UV_"))}
+    options from outside the run (NODE_OPTIONS --require, NODE_PATH, ...), and libuv's pool
+    at its size (one thread waits on fd 3, one serves the program's file calls)."""
+    clean = {k: v for k, v in env.items() if not k.startswith(("NODE_", "UV_"))}
+    clean["UV_THREADPOOL_SIZE"] = str(_UV_THREADS)
+    return clean
 
 
 def _caret(source: str, line: int, column: int) -> tuple[str, ...]:

@@ -108,6 +108,8 @@ class CodeRuntime(abc.ABC):
     name: Language
     #: Its children take the debug options of ``execute_request`` (``Gateway.run(debug=)``).
     debugger: bool = False
+    #: Threads a child holds of its own beyond the program's (counted with max_processes).
+    own_tasks: int = 0
 
     @property
     @abc.abstractmethod
