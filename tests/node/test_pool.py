@@ -189,6 +189,59 @@ def test_a_warm_run_cannot_reach_the_idle_child_beside_it(runs: str, level: str)
     asyncio.run(body())
 
 
+PROBE = r"""
+const fs = require('fs');
+const keep = /^(Seccomp|Seccomp_filters|NoNewPrivs|CapInh|CapPrm|CapEff|CapBnd|CapAmb|Uid|Gid):/;
+const status = fs.readFileSync('/proc/self/status', 'utf8').split('\n')
+  .filter((l: string) => keep.test(l)).map((l: string) => l.replace(/\s+/g, ' '));
+const limits = fs.readFileSync('/proc/self/limits', 'utf8').split('\n')
+  .filter((l: string) => l).map((l: string) => l.replace(/\s+/g, ' '));
+const tried: Record<string, string> = {};
+for (const path of ['/etc/shadow', HOST_FILE, '/proc/1/environ']) {
+  try { fs.readFileSync(path); tried[path] = 'read' } catch (e: any) { tried[path] = e.code }
+}
+({status, limits, tried, ns: fs.readlinkSync('/proc/self/ns/pid') === HOST_PIDNS,
+  cwd: process.cwd() === RUN_DIR_OF_HOST ? 'host' : 'run', argv: process.execArgv})
+"""
+
+
+@ALL_LEVELS
+def test_a_pooled_child_is_confined_as_a_cold_one(runs: str, level: str, tmp_path: Any) -> None:
+    """What the program sees of its confinement (seccomp, no_new_privs, capabilities, uid
+    kind, every rlimit, V8's flags, what it may read, its pid namespace) is the same in a
+    warm run as in a cold run of the same plan."""
+    secret = tmp_path / "host-secret"
+    secret.write_text("the host's\n")
+    code = (
+        PROBE.replace("HOST_FILE", repr(str(secret)))
+        .replace("HOST_PIDNS", repr(os.readlink("/proc/self/ns/pid")))
+        .replace("RUN_DIR_OF_HOST", repr(os.getcwd()))
+    )
+
+    def seen(result: RunResult) -> dict[str, Any]:
+        assert result.status == "ok", (result.status, result.error)
+        value = dict(result.value)
+        ids = [line.split(" ")[1:] for line in value.pop("status") if line[:4] in ("Uid:", "Gid:")]
+        value["status"] = [
+            line for line in result.value["status"] if line[:4] not in ("Uid:", "Gid:")
+        ]
+        value["root"] = any(i == "0" for row in ids for i in row)
+        return value
+
+    async def body() -> None:
+        async with gateway(runs, level, size=1) as cold_gw:
+            cold = await cold_gw.run(code)
+            assert cold.usage["warm"] is False
+            await filled(cold_gw)
+            warm = await cold_gw.run(code)
+            assert warm.usage["warm"] is True
+        assert seen(warm) == seen(cold)
+        assert seen(warm)["tried"][str(secret)] != "read" or level == "process"
+        assert seen(warm)["tried"]["/etc/shadow"] != "read"
+
+    asyncio.run(body())
+
+
 def test_eight_concurrent_runs_share_a_pool_of_two(runs: str) -> None:
     async def body() -> None:
         async with gateway(runs) as gw:
