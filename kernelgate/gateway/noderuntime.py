@@ -28,15 +28,14 @@ from kernelgate.kernels.node import KERNEL_JS
 from kernelgate.model.describe_ts import render_declarations
 from kernelgate.model.language import Language
 
-from .cgroups import CgroupRoots, RunCgroup
+from .cgroups import CgroupRoots
 from .jsprogram import ProgramSyntaxError, ProgramTransformer, ProgramTransformError
 from .launch import LaunchCommand, NodeInstall, probe_node, spawn_launched_child
-from .pool import WarmChild
+from .nodepool import NodePool, launched_spawner
 from .process import ChildProcess, resolve_interpreter
 from .runids import RunIds
-from .runtime import ChildPool, CodeRuntime, ProgramError, Specs
+from .runtime import CodeRuntime, ProgramError, Specs
 from .sandbox import SandboxPlan, SandboxSupport, probe_support
-from .teardown import remove_cgroup
 
 __all__ = ["NodeRuntime", "heap_mib"]
 
@@ -138,10 +137,18 @@ class NodeRuntime(CodeRuntime):
         base_dir: str | None,
         cgroup_roots: CgroupRoots | None,
         read_paths: tuple[str, ...],
-    ) -> ChildPool:
-        # Not yet: a Node child's limits (rlimits, V8's heap) are fixed before it starts, so
-        # a pool must be kept per run limits. Until then every run starts cold.
-        return ColdOnlyPool(level)
+        sandbox: SandboxPlan,
+    ) -> NodePool:
+        # A Node child's rlimits and heap flag are fixed before it starts: the pool's
+        # children are started for ``sandbox`` (the gateway's own limits) and only runs
+        # with that plan take them (NodePool.takes); others start cold.
+        return NodePool(
+            size=size,
+            sandbox=sandbox,
+            spawn=launched_spawner(self.python, _node_env(env), sandbox, self.command_for(sandbox)),
+            base_dir=base_dir,
+            cgroup_roots=cgroup_roots,
+        )
 
     def render_stub(self, specs: Specs, described: Sequence[Mapping[str, Any]] = ()) -> str:
         return render_declarations(described or _entries_from_specs(specs), specs)
@@ -173,32 +180,6 @@ class NodeRuntime(CodeRuntime):
     def close(self) -> None:
         # Helpers of loops that have ended are gone with end_loop(); one of a loop still
         # running is that loop's to end.
-        pass
-
-
-class ColdOnlyPool:
-    """A pool that has no children (every run starts a cold one): what a Node runtime's
-    ``pool_size > 0`` gives until its warm pool comes. ``cold_fallbacks`` counts runs."""
-
-    def __init__(self, level: str) -> None:
-        self._level = level
-        self.cold_fallbacks = 0
-
-    @property
-    def level(self) -> str:
-        return self._level
-
-    async def acquire(self) -> WarmChild | None:
-        self.cold_fallbacks += 1
-        return None
-
-    async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
-        await remove_cgroup(cgroup)
-
-    async def aclose(self) -> None:
-        pass
-
-    def close(self) -> None:
         pass
 
 

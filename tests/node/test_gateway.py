@@ -76,6 +76,7 @@ def run(
         sandbox=level,
         limits=limits,
         tmp_dir=base,
+        pool_size=0,  # cold: the warm pool's runs are tests/node/test_pool.py's
     ) as gw:
         return gw.run_sync(code)
 

@@ -172,3 +172,60 @@ print(json.dumps(got))
 def test_a_same_uid_host_process_cannot_read_a_node_childs_environ(as_user, level):
     got = as_user.run_script(_SAME_UID, {"level": level}, timeout=120)
     assert "in the environ" not in got, got
+
+
+# A warm pool (gateway/nodepool.py) as the user: the run that takes one child goes for the
+# other, idle one (the next run's): its environ, memory, fd 3, a signal, its run directory.
+_POOLED = """
+import asyncio
+from kernelgate import Gateway, Limits
+
+ATTACK = '''
+const fs = require('fs');
+const out: Record<string, string> = {};
+function attempt(name: string, fn: () => any) {
+  try { out[name] = 'ok:' + String(fn()).slice(0, 60) } catch (e: any) { out[name] = 'err:' + (e.code || e.name) }
+}
+attempt('environ', () => fs.readFileSync('/proc/PID/environ', 'latin1'));
+attempt('mem', () => { fs.closeSync(fs.openSync('/proc/PID/mem', 'r')); return 'opened' });
+attempt('fd3', () => fs.readlinkSync('/proc/PID/fd/3'));
+attempt('signal', () => process.kill(PID, 'SIGKILL'));
+attempt('plant', () => { fs.writeFileSync('DIR/planted.js', 'x'); return 'planted' });
+out
+'''
+
+async def main():
+    async with Gateway(language="typescript", sandbox=ARGS["level"], pool_size=2,
+                       tmp_dir=ARGS["tmp_dir"], limits=Limits(wall_seconds=60),
+                       env={"SECRET": "in the environ"}) as gw:
+        first = await gw.run("1")
+        pool = gw._pool
+        await pool.filled()
+        other = pool._ready[1]
+        code = ATTACK.replace("PID", str(other.pid)).replace("DIR", other.run_dir)
+        result = await gw.run(code)
+        alive = other.alive()
+        nxt = await gw.run("2")
+    return {"first": first.status, "warm": result.usage.get("warm"), "status": result.status,
+            "error": str(result.error), "got": result.value, "alive": alive,
+            "next": [nxt.status, nxt.usage.get("warm")]}
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+@at_levels(*LEVELS)
+@pytest.mark.timeout(150)
+def test_a_pooled_run_cannot_reach_the_idle_child_beside_it_from_an_unprivileged_host(
+    as_user, level
+):
+    result = as_user.run_script(_POOLED, {"level": level}, timeout=120)
+    assert result["warm"] is True and result["status"] == "ok", result
+    got = result["got"]
+    if level == "process" and SUPPORT.landlock_abi < 6:
+        pytest.skip("at 'process' a non-root host shares its uid: landlock ABI 6 scoping needed")
+    if level == "process":
+        # The host's uid owns every run directory there (not promised, as for cold runs).
+        del got["plant"]
+    assert {k: v for k, v in got.items() if v.startswith("err:")} == got, got
+    assert result["alive"] and result["next"] == ["ok", True], result
