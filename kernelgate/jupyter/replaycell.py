@@ -32,6 +32,7 @@ from typing import Any
 from kernelgate.gateway.api import CodeGateway
 from kernelgate.gateway.debug import RunDebugger
 from kernelgate.gateway.gateway import Gateway
+from kernelgate.gateway.launch import NodeUnavailable
 from kernelgate.gateway.output import OutputListener
 from kernelgate.gateway.plan import CallListener
 from kernelgate.model.limits import Limits
@@ -237,6 +238,12 @@ async def run_replay_cell(
         body = recorded.program
         if payload is not None:
             payload.append({"source": "set_next_input", "text": program, "replace": True})
+    if recorded.language != "python":
+        # The marker (and what is above it) is a comment in Python only: in JavaScript
+        # it is made one, on the same lines, so the program's lines stay the cell's.
+        lines = program.split("\n")
+        cut = marker.line
+        program = "\n".join(["// " + line for line in lines[:cut]] + lines[cut:])
     # The kernel's runtime (its interpreter) when the recording is in its language.
     lend = python is None and like is not None and like.language == recorded.language
     try:
@@ -252,7 +259,7 @@ async def run_replay_cell(
             on_call=on_call,
             on_gateway=on_gateway,
         )
-    except NotImplementedError as exc:  # a language this kernelgate cannot run yet
+    except (NotImplementedError, NodeUnavailable) as exc:  # a language it cannot run here
         return _refused(exc, "#| replay")
     # The marker line is the cell's, not the program's: the program is edited only if
     # what follows the marker differs from what was recorded (a front end's cell has no
