@@ -54,7 +54,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import unicodedata
+import weakref
 from pathlib import Path
 from typing import Literal
 
@@ -396,7 +398,11 @@ class ProgramTransformer:
             # One answer holds the whole program (JSON-escaped at worst 6 chars for one).
             limit=6 * self.max_source_chars + 65536,
         )
-        self._stderr_task = asyncio.ensure_future(self._drain_stderr(proc))
+        # Not a method: a running task must not keep the transformer alive (see below).
+        self._stderr_task = asyncio.ensure_future(_drain_stderr(proc, self._stderr))
+        # A transformer dropped without aclose() (a gateway never closed) takes its helper
+        # with it: the helper only ever waits on our pipe.
+        weakref.finalize(self, _kill_pid, proc.pid, proc)
         assert proc.stdout is not None
         ready = await proc.stdout.readline()  # bounded by the caller
         if ready != READY:
@@ -408,11 +414,6 @@ class ProgramTransformer:
             )
         return proc
 
-    async def _drain_stderr(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stderr is not None
-        while chunk := await proc.stderr.read(65536):
-            self._stderr += chunk
-            del self._stderr[:-_STDERR_TAIL]
 
     async def _reap(self, proc: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -459,3 +460,18 @@ def transform_program(
             return await transformer.transform(source, language)
 
     return asyncio.run(once())
+
+
+def _kill_pid(pid: int, proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL a helper still running (its transformer is gone); asyncio reaps it."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+async def _drain_stderr(proc: asyncio.subprocess.Process, tail: bytearray) -> None:
+    """Keep the last of a helper's stderr in ``tail`` (for error messages)."""
+    assert proc.stderr is not None
+    while chunk := await proc.stderr.read(65536):
+        tail += chunk
+        del tail[:-_STDERR_TAIL]

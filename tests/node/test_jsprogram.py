@@ -8,6 +8,7 @@ a real process, and the hang/leak tests stop, kill and cancel it for real.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import re
@@ -514,3 +515,22 @@ def test_the_sync_convenience() -> None:
     assert transform_program("const a: string = 'x';\na", "typescript") == (
         "const a         = 'x';\nreturn a"
     )
+
+
+def test_a_transformer_dropped_without_close_takes_its_helper_with_it() -> None:
+    """A gateway never closed (its runtime's transformer collected): no helper is left."""
+
+    async def main() -> int:
+        transformer = ProgramTransformer()
+        await transformer.transform("1", "typescript")
+        pid = transformer.pid
+        assert pid is not None and pid_alive(pid)
+        del transformer
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while pid_alive(pid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the loop reaps the killed helper
+        return pid
+
+    pid = asyncio.run(main())
+    assert not pid_alive(pid)
