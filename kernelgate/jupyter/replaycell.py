@@ -45,8 +45,10 @@ __all__ = ["FORM", "ReplayMarker", "replay_body", "replay_marker", "run_replay_c
 #: How the marker is written; every error about a marker shows it.
 FORM = "#| replay PATH [--cell N | --cell-id ID | --position K]"
 
-# ``#| replay`` then a space or the end: ``#| replayed`` is an ordinary comment.
+# ``#| replay`` then a space or the end: ``#| replayed`` is an ordinary comment. A
+# TypeScript or JavaScript cell writes it as its comment: ``//| replay``.
 _MARKER = re.compile(r"#\|\s*replay(?=\s|$)(.*)", re.IGNORECASE)
+_SCRIPT_MARKER = re.compile(r"//\|\s*replay(?=\s|$)(.*)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ def _integer(option: str, text: str | None) -> int:
         raise _bad(f"#| replay: {option} takes a whole number, not {text!r}") from None
 
 
-def replay_marker(code: str) -> ReplayMarker | None:
+def replay_marker(code: str, comment: str = "#") -> ReplayMarker | None:
     """The cell's ``#| replay`` marker, or ``None`` when its first line (after blank
     lines) is not one. Raises ``ValueError`` naming the bad value and the right form for
     a marker that is malformed (no path, an unknown option, a value that is not a number,
@@ -87,12 +89,18 @@ def replay_marker(code: str) -> ReplayMarker | None:
     Traceback (most recent call last):
     ...
     ValueError: #| replay: --cell takes a whole number, not 'three'; write ... as #| replay PATH ...
+
+    ``comment`` is the cell language's line comment: ``"//"`` reads ``//| replay PATH``
+    (a TypeScript or JavaScript kernel's cells).
+
+    >>> replay_marker("//| replay s.ipynb --cell 2", comment="//").cell
+    2
     """
     lines = code.split("\n")
     index = next((i for i, line in enumerate(lines) if line.strip()), None)
     if index is None:
         return None
-    found = _MARKER.fullmatch(lines[index].strip())
+    found = (_SCRIPT_MARKER if comment == "//" else _MARKER).fullmatch(lines[index].strip())
     if found is None:
         return None
     try:
