@@ -269,13 +269,17 @@ class RemoteGateway:
     def describe(self, format: Literal["text"] = "text") -> str: ...
     @overload
     def describe(self, format: Literal["json"]) -> list[dict[str, Any]]: ...
+    @overload
+    def describe(self, format: Literal["typescript"]) -> str: ...
     def describe(self, format: str = "text") -> str | list[dict[str, Any]]:
         """The bindings programs run here can call: this gateway's own, and the kernel's
         as the kernel reported them when this gateway announced its own (its namespaces
-        replace the kernel's of the same names). As a stub (``"text"``) or per binding
-        JSON (``"json"``; the kernel's bindings have their signature's parameters only).
+        replace the kernel's of the same names). As a stub in the kernel's language
+        (``"text"``: TypeScript declarations for a TypeScript or JavaScript kernel), per
+        binding JSON (``"json"``; the kernel's bindings have their signature's parameters
+        only), or TypeScript declarations (``"typescript"``).
         """
-        return describe_remote(self._registry, self.kernel_bindings, format)
+        return describe_remote(self._registry, self.kernel_bindings, format, self._language)
 
     async def __aenter__(self) -> RemoteGateway:
         await self.open()
