@@ -339,3 +339,32 @@ def test_node_is_refused_for_a_python_kernel(tmp_path: pathlib.Path, capsys: Any
     )
     assert code != 0
     assert "--node is for --language typescript or javascript" in capsys.readouterr().err
+
+
+_COLOURS = ("\x1b[0;31m", "\x1b[0;32m", "\x1b[0m")
+
+
+@pytest.mark.timeout(120)
+def test_a_hostile_typescript_error_reaches_the_frontend_inert() -> None:
+    """A program's error name, message and stack are shown as text: the only escape
+    sequences in the error a front end draws are the kernel's own colours."""
+    program = (
+        "const e = new Error('\\x1b[2J\\x1b]52;c;cHduZWQ=\\x07\\x9b31m');\n"
+        "e.name = 'Bad\\x1b[8m';\n"
+        "throw e;"
+    )
+    km, kc = start_new_kernel(kernel_name=TS_KERNEL_NAME, startup_timeout=60)
+    try:
+        cell = execute(kc, program, timeout=60)
+        assert cell.status == "error"
+        shown = [m["content"] for m in cell.outputs("error")]
+        assert shown
+        assert cell.reply is not None
+        for content in [*shown, cell.reply["content"]]:
+            for line in content["traceback"]:
+                for colour in _COLOURS:
+                    line = line.replace(colour, "")
+                assert not any(c in line for c in "\x1b\x07\x9b"), line
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
