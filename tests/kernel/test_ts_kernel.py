@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import pathlib
+import signal
 from typing import Any
 
 import nbformat
@@ -365,6 +366,24 @@ def test_a_hostile_typescript_error_reaches_the_frontend_inert() -> None:
                 for colour in _COLOURS:
                     line = line.replace(colour, "")
                 assert not any(c in line for c in "\x1b\x07\x9b"), line
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+@pytest.mark.timeout(120)
+def test_the_helper_goes_when_the_kernel_is_killed() -> None:
+    """SIGKILL gives the kernel no chance to close its runtime: the transformer helper
+    still ends (its stdin, the kernel's pipe, closes)."""
+    km, kc = start_new_kernel(kernel_name=TS_KERNEL_NAME, startup_timeout=60)
+    try:
+        kernel_pid = _kernel_pid(km)
+        assert execute(kc, "const a: number = 2;\na * 2", timeout=60).status == "ok"
+        helpers = set(_helpers(kernel_pid))
+        assert len(helpers) == 1
+        os.kill(kernel_pid, signal.SIGKILL)
+        still = wait_gone(helpers, timeout=20)
+        assert not still, [(p, _cmdline(p)) for p in still]
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
