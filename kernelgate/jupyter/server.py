@@ -20,9 +20,10 @@ from typing import Any
 import zmq
 
 from kernelgate.gateway.gateway import Gateway
-from kernelgate.gateway.runtime import CodeRuntime
+from kernelgate.gateway.launch import NodeUnavailable
+from kernelgate.gateway.runtime import CodeRuntime, PythonRuntime
 from kernelgate.gateway.runtimes import runtime_for
-from kernelgate.model.language import LANGUAGES, title
+from kernelgate.model.language import LANGUAGES, Language, check_language, language_info, title
 from kernelgate.model.limits import Limits
 from kernelgate.notebooks.render import LANGUAGE_INFO
 from kernelgate.wire.messages import BINDINGS_TARGET, PROTOCOL_VERSION
@@ -174,8 +175,27 @@ class KernelServer:
         language: str = "python",
         node: str | None = None,
     ) -> None:
-        # Made first: a missing Node is an error here, before any socket is bound.
-        self.runtime: CodeRuntime = runtime_for(language=language, python=python, node=node)
+        #: The cells' language: how they are read, completed and described.
+        self.language: Language = check_language(language)
+        runtime_error: str | None = None
+        try:
+            self.runtime: CodeRuntime = runtime_for(language=language, python=python, node=node)
+        except NodeUnavailable as exc:
+            # No usable Node (removed or moved since the install). A kernel that exits at
+            # start is restarted in a loop with nothing shown but "restarting": it serves
+            # instead, says its language, and refuses every cell saying why. The stand-in
+            # runtime never runs a program.
+            self.runtime = PythonRuntime(python)
+            runtime_error = (
+                f"the {title(self.language)} kernel cannot run cells: {exc}. Install Node "
+                "(>= 18), or install the kernelspec again with a Node it can find "
+                "('kernelgate kernel install --language "
+                f"{self.language} --node PATH'), then restart the kernel"
+            )
+            log.error("%s", runtime_error)
+        self._runtime_error = runtime_error
+        #: JupyterLab's debugger is offered where the runtime's children can be debugged.
+        self.debuggable = self.runtime.debugger and runtime_error is None
         self.channels = Channels(dict(connection_info))
         self.connection_info = self.channels.connection_info
         self.namespaces = {ns: dict(t) for ns, t in (namespaces or {"tools": {}}).items()}
@@ -195,13 +215,15 @@ class KernelServer:
             self.channels,
             self.limits,
             self._gateway_for,
-            self.debugger if self.runtime.debugger else None,
-            language=self.runtime.name,
+            self.debugger if self.debuggable else None,
+            language=self.language,
         )
         self._debug_tasks: set[asyncio.Task[None]] = set()
         if bindings_error is not None:
             # The kernelspec's bindings did not load: every cell is refused, saying why.
             self.executor.refusal = ("BindingsError", bindings_error)
+        if runtime_error is not None:
+            self.executor.refusal = ("NodeUnavailable", runtime_error)
         self._clients: dict[str, _Client] = {}
         #: Ids of private requests (with an owner secret): no other request may reuse one.
         self._private_ids = RecentIds()
@@ -342,7 +364,7 @@ class KernelServer:
         """The reply content of a shell request (``None``: not one of these)."""
         code = str(content.get("code", ""))
         # The cells' language decides how they are read (never run).
-        helper = introspect if self.runtime.name == "python" else introspect_ts
+        helper = introspect if self.language == "python" else introspect_ts
         if msg_type == "complete_request":
             namespaces = self._gateway_for(_owner(msg)).registry.namespaces
             return helper.complete(code, content.get("cursor_pos"), namespaces)
@@ -378,12 +400,17 @@ class KernelServer:
         reply = self.channels.reply
         if msg_type == "kernel_info_request":
             runtime = self.runtime
-            runs_on = (
-                None if runtime.name == "python" else f"Node {_node_version(runtime)}".rstrip()
-            )
-            info = kernel_info_content(
-                runtime.language_info, debugger=runtime.debugger, runs_on=runs_on
-            )
+            if self._runtime_error is not None:
+                info = kernel_info_content(
+                    language_info(self.language), debugger=False, runs_on="no Node found"
+                )
+            else:
+                runs_on = (
+                    None if runtime.name == "python" else f"Node {_node_version(runtime)}".rstrip()
+                )
+                info = kernel_info_content(
+                    runtime.language_info, debugger=self.debuggable, runs_on=runs_on
+                )
             reply(channel, "kernel_info_reply", info, msg, idents)
         elif msg_type == "shutdown_request":
             restart = bool(content.get("restart", False))
@@ -429,9 +456,9 @@ class KernelServer:
         def reply(answer: dict[str, Any]) -> None:
             self.channels.reply("control", "debug_reply", answer, msg, idents)
 
-        if not self.runtime.debugger:
+        if not self.debuggable:
             # kernel_info said debugger: false; a front end that asks anyway is told why.
-            name = title(self.runtime.name)
+            name = title(self.language)
             reply(
                 self.debugger.refusal(
                     request,

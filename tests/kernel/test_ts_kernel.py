@@ -387,3 +387,34 @@ def test_the_helper_goes_when_the_kernel_is_killed() -> None:
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+@pytest.mark.timeout(120)
+def test_a_kernel_whose_node_is_gone_serves_and_refuses_cells(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node removed after the install: the kernel still starts (one that exits is
+    restarted in a loop), says TypeScript, and every cell's error names what is missing."""
+    from kernelgate.jupyter.spec import kernel_json
+
+    gone = str(tmp_path / "gone" / "node")
+    spec_dir = tmp_path / "share" / "jupyter" / "kernels" / "kg-ts-no-node"
+    spec_dir.mkdir(parents=True)
+    spec = kernel_json(language="typescript", node=gone)
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    monkeypatch.setenv(
+        "JUPYTER_PATH",
+        os.pathsep.join([str(tmp_path / "share" / "jupyter"), os.environ["JUPYTER_PATH"]]),
+    )
+    km, kc = start_new_kernel(kernel_name="kg-ts-no-node", startup_timeout=60)
+    try:
+        info = kc.kernel_info(reply=True, timeout=30)["content"]
+        assert info["language_info"]["name"] == "typescript" and info["debugger"] is False
+        cell = execute(kc, "1 + 1", timeout=60)
+        assert cell.status == "error" and cell.reply is not None
+        assert cell.reply["content"]["ename"] == "NodeUnavailable"
+        assert gone in cell.reply["content"]["evalue"]
+        assert km.is_alive()
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
