@@ -324,7 +324,7 @@ class RemoteGateway:
                 try:
                     await asyncio.wait_for(run.done.wait(), _ALIVE_CHECK_SECONDS)
                 except asyncio.TimeoutError:
-                    if not await kc.is_alive():
+                    if not await _kernel_alive(kc):
                         failure = ErrorInfo("WorkerExit", "the kernel died before the run finished")
                         break
         except asyncio.CancelledError:
@@ -551,3 +551,14 @@ if TYPE_CHECKING:
 
     def _is_a_code_gateway(gateway: RemoteGateway) -> CodeGateway:
         return gateway  # mypy checks that a RemoteGateway is a CodeGateway
+
+
+async def _kernel_alive(kc: Any) -> bool:
+    """Whether the client's kernel is alive; True when the client cannot tell. A Kernel
+    Gateway's client (jupyter_server's ``GatewayKernelClient``) asks its manager, which
+    has no local process and fails an assertion: a run longer than the alive check's
+    period then broke off with that AssertionError instead of waiting for its reply."""
+    try:
+        return bool(await kc.is_alive())
+    except Exception:
+        return True
