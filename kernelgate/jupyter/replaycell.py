@@ -155,6 +155,28 @@ def replay_body(marker: ReplayMarker, code: str) -> str:
     return "\n".join(code.split("\n")[marker.line :])
 
 
+def _marker_in_language(code: str, marker: ReplayMarker, language: str) -> str:
+    """``code`` with its marker line a comment of the recording's ``language``: a Python
+    kernel's ``#| replay`` before a TypeScript program is ``//#| replay`` (``#`` is no
+    comment in TypeScript), a TypeScript kernel's ``//| replay`` before a Python program
+    ``#//| replay``; the line stays, so the program's lines are still the cell's.
+
+    >>> m = replay_marker("#| replay ts.ipynb")
+    >>> _marker_in_language("#| replay ts.ipynb\\nawait tools.f()", m, "typescript")
+    '//#| replay ts.ipynb\\nawait tools.f()'
+    >>> _marker_in_language("#| replay py.ipynb\\nx", m, "python")
+    '#| replay py.ipynb\\nx'
+    """
+    comment = "#" if language == "python" else "//"
+    lines = code.split("\n")
+    line = lines[marker.line - 1]
+    if line.lstrip().startswith(comment + "|"):
+        return code
+    indent = line[: len(line) - len(line.lstrip())]
+    lines[marker.line - 1] = f"{indent}{comment}{line.lstrip()}"
+    return "\n".join(lines)
+
+
 def _refused(exc: BaseException, what: str) -> RunResult:
     """A replay cell that could not start: an ended run saying why, as a cell's error."""
     message = f"{what}: {exc}"
@@ -237,6 +259,7 @@ async def run_replay_cell(
     except (OSError, NotARunError, RecordingError, TypeError) as exc:
         return _refused(exc, "#| replay")
     body = replay_body(marker, code)
+    code = _marker_in_language(code, marker, recorded.language)
     if body.strip():
         program = code
     else:

@@ -91,29 +91,35 @@ def test_replay_of_a_typescript_recording_needs_its_runtime(tmp_path: Path) -> N
         replay(path, python="python3")  # Python's interpreter for a TypeScript run
 
 
-def test_a_replay_cell_of_a_typescript_recording_in_a_python_kernel_is_refused(
-    tmp_path: Path,
-) -> None:
-    """A recording (anyone may write one) naming a language this kernelgate cannot run
-    yet: the cell ends saying so, the kernel's Python runtime is not lent to it, and
-    nothing is raised into the kernel."""
+def test_a_replay_cell_of_a_typescript_recording_in_a_python_kernel(tmp_path: Path) -> None:
+    """A Python kernel's ``#| replay`` cell of a TypeScript recording runs it in its own
+    language, on Node (the kernel's Python runtime is not lent to it): the marker line is
+    made a TypeScript comment (``#`` is none), and the replay matches the recording."""
     import asyncio
 
+    from kernelgate.gateway.launch import NodeUnavailable, probe_node
     from kernelgate.jupyter.replaycell import replay_marker, run_replay_cell
 
+    try:
+        probe_node("node")
+    except NodeUnavailable:
+        pytest.skip("node (>= 18) is not installed: a TypeScript recording replays on Node")
     _ts_run().save(tmp_path / "ts.ipynb")
     code = "#| replay ts.ipynb\n"
     marker = replay_marker(code)
     assert marker is not None
     kernel = Gateway(pool_size=0)
+    payload: list[dict[str, object]] = []
 
     async def main() -> RunResult:
-        return await run_replay_cell(marker, code, limits=None, cwd=str(tmp_path), like=kernel)
+        return await run_replay_cell(
+            marker, code, limits=None, cwd=str(tmp_path), like=kernel, payload=payload
+        )
 
     result = asyncio.run(main())
-    assert result.status == "exception" and result.error is not None
-    assert result.error.ename == "NotImplementedError"
-    assert "language='typescript'" in result.error.evalue
+    assert result.status == "ok", result.error
+    assert result.language == "typescript" and result.value == 3 and result.stdout == "hi\n"
+    assert result.program is not None and result.program.startswith("//#| replay ts.ipynb\n")
 
 
 def test_replay_on_a_given_runtime_of_the_recording_s_language(tmp_path: Path) -> None:
