@@ -21,6 +21,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from kernelgate.gateway.gateway import Gateway
+from kernelgate.gateway.launch import NodeUnavailable
 from kernelgate.gateway.tools import MAX_CHARS
 from kernelgate.notebooks.session import SessionLog
 
@@ -131,7 +132,16 @@ async def _serve(
             namespaces[name] = await stack.enter_async_context(
                 connect(command, call_timeout=args.call_timeout)
             )
-        gateway = Gateway(namespaces=namespaces, limits=limits_from_args(args), record_to=record)
+        try:
+            gateway = Gateway(
+                namespaces=namespaces,
+                limits=limits_from_args(args),
+                record_to=record,
+                language=args.language,
+                node=args.node,
+            )
+        except (NodeUnavailable, TypeError) as exc:
+            raise UsageError(f"kernelgate mcp --language {args.language}: {exc}") from None
         await stack.enter_async_context(gateway)
         server = build_server(gateway, max_chars=args.max_chars)
         if record is not None:
@@ -192,6 +202,13 @@ def register(subparsers: Any) -> None:
         help="a dict of callables (or of namespaces), or a module: as for kernelgate run",
     )
     add_bindings_path_argument(mcp)
+    mcp.add_argument(
+        "--language",
+        choices=["python", "typescript", "javascript"],
+        default="python",
+        help="the language of the programs run_code runs (default python)",
+    )
+    mcp.add_argument("--node", metavar="PATH", help="the Node binary (TypeScript/JavaScript)")
     mcp.add_argument(
         "--mcp",
         type=_mcp_server,

@@ -333,16 +333,18 @@ class Gateway:
                     "refuses to run with less)"
                 )
             level = support.strongest  # what is missing is above it: fall back to it
+        sandbox = plan_sandbox(level, limits, support, self.read_paths, self.runtime.own_tasks)
+        pool = self._pool_for(level, support) if unavailable is None else None
         return RunPlan(
             registry=self._registry,
             limits=limits,
             runtime=self.runtime,
             env=self.env,
-            sandbox=plan_sandbox(level, limits, support, self.read_paths),
+            sandbox=sandbox,
             base_dir=self.tmp_dir,
             refused=unavailable,
             policy=self.policy,
-            pool=self._pool_for(level, support) if unavailable is None else None,
+            pool=pool if pool is not None and pool.takes(sandbox) else None,
             executor=self._binding_threads(),
         )
 
@@ -385,6 +387,9 @@ class Gateway:
                 base_dir=self.tmp_dir,
                 cgroup_roots=support.cgroups,
                 read_paths=self.read_paths,
+                sandbox=plan_sandbox(
+                    level, self.limits, support, self.read_paths, self.runtime.own_tasks
+                ),
             )
         return self._pool
 
@@ -482,8 +487,7 @@ class Gateway:
         names = {ns: sorted(t) for ns, t in self._registry.namespaces.items()}
         state = "closed" if self._closed else "open"
         return (
-            f"<Gateway {state} namespaces={names} {self.runtime.name}="
-            f"{self.runtime.interpreter!r}>"
+            f"<Gateway {state} namespaces={names} {self.runtime.name}={self.runtime.interpreter!r}>"
         )
 
 

@@ -28,15 +28,14 @@ from kernelgate.kernels.node import KERNEL_JS
 from kernelgate.model.describe_ts import render_declarations
 from kernelgate.model.language import Language
 
-from .cgroups import CgroupRoots, RunCgroup
+from .cgroups import CgroupRoots
 from .jsprogram import ProgramSyntaxError, ProgramTransformer, ProgramTransformError
 from .launch import LaunchCommand, NodeInstall, probe_node, spawn_launched_child
-from .pool import WarmChild
+from .nodepool import NodePool, launched_spawner
 from .process import ChildProcess, resolve_interpreter
 from .runids import RunIds
-from .runtime import ChildPool, CodeRuntime, ProgramError, Specs
+from .runtime import CodeRuntime, ProgramError, Specs
 from .sandbox import SandboxPlan, SandboxSupport, probe_support
-from .teardown import remove_cgroup
 
 __all__ = ["NodeRuntime", "heap_mib"]
 
@@ -45,6 +44,9 @@ _MIB = 1 << 20
 #: is memory_bytes less this, so V8 says "heap out of memory" before the cgroup kills.
 _BESIDE_HEAP_MIB = 48
 _MIN_HEAP_MIB = 16
+#: V8's platform workers and libuv's pool, down from Node's 4 and 4 (NodeRuntime.own_tasks).
+_V8_THREADS = 2
+_UV_THREADS = 2
 
 
 def heap_mib(sandbox: SandboxPlan) -> int | None:
@@ -69,6 +71,12 @@ class NodeRuntime(CodeRuntime):
     one)."""
 
     debugger = False
+    #: Node's own threads beside the program's main one, made as it starts (the kernel's
+    #: first read of fd 3 starts libuv's whole pool): V8's platform workers and libuv's
+    #: pool, two each (the flags below), and two of Node's own. The run's pids.max and
+    #: RLIMIT_NPROC allow them on top of max_processes, so the program's processes stop
+    #: where a Python program's do.
+    own_tasks = 6
 
     def __init__(
         self,
@@ -100,7 +108,7 @@ class NodeRuntime(CodeRuntime):
 
     def command_for(self, sandbox: SandboxPlan) -> LaunchCommand:
         """The launch command of a child for a run with ``sandbox``."""
-        return self.install.command([KERNEL_JS], heap_mib(sandbox))
+        return self.install.command([f"--v8-pool-size={_V8_THREADS}", KERNEL_JS], heap_mib(sandbox))
 
     def spawn(
         self,
@@ -129,10 +137,18 @@ class NodeRuntime(CodeRuntime):
         base_dir: str | None,
         cgroup_roots: CgroupRoots | None,
         read_paths: tuple[str, ...],
-    ) -> ChildPool:
-        # Not yet: a Node child's limits (rlimits, V8's heap) are fixed before it starts, so
-        # a pool must be kept per run limits. Until then every run starts cold.
-        return ColdOnlyPool(level)
+        sandbox: SandboxPlan,
+    ) -> NodePool:
+        # A Node child's rlimits and heap flag are fixed before it starts: the pool's
+        # children are started for ``sandbox`` (the gateway's own limits) and only runs
+        # with that plan take them (NodePool.takes); others start cold.
+        return NodePool(
+            size=size,
+            sandbox=sandbox,
+            spawn=launched_spawner(self.python, _node_env(env), sandbox, self.command_for(sandbox)),
+            base_dir=base_dir,
+            cgroup_roots=cgroup_roots,
+        )
 
     def render_stub(self, specs: Specs, described: Sequence[Mapping[str, Any]] = ()) -> str:
         return render_declarations(described or _entries_from_specs(specs), specs)
@@ -167,36 +183,13 @@ class NodeRuntime(CodeRuntime):
         pass
 
 
-class ColdOnlyPool:
-    """A pool that has no children (every run starts a cold one): what a Node runtime's
-    ``pool_size > 0`` gives until its warm pool comes. ``cold_fallbacks`` counts runs."""
-
-    def __init__(self, level: str) -> None:
-        self._level = level
-        self.cold_fallbacks = 0
-
-    @property
-    def level(self) -> str:
-        return self._level
-
-    async def acquire(self) -> WarmChild | None:
-        self.cold_fallbacks += 1
-        return None
-
-    async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
-        await remove_cgroup(cgroup)
-
-    async def aclose(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def _node_env(env: Mapping[str, str]) -> dict[str, str]:
     """The child's environment: the run's, without what would make Node load code or
-    options from outside the run (NODE_OPTIONS --require, NODE_PATH, ...)."""
-    return {k: v for k, v in env.items() if not k.startswith(("NODE_", "UV_"))}
+    options from outside the run (NODE_OPTIONS --require, NODE_PATH, ...), and libuv's pool
+    at its size (one thread waits on fd 3, one serves the program's file calls)."""
+    clean = {k: v for k, v in env.items() if not k.startswith(("NODE_", "UV_"))}
+    clean["UV_THREADPOOL_SIZE"] = str(_UV_THREADS)
+    return clean
 
 
 def _caret(source: str, line: int, column: int) -> tuple[str, ...]:

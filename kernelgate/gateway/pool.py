@@ -48,6 +48,7 @@ from .process import (
     remove_tree,
 )
 from .runids import RunIds, allocate_ids
+from .sandbox import SandboxPlan
 from .teardown import (
     discard,
     discard_all_blocking,
@@ -399,6 +400,10 @@ class WarmPool:
     @property
     def ready(self) -> int:
         return len(self._ready)
+
+    def takes(self, sandbox: SandboxPlan) -> bool:
+        """Every run at the pool's level: a child applies its run's rlimits itself."""
+        return True
 
     async def acquire(self, wait: float = 0.5) -> PooledChild | None:
         """A ready child; or, when none is but a running zygote is forking more, the next

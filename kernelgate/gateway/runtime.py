@@ -77,6 +77,11 @@ class ChildPool(Protocol):
     @property
     def level(self) -> str: ...
 
+    def takes(self, sandbox: SandboxPlan) -> bool:
+        """Whether a run with ``sandbox`` may take a child of this pool (a child that
+        confines itself as its program arrives takes any; one confined before it started,
+        only runs with the plan it was started for). A run it does not take starts cold."""
+
     async def acquire(self) -> WarmChild | None:
         """A child ready for its program, or None (the run then spawns a cold one)."""
 
@@ -103,6 +108,8 @@ class CodeRuntime(abc.ABC):
     name: Language
     #: Its children take the debug options of ``execute_request`` (``Gateway.run(debug=)``).
     debugger: bool = False
+    #: Threads a child holds of its own beyond the program's (counted with max_processes).
+    own_tasks: int = 0
 
     @property
     @abc.abstractmethod
@@ -150,9 +157,12 @@ class CodeRuntime(abc.ABC):
         base_dir: str | None,
         cgroup_roots: CgroupRoots | None,
         read_paths: tuple[str, ...],
+        sandbox: SandboxPlan,
     ) -> ChildPool:
         """A pool keeping ``size`` children ready at sandbox ``level`` (made on a
-        gateway's first warm run; replaced when the level changes)."""
+        gateway's first warm run; replaced when the level changes). ``sandbox`` is the
+        plan of a run with the gateway's own limits at ``level``: what a child started
+        confined is started for (see :meth:`ChildPool.takes`)."""
 
     @abc.abstractmethod
     def render_stub(self, specs: Specs, described: Sequence[Mapping[str, Any]] = ()) -> str:
@@ -246,6 +256,7 @@ class PythonRuntime(CodeRuntime):
         base_dir: str | None,
         cgroup_roots: CgroupRoots | None,
         read_paths: tuple[str, ...],
+        sandbox: SandboxPlan,
     ) -> WarmPool:
         return WarmPool(
             size=size,

@@ -118,6 +118,9 @@ class SandboxPlan:
     #: Where the run's cgroup is made (None: no writable cgroup here).
     cgroups: CgroupRoots | None = None
     notes: tuple[str, ...] = field(default=())
+    #: Threads the runtime's own process holds beyond the program's (Node's V8 and libuv
+    #: workers): added to ``max_processes`` wherever tasks are counted.
+    own_tasks: int = 0
 
     def pids_max(self, max_processes: int) -> int:
         """``pids.max`` of the run's cgroup: ``max_processes`` for the program and what it
@@ -127,7 +130,7 @@ class SandboxPlan:
         >>> SandboxPlan("process", {}).pids_max(8), SandboxPlan("namespaces", {}).pids_max(8)
         (8, 10)
         """
-        return max_processes + (0 if self.level == "process" else 2)
+        return max_processes + self.own_tasks + (0 if self.level == "process" else 2)
 
     def child_options(self, ids: RunIds | None = None) -> dict[str, Any]:
         """What the child is told (``ids``: the run's own uid and gid, on a root host)."""
@@ -143,9 +146,15 @@ class SandboxPlan:
 
 
 def plan_sandbox(
-    level: str, limits: Limits, support: SandboxSupport, read_paths: tuple[str, ...] = ()
+    level: str,
+    limits: Limits,
+    support: SandboxSupport,
+    read_paths: tuple[str, ...] = (),
+    own_tasks: int = 0,
 ) -> SandboxPlan:
-    """Turn a level and limits into what the host and the child do for one run."""
+    """Turn a level and limits into what the host and the child do for one run
+    (``own_tasks``: the threads the runtime's own process holds beyond the program's: they
+    are counted by ``pids.max`` and RLIMIT_NPROC on top of ``max_processes``)."""
     rlimits: dict[str, list[int]] = {
         "RLIMIT_CPU": [math.ceil(limits.cpu_seconds), math.ceil(limits.cpu_seconds) + 1],
         "RLIMIT_AS": [limits.memory_bytes, limits.memory_bytes],
@@ -158,10 +167,12 @@ def plan_sandbox(
     if roots is None or roots.pids is None:
         if level != "process":
             # In a fresh user namespace RLIMIT_NPROC counts only this run's processes.
-            rlimits["RLIMIT_NPROC"] = [limits.max_processes + 1, limits.max_processes + 1]
+            nproc = limits.max_processes + own_tasks + 1
+            rlimits["RLIMIT_NPROC"] = [nproc, nproc]
         elif own_ids():
             # A root host gives the run a uid of its own (.runids): the count is the run's.
-            rlimits["RLIMIT_NPROC"] = [limits.max_processes, limits.max_processes]
+            nproc = limits.max_processes + own_tasks
+            rlimits["RLIMIT_NPROC"] = [nproc, nproc]
         else:
             notes.append(
                 "max_processes is not enforced: no writable pids cgroup and no user namespace "
@@ -173,4 +184,4 @@ def plan_sandbox(
             "writable memory cgroup here, so memory outside an address space (memfd, tmpfs, "
             "shared memory, pipes) and the run's processes together are not bounded by it"
         )
-    return SandboxPlan(level, rlimits, read_paths, (), roots, tuple(notes))
+    return SandboxPlan(level, rlimits, read_paths, (), roots, tuple(notes), own_tasks)

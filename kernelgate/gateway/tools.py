@@ -53,13 +53,34 @@ The bindings, as a Python stub:
 
 """
 
+_NODE_INTRO = """\
+Run a {name} program in a fresh, isolated Node.js process and get back what it printed \
+(console.log) and the value of its last expression or `return`. Write the program as the \
+body of an async function: use `await` at top level; values and arguments are JSON \
+(objects, arrays, strings, numbers, booleans, null). Nothing is kept between runs: do all \
+the work one task needs in one program, calling the bindings below with `await` (several \
+at once with `Promise.all`) and printing or returning only what you need. On failure you \
+get the error, the program's stack and what it printed: fix the program and run it again.
+
+The bindings, as {name} declarations:
+
+"""
+
 #: What a model is told about programs, per language (the runtime's name). A language
 #: kernelgate runs but has no text for here yet is refused by tool_description.
-INTROS: dict[str, str] = {"python": _PYTHON_INTRO}
+INTROS: dict[str, str] = {
+    "python": _PYTHON_INTRO,
+    "typescript": _NODE_INTRO.format(name="TypeScript"),
+    "javascript": _NODE_INTRO.format(name="JavaScript"),
+}
 #: The ``code`` argument's description, per language.
 _CODE_HELP: dict[str, str] = {
     "python": "The Python program: the body of an async function (top-level await, "
-    "`return value`)."
+    "`return value`).",
+    "typescript": "The TypeScript program: the body of an async function (top-level await; "
+    "the last expression, or `return value`, is its value).",
+    "javascript": "The JavaScript program: the body of an async function (top-level await; "
+    "the last expression, or `return value`, is its value).",
 }
 
 _INPUT_SCHEMA: dict[str, Any] = {

@@ -558,16 +558,13 @@ def test_a_repr_that_exits_ends_the_run_as_the_program_s_exit(hostile, level, wa
 #: ``isinstance`` asks the object's ``__class__`` (its ``__getattribute__``), ``len()`` a
 #: list subclass's ``__len__``, a ``__dict__`` property, a metaclass's ``__qualname__``.
 #: Before this suite's fix (kernelgate/kernels/python/debugvalues.py) each ran outside the
-#: request's deadline and wedged the stopped program for good. And a repr that catches the
-#: deadline's interruption (``except BaseException``) and goes on: still a finding (the
-#: deadline interrupts it every 0.25 s for ever; nothing ends the request).
-_WEDGES = (
-    "a repr that swallows the deadline's DeadlineExpired and loops, or disarms its timer "
-    "(setitimer, signal.signal), never returns: the "
-    "stopped program answers nothing more (a finding of tests/hardening/test_debug_attacks.py; "
-    "kernelgate/kernels/python/debugvalues.py). The host stays responsive: requests fail "
-    "after their timeout, interrupt ends the run"
-)
+#: request's deadline and wedged the stopped program for good. And reprs that fight the
+#: deadline (issue 24's wedge findings, fixed by debugvalues.Deadline): one that catches its
+#: interruption and loops (``swallow``, also from a nested loop, and sleeping again in its
+#: ``except``), disarms its timer (``disarm``), ignores SIGALRM (``ignore``), or blocks where
+#: only a real signal wakes it (a lock, a pipe, select), and a repr whose exception's
+#: ``__str__`` is such a trap (``str``).
+_SWALLOW = "        while True:\n            try:\n                time.sleep(1000)\n"
 HOOK_TRAPS = {
     "len": "class T(list):\n    def __len__(self):\n        time.sleep(1000)\ntrap = T([1])",
     "class": (
@@ -589,24 +586,48 @@ HOOK_TRAPS = {
         "import signal\nclass T:\n    def __repr__(self):\n"
         "        signal.setitimer(signal.ITIMER_REAL, 0)\n        time.sleep(1000)\ntrap = T()"
     ),
+    "ignore": (
+        "import signal\nclass T:\n    def __repr__(self):\n"
+        "        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n        time.sleep(1000)\n"
+        "trap = T()"
+    ),
     "swallow": (
-        "class T:\n    def __repr__(self):\n        while True:\n            try:\n"
-        "                time.sleep(1000)\n            except BaseException:\n"
+        "class T:\n    def __repr__(self):\n" + _SWALLOW + "            except BaseException:\n"
         "                pass\ntrap = T()"
     ),
+    "swallow-nested": (
+        "class T:\n    def __repr__(self):\n        while True:\n            try:\n"
+        "                while True:\n                    try:\n"
+        "                        time.sleep(1000)\n"
+        "                    except BaseException:\n                        pass\n"
+        "            except BaseException:\n                continue\ntrap = T()"
+    ),
+    "swallow-sleep": (
+        "class T:\n    def __repr__(self):\n" + _SWALLOW + "            except BaseException:\n"
+        "                time.sleep(1000)\ntrap = T()"
+    ),
+    "lock": (
+        "import threading\nclass T:\n    def __repr__(self):\n"
+        "        lock = threading.Lock()\n        lock.acquire()\n        lock.acquire()\n"
+        "trap = T()"
+    ),
+    "pipe": (
+        "import os\nclass T:\n    def __repr__(self):\n"
+        "        r, w = os.pipe()\n        os.read(r, 1)\ntrap = T()"
+    ),
+    "select": (
+        "import select, signal\nclass T:\n    def __repr__(self):\n"
+        "        signal.setitimer(signal.ITIMER_REAL, 0)\n        select.select([], [], [])\n"
+        "trap = T()"
+    ),
+    "str": (
+        "class E(Exception):\n    def __str__(self):\n"
+        + _SWALLOW
+        + "            except BaseException:\n                pass\n"
+        "class T:\n    def __repr__(self):\n        raise E()\ntrap = T()"
+    ),
 }
-HOOKS = pytest.mark.parametrize(
-    "hook",
-    [
-        pytest.param(
-            name,
-            marks=[pytest.mark.xfail(strict=True, reason=_WEDGES)]
-            if name in ("swallow", "disarm")
-            else [],
-        )
-        for name in sorted(HOOK_TRAPS)
-    ],
-)
+HOOKS = pytest.mark.parametrize("hook", sorted(HOOK_TRAPS))
 
 
 @ALL_LEVELS
@@ -616,7 +637,9 @@ def test_a_trap_beyond_repr_does_not_wedge_the_debugger(hostile, level, warm, ho
     """The variables view runs more of the program's code than repr (isinstance asks the
     object's ``__class__``, len() its ``__len__``, the type label the class's
     ``__qualname__``, the children its ``__dict__``): each must be cut off like a slow repr,
-    and the program must go on answering."""
+    and the program must go on answering. So must reprs that fight the cut (they catch it
+    and loop, disarm or ignore the timer, block in a lock, a pipe, select): shown as cut
+    off, and the stop intact after them (continue ends the run as if nothing happened)."""
     program = "import time\n" + HOOK_TRAPS[hook] + "\nx = 1\nx"
     bp_line = program.splitlines().index("x = 1") + 1
 
@@ -631,7 +654,9 @@ def test_a_trap_beyond_repr_does_not_wedge_the_debugger(hostile, level, warm, ho
         after = {"success": False, "message": "not asked: variables was not answered"}
         if shown["success"]:
             after = await d.request("evaluate", {"expression": "trap", "frameId": frame})
-        if d.run is not None and not d.run.done():
+        if shown["success"] and after["success"]:
+            await d.ok("continue")
+        elif d.run is not None and not d.run.done():
             d.gw.interrupt()
         return d, await d.result(), shown, after
 
@@ -639,6 +664,188 @@ def test_a_trap_beyond_repr_does_not_wedge_the_debugger(hostile, level, warm, ho
     assert r.status in ("ok", "interrupted"), r.message  # never hung past the interrupt
     assert shown["success"], shown  # answered within its time, the trap shown as cut off
     assert after["success"] and after["body"]["result"], after
+    assert r.ok and r.value == 1, r.message  # the stop was intact: continue ended the run
+    if hook not in ("len", "class", "qualname", "dict", "getattribute"):  # these fight
+        trap = next(v["value"] for v in shown["body"]["variables"] if v["name"] == "trap")
+        assert "took too long" in trap, trap
+        assert "took too long" in after["body"]["result"], after
+
+
+#: Program code run while stopped that no interruption ends: a repr waiting in
+#: ``signal.sigwait`` (glibc retries it on EINTR), one that takes both signals the debugger
+#: interrupts with, one that blocks every signal; and the program's own signal handler,
+#: which runs on the stopped main thread between requests and never gives it back.
+_FOREVER_BODY = (
+    "while True:\n    try:\n        time.sleep(1000)\n    except BaseException:\n        pass\n"
+)
+_FOREVER = textwrap.indent(_FOREVER_BODY, "    ")  # a function's body
+_FOREVER_METHOD = textwrap.indent(_FOREVER_BODY, "        ")  # a method's body
+STUCK_TRAPS = {
+    "sigwait": "class T:\n    def __repr__(self):\n        signal.sigwait([signal.SIGUSR2])\ntrap = T()",
+    "handlers": (
+        "class T:\n    def __repr__(self):\n"
+        "        for s in (signal.SIGALRM, signal.SIGURG):\n"
+        "            signal.signal(s, lambda *_: None)\n"
+        "        while True:\n            time.sleep(1000)\ntrap = T()"
+    ),
+    "blocked": (
+        "class T:\n    def __repr__(self):\n"
+        "        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())\n"
+        "        time.sleep(1000)\ntrap = T()"
+    ),
+    "handler": (
+        "def hang(*_):\n    print('in the handler')\n"
+        + _FOREVER
+        + "signal.signal(signal.SIGALRM, hang)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.3)"
+    ),
+}
+#: How each stuck run is ended: continue (the wall clock, running again, ends it) or
+#: interrupt.
+STUCK_ENDS = {
+    "sigwait": "continue",
+    "handlers": "interrupt",
+    "blocked": "continue",
+    "handler": "interrupt",
+}
+
+
+@ALL_LEVELS
+@BOTH
+@pytest.mark.parametrize("kind", sorted(STUCK_TRAPS))
+def test_a_stop_stuck_in_the_program_s_code_is_answered_by_the_reader(hostile, level, warm, kind):
+    """When the program's code the stopped main thread runs refuses every interruption,
+    the reader thread answers for it: the request fails in seconds (not the host's
+    timeout), saying where the program is stuck and what to do; later requests are
+    answered (those needing the stop fail the same way); a continue is accepted, so the
+    wall clock runs again and ends the run; an interrupt ends it. Never a double reply
+    (the run would end as a protocol violation)."""
+    program = "import signal, time\n" + STUCK_TRAPS[kind] + "\nx = 1\nx"
+    bp_line = program.splitlines().index("x = 1") + 1
+    end = STUCK_ENDS[kind]
+
+    async def main() -> tuple[Debugged, RunResult, dict[str, Any]]:
+        limits = Limits(wall_seconds=4, kill_grace_seconds=0.3, cpu_seconds=20)
+        d = Debugged(hostile, level, warm, limits=limits)
+        await d.start(program, [bp_line], timeout=25)
+        await d.stopped()
+        seen: dict[str, Any] = {}
+        t0 = time.monotonic()
+        if kind == "handler":
+            await asyncio.wait_for(d.said.wait(), 20)  # the handler holds the stopped thread
+            t0 = time.monotonic()
+            seen["first"] = await d.request("scopes", {"frameId": 1})
+        else:
+            frame = (await d.ok("stackTrace"))["stackFrames"][0]["id"]
+            scopes = (await d.ok("scopes", {"frameId": frame}))["scopes"]
+            ref = next(s["variablesReference"] for s in scopes if s["name"] == "Globals")
+            t0 = time.monotonic()
+            seen["first"] = await d.request("variables", {"variablesReference": ref})
+        seen["took"] = time.monotonic() - t0
+        seen["later"] = await d.request("stackTrace", timeout=5)
+        seen["threads"] = await d.request("threads", timeout=5)
+        seen["breakpoints"] = await d.request(
+            "setBreakpoints", {"breakpoints": [{"line": bp_line}]}, timeout=5
+        )
+        if end == "continue":
+            seen["continue"] = await d.request("continue", timeout=5)
+            seen["after"] = await d.request("stackTrace", timeout=5)
+        else:
+            assert d.gw.interrupt() == 1
+        return d, await d.result(), seen
+
+    d, r, seen = go(main())
+    where = "signal handler" if kind == "handler" else "`__repr__` of a T"
+    first = seen["first"]
+    assert not first["success"] and "stuck" in first["message"], first
+    assert where in first["message"] and "Interrupt the run" in first["message"], first
+    assert seen["took"] < 8, seen["took"]  # the reader's answer, not the host's timeout
+    later = seen["later"]
+    assert not later["success"] and "stuck" in later["message"] and where in later["message"]
+    assert seen["threads"]["success"], seen["threads"]
+    assert seen["breakpoints"]["success"], seen["breakpoints"]
+    if end == "continue":
+        assert seen["continue"]["success"], seen["continue"]
+        assert "running" in seen["after"]["message"], seen["after"]
+        assert r.status == "timeout", r.message  # the wall clock ran again
+        assert d.names() == ["stopped", "continued", "terminated"]
+    else:
+        assert r.status == "interrupted", r.message
+        assert d.names() == ["stopped", "terminated"]
+
+
+#: The program's code other requests run while stopped, each a trap that swallows the
+#: interruption: an evaluated expression, a display method (richInspectVariables), and the
+#: ``__str__`` of the exception an evaluated expression raises.
+ENTRY_TRAPS = {
+    "evaluate": ("def spin():\n" + _FOREVER, "evaluate", {"expression": "spin()"}),
+    "display": (
+        "class H:\n    def _repr_html_(self):\n" + _FOREVER_METHOD + "h = H()",
+        "richInspectVariables",
+        {"variableName": "h"},
+    ),
+    "exception": (
+        "class E(Exception):\n    def __str__(self):\n"
+        + _FOREVER_METHOD
+        + "def boom():\n    raise E()",
+        "evaluate",
+        {"expression": "boom()"},
+    ),
+}
+
+
+@ALL_LEVELS
+@BOTH
+@pytest.mark.parametrize("entry", sorted(ENTRY_TRAPS))
+def test_program_code_every_request_runs_is_cut_off(hostile, level, warm, entry):
+    """evaluate, richInspectVariables and the text of an exception run the program's code
+    too: a trap there fails its request within the request's time, and the stop goes on
+    (a plain evaluate works after it, continue ends the run as usual)."""
+    setup, command, arguments = ENTRY_TRAPS[entry]
+    program = "import time\n" + setup + "\nx = 1\nx"
+    bp_line = program.splitlines().index("x = 1") + 1
+
+    async def main() -> tuple[RunResult, dict[str, Any], dict[str, Any]]:
+        d = Debugged(hostile, level, warm)
+        await d.start(program, [bp_line], timeout=20)
+        await d.stopped()
+        trapped = await d.request(command, arguments)
+        after = await d.request("evaluate", {"expression": "len('ab')"})
+        await d.ok("continue")
+        return await d.result(), trapped, after
+
+    r, trapped, after = go(main())
+    assert not trapped["success"], trapped
+    if entry == "exception":
+        assert "E: <message not shown: it took too long>" in trapped["message"], trapped
+    else:
+        assert "ran out of time" in trapped["message"], trapped
+    assert after["success"] and after["body"]["result"] == "2", after
+    assert r.ok and r.value == 1, r.message
+
+
+@ALL_LEVELS
+@BOTH
+def test_a_program_that_rebinds_isinstance_keeps_its_reader(hostile, level, warm):
+    """The reader thread runs while the program's builtins are in force. It used
+    ``signal.getsignal``, whose enum conversion calls ``isinstance``: a program that rebound
+    ``builtins.isinstance`` and stayed quiet for a second (the reader's nudge) made the
+    reader fail, and the run end ``InternalError``. It stops at its breakpoint now."""
+    program = (
+        "import builtins, time\nreal = builtins.isinstance\nbuiltins.isinstance = None\n"
+        "time.sleep(2.5)\nbuiltins.isinstance = real\nx = 1\nx"
+    )
+
+    async def main() -> tuple[Debugged, RunResult]:
+        d = Debugged(hostile, level, warm)
+        await d.start(program, [6])
+        await d.stopped()
+        await d.ok("continue")
+        return d, await d.result()
+
+    d, r = go(main())
+    assert r.ok and r.value == 1, r.message
+    assert d.names() == ["stopped", "continued", "terminated"]
 
 
 # -- 3. time: a stopped clock, CPU while "stopped", interrupt while stopped -------------------
@@ -949,8 +1156,18 @@ _PROBE = (
 )
 
 
+#: The child's interpreter for the recursion tests: the gateway's own (settrace's backend on
+#: this suite's 3.11) and 3.13 (sys.monitoring's, which CPython never drops at the limit).
+TRACERS = pytest.mark.parametrize("minor", [None, 13], ids=["default", "py3.13"])
+
+
+def _python_kwargs(minor: int | None) -> dict[str, Any]:
+    return {} if minor is None else {"python": _python_minor(minor)}
+
+
 @ALL_LEVELS
 @BOTH
+@TRACERS
 @pytest.mark.parametrize(
     "probe",
     [
@@ -958,14 +1175,14 @@ _PROBE = (
         pytest.param(True, id="after-the-limit"),
     ],
 )
-def test_a_stop_deep_in_recursion(hostile, level, warm, probe):
+def test_a_stop_deep_in_recursion(hostile, level, warm, minor, probe):
     """A breakpoint 60 frames short of the recursion limit stops and answers; and so it
     does after the program has hit the limit once and caught the RecursionError."""
     program = RECURSION.replace("PROBE", _PROBE if probe else "depth -= 0")
     line = program.splitlines().index("        return sys.getrecursionlimit()") + 1
 
     async def main() -> tuple[Debugged, RunResult, list[dict[str, Any]]]:
-        d = Debugged(hostile, level, warm)
+        d = Debugged(hostile, level, warm, **_python_kwargs(minor))
         await d.start(program, [line])
         await d.stopped()
         replies = [
@@ -1060,7 +1277,8 @@ MONITORING = textwrap.dedent(
 @BOTH
 def test_a_program_using_sys_monitoring_is_still_debugged(hostile, level, warm):
     """On 3.13 a program takes every ``sys.monitoring`` tool id it can, with callbacks that
-    disable their events, and calls ``sys.settrace(None)``: the breakpoint still stops."""
+    disable their events, restarts them all, and calls ``sys.settrace(None)``: the
+    breakpoint still stops (the debugger's tool, 0, is not one it can take)."""
     import glob
 
     found = sorted(glob.glob("/root/.pyenv/versions/3.13.*/bin/python3.13"))
@@ -1081,14 +1299,153 @@ def test_a_program_using_sys_monitoring_is_still_debugged(hostile, level, warm):
     d, r, frames = go(main())
     assert r.ok, r.message
     taken, x = r.value
-    assert x == 2 and taken == list(range(6)), r.value  # 6 and 7 are sys.settrace's own
+    # 0 is the debugger's (sys.monitoring.DEBUGGER_ID), 6 and 7 are sys.settrace's own.
+    assert x == 2 and taken == [1, 2, 3, 4, 5], r.value
     assert [(f["name"], f["line"]) for f in frames] == [("<module>", line)]
     assert d.names() == ["stopped", "continued", "stopped", "continued", "terminated"]
 
 
+#: A program that goes for the debugger's own sys.monitoring tool (0) through the module's
+#: functions: every one refuses it (an int subclass that is not equal to 0 too); the
+#: program's own tool (1) works.
+MONITOR_TOOL = textwrap.dedent(
+    """\
+    import sys
+    mon = sys.monitoring
+    here = sys._getframe().f_code
+    class Sly(int):
+        def __eq__(self, other):
+            return False
+        __hash__ = int.__hash__
+    def mine(*args):
+        return 'hijacked'
+    refused = []
+    for name, args in [
+        ('set_events', (0, 0)),
+        ('set_local_events', (0, here, 0)),
+        ('register_callback', (0, mon.events.LINE, mine)),
+        ('register_callback', (0, mon.events.PY_RETURN, None)),
+        ('free_tool_id', (0,)),
+        ('clear_tool_id', (0,)),
+        ('use_tool_id', (0, 'mine')),
+        ('set_events', (Sly(0), 0)),
+    ]:
+        fn = getattr(mon, name, None)
+        if fn is None:
+            refused.append(name)  # 3.12/3.13 have no clear_tool_id
+            continue
+        try:
+            fn(*args)
+        except ValueError:
+            refused.append(name)
+    lines = []
+    mon.use_tool_id(1, 'mine')
+    mon.register_callback(1, mon.events.LINE, lambda code, line: lines.append(line))
+    mon.set_local_events(1, here, mon.events.LINE)
+    x = 1
+    x = 2
+    mon.set_local_events(1, here, 0)
+    mon.free_tool_id(1)
+    [refused, mon.get_tool(0), sys.gettrace() is None, sorted(set(lines))[:2]]
+    """
+)
+
+
+def _python_minor(minor: int) -> str:
+    import glob
+
+    found = sorted(glob.glob(f"/root/.pyenv/versions/3.{minor}.*/bin/python3.{minor}"))
+    if not found:
+        pytest.skip(f"python3.{minor} is not installed here")
+    return found[-1]
+
+
 @ALL_LEVELS
 @BOTH
-def test_pause_after_the_program_hit_the_recursion_limit(hostile, level, warm):
+@pytest.mark.parametrize("minor", [12, 13])
+def test_a_program_cannot_switch_off_the_debuggers_monitoring_tool(hostile, level, warm, minor):
+    """From 3.12 the debugger is sys.monitoring tool 0: a program that sets its events to
+    none, replaces or removes its callbacks, or frees it, is refused (ValueError), and the
+    breakpoint and the step after it still stop."""
+    line = MONITOR_TOOL.splitlines().index("x = 2") + 1
+
+    async def main() -> tuple[Debugged, RunResult, list[Any]]:
+        d = Debugged(hostile, level, warm, python=_python_minor(minor))
+        await d.start(MONITOR_TOOL, [line])
+        await d.stopped()
+        frames = (await d.ok("stackTrace"))["stackFrames"]
+        await d.ok("next")
+        await d.stopped()
+        await d.ok("continue")
+        return d, await d.result(), frames
+
+    d, r, frames = go(main())
+    assert r.ok, r.message
+    refused, tool, untraced, lines = r.value
+    assert refused == [
+        "set_events",
+        "set_local_events",
+        "register_callback",
+        "register_callback",
+        "free_tool_id",
+        "clear_tool_id",
+        "use_tool_id",
+        "set_events",
+    ], refused
+    assert tool == "kernelgate debugger" and untraced is True
+    assert lines == [line - 1, line], lines  # the program's own tool saw its lines
+    assert [(f["name"], f["line"]) for f in frames] == [("<module>", line)]
+    assert d.names() == ["stopped", "continued", "stopped", "continued", "terminated"]
+
+
+#: A program that digs the real sys.monitoring functions out of the debugger's module, frees
+#: the debugger's tool and puts its own callback there: its debugging is over (as with
+#: PyEval_SetTrace through ctypes for settrace), nothing else.
+MONITOR_DUG = textwrap.dedent(
+    """\
+    import sys
+    mon = sys.monitoring
+    real = sys.modules['kernelgate.kernels.python.debugmonitor']._ORIGINAL
+    here = sys._getframe().f_code
+    seen = []
+    real['set_events'](0, 0)
+    real['set_local_events'](0, here, 0)
+    real['free_tool_id'](0)
+    mon.use_tool_id(0, 'mine')
+    real['register_callback'](0, mon.events.LINE, lambda code, line: seen.append(line))
+    real['set_local_events'](0, here, mon.events.LINE)
+    x = await tools.add(1, 2)
+    x = x + 1
+    real['set_local_events'](0, here, 0)
+    [x, mon.get_tool(0), len(seen) > 0]
+    """
+)
+
+
+@ALL_LEVELS
+@BOTH
+def test_a_program_that_digs_out_the_monitoring_functions_only_ends_its_debugging(
+    hostile, level, warm
+):
+    """Beyond the guard (the originals, found through sys.modules): the program runs on
+    undebugged, its own callback sees its own lines, the binding call is answered, and the
+    host gets the result and ``terminated``: no stop, nothing forged, nothing hung."""
+    line = MONITOR_DUG.splitlines().index("x = x + 1") + 1
+
+    async def main() -> tuple[Debugged, RunResult]:
+        d = Debugged(hostile, level, warm, python=_python_minor(13))
+        await d.start(MONITOR_DUG, [line])
+        return d, await d.result()
+
+    d, r = go(main())
+    assert r.ok and r.value == [4, "mine", True], r.message
+    assert d.names() == ["terminated"]
+
+
+@ALL_LEVELS
+@BOTH
+@TRACERS
+def test_pause_after_the_program_hit_the_recursion_limit(hostile, level, warm, minor):
     """A busy program that once caught a RecursionError (CPython dropped the trace function
     then) still stops on ``pause``: the reader has the main thread trace again. Before this
     suite's fix the pause was accepted and never taken."""
@@ -1098,7 +1455,7 @@ def test_pause_after_the_program_hit_the_recursion_limit(hostile, level, warm):
     )
 
     async def main() -> tuple[Debugged, RunResult, dict[str, Any]]:
-        d = Debugged(hostile, level, warm)
+        d = Debugged(hostile, level, warm, **_python_kwargs(minor))
         await d.start(program)
         await asyncio.wait_for(d.said.wait(), 30)  # it printed 'busy': it is in its loop
         await d.ok("pause")

@@ -53,7 +53,7 @@ class DebugChild:
         *,
         python: str = sys.executable,
         bindings: dict[str, Callable[..., Any]] | None = None,
-        debug: dict[str, Any] | None = None,
+        debug: dict[str, Any] | bool | None = None,
         max_frame_bytes: int = 8 << 20,
         hold_calls: bool = False,
     ) -> None:
@@ -74,12 +74,13 @@ class DebugChild:
         self.reply: ExecuteReply | None = None
         self._seq = 0
         self._seen_stops = 0
-        options = {
+        options: dict[str, Any] = {
             "cwd": self.run_dir,
             "max_frame_bytes": max_frame_bytes,
             "sandbox": {"level": "process"},
-            "debug": debug if debug is not None else {"breakpoints": breakpoints or []},
         }
+        if debug is not False:  # False: an undebugged run (benchmarks/bench_debug.py)
+            options["debug"] = debug if debug is not None else {"breakpoints": breakpoints or []}
         specs = {"tools": {name: SPEC for name in self.bindings}}
         self._send(OpenBindings("bindings-debug", specs))
         self._send(ExecuteRequest(program, options))

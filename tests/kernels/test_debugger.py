@@ -9,7 +9,7 @@ from __future__ import annotations
 import glob
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,17 +21,33 @@ from .debugchild import DebugChild
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def child(no_fd_leak) -> Iterator[Callable[..., DebugChild]]:
-    made: list[DebugChild] = []
+#: The child's interpreters: settrace's backend before 3.12, sys.monitoring's from 3.12.
+MINORS = [10, 11, 12, 13]
 
-    def _make(program: str, breakpoints: list[Any] | None = None, **kwargs: Any) -> DebugChild:
+
+class Children:
+    """Makes debugged children on one interpreter (``minor``: 3.minor)."""
+
+    def __init__(self, minor: int) -> None:
+        self.minor = minor
+        self.python = _python(minor)
+        self.made: list[DebugChild] = []
+
+    def __call__(
+        self, program: str, breakpoints: list[Any] | None = None, **kwargs: Any
+    ) -> DebugChild:
+        kwargs.setdefault("python", self.python)
         c = DebugChild(program, breakpoints, **kwargs)
-        made.append(c)
+        self.made.append(c)
         return c
 
-    yield _make
-    for c in made:
+
+@pytest.fixture(params=MINORS, ids=[f"py3.{m}" for m in MINORS])
+def child(request, no_fd_leak) -> Iterator[Children]:
+    """Every test of this file runs its child on each interpreter (skipped where missing)."""
+    children = Children(request.param)
+    yield children
+    for c in children.made:
         c.close()
 
 
@@ -58,9 +74,8 @@ print(text)
 # -- breakpoints, stepping --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("minor", [10, 11, 12, 13])
-def test_breakpoint_next_over_an_await_and_step_in_on_each_python(child, minor):
-    c = child(AWAITS, [{"line": 5}], python=_python(minor))
+def test_breakpoint_next_over_an_await_and_step_in(child):
+    c = child(AWAITS, [{"line": 5}])
     stop = c.wait_stopped()
     assert stop["reason"] == "breakpoint" and stop["threadId"] == 1 and stop["hitBreakpointIds"]
     frames = c.ok("stackTrace", {"threadId": 1})
@@ -226,9 +241,13 @@ def test_pause_a_while_true_loop(child):
 def test_pause_inside_a_function_shows_the_whole_program_stack(child):
     program = "def spin():\n    k = 0\n    while True:\n        k += 1\nspin()\n"
     c = child(program, [])
-    c.ok("pause", {"threadId": 1})
-    c.wait_stopped()
-    where = c.where()
+    for _ in range(5):  # a pause that comes before the program is in spin() stops before it
+        c.ok("pause", {"threadId": 1})
+        c.wait_stopped()
+        where = c.where()
+        if where[0][0] == "spin":
+            break
+        c.ok("continue")
     assert [name for name, _ in where] == ["spin", "<module>"] and where[1][1] == 5
 
 
@@ -259,6 +278,45 @@ def test_pause_while_the_program_waits_for_a_call(child):
     assert c.wait_done().status == "ok"
 
 
+def test_pause_a_one_line_busy_loop(child):
+    """A loop on one line runs no new line: the pause takes a backward jump for one (the
+    settrace backend's "line" event, sys.monitoring's JUMP)."""
+    program = "import time\nwhile 'stop' not in globals(): pass\nprint('out')\n"
+    c = child(program, [])
+    c.ok("pause", {"threadId": 1})
+    assert c.wait_stopped()["reason"] == "pause"
+    if c.where() == [("<module>", 1)]:  # the pause came before the loop
+        assert c.step("next")["reason"] == "step" and c.line() == 2
+        c.ok("continue")  # into the loop, which it leaves on a pause only
+        c.ok("pause", {"threadId": 1})
+        assert c.wait_stopped()["reason"] == "pause"
+    assert c.where() == [("<module>", 2)]
+    assert c.evaluate("stop = 1").success
+    c.ok("continue")
+    assert c.wait_done().status == "ok" and c.stdout == "out\n"
+
+
+def test_breakpoints_stop_the_main_thread_only(child):
+    """A program function another thread runs passes its breakpoint by (threadId is 1, the
+    main thread's); the main thread stops there."""
+    program = """\
+import threading
+def work(n):
+    return n * 2
+out = []
+t = threading.Thread(target=lambda: out.append(work(1)))
+t.start()
+t.join()
+y = work(5)
+"""
+    c = child(program, [{"line": 3}])
+    c.wait_stopped()
+    assert c.where() == [("work", 3), ("<module>", 8)]
+    assert c.scope_vars()["n"]["value"] == "5"
+    c.ok("continue")
+    assert c.wait_done().status == "ok" and len(c.stops()) == 1
+
+
 # -- values -----------------------------------------------------------------------------------
 
 
@@ -275,9 +333,8 @@ f(41)
 """
 
 
-@pytest.mark.parametrize("minor", [10, 11, 12, 13])
-def test_scopes_variables_and_evaluate(child, minor):
-    c = child(VALUES, [{"line": 8}], python=_python(minor))
+def test_scopes_variables_and_evaluate(child):
+    c = child(VALUES, [{"line": 8}])
     c.wait_stopped()
     frames = c.ok("stackTrace", {"threadId": 1})["stackFrames"]
     assert [f["name"] for f in frames] == ["f", "<module>"]
@@ -330,10 +387,9 @@ def test_scopes_variables_and_evaluate(child, minor):
     assert c.wait_done().status == "ok"
 
 
-@pytest.mark.parametrize("minor", [10, 11, 12, 13])
-def test_assignments_by_evaluate_reach_the_program(child, minor):
+def test_assignments_by_evaluate_reach_the_program(child):
     program = "x = 1\ny = x + 1\ndef f(a):\n    b = a\n    return b\nprint(y, f(5))\n"
-    c = child(program, [{"line": 2}, {"line": 5}], python=_python(minor))
+    c = child(program, [{"line": 2}, {"line": 5}])
     c.wait_stopped()
     c.evaluate("x = 10")
     c.ok("continue")
@@ -582,6 +638,34 @@ y = 2
     assert len(c.stops()) == 1
 
 
+def test_a_forked_process_is_not_debugged_at_all(child):
+    """3.12+: a process the program forks has no debugger events, the tool id free and
+    sys.monitoring's own functions (the debugger's guard is the parent's only)."""
+    if child.minor < 12:
+        pytest.skip("sys.monitoring is 3.12's")
+    program = """\
+import os, sys
+mon = sys.monitoring
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    here = sys._getframe().f_code
+    seen = [mon.get_tool(0), mon.get_events(0), mon.get_local_events(0, here),
+            type(mon.set_events).__name__]
+    os.write(w, repr(seen).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+got = os.read(r, 1000).decode()
+print(got, mon.get_tool(0))
+"""
+    c = child(program, [{"line": 7}, {"line": 13}])
+    c.wait_stopped()
+    assert c.line() == 13
+    c.ok("continue")
+    assert c.wait_done().status == "ok"
+    assert c.stdout == "[None, 0, 0, 'builtin_function_or_method'] kernelgate debugger\n"
+
+
 def test_a_program_that_blocks_sigalrm_still_gets_its_slow_repr_cut(child):
     program = """\
 import signal, time
@@ -663,3 +747,167 @@ def test_an_interrupt_ends_a_stopped_program(child):
     os.kill(c.proc.pid, signal.SIGINT)
     reply = c.wait_done()
     assert reply.status == "error" and reply.ename == "KeyboardInterrupt"
+
+
+# -- the backends: sys.settrace before 3.12, sys.monitoring from 3.12 ---------------------------
+
+
+BACKEND = """\
+import sys, json
+mon = getattr(sys, "monitoring", None)
+here = sys._getframe().f_code
+seen = [
+    sys.gettrace() is None,
+    mon and mon.get_tool(0),
+    mon and bool(mon.get_local_events(0, here) & mon.events.LINE),
+    mon and mon.get_local_events(0, json.dumps.__code__),
+    mon and mon.get_events(0) == mon.events.PY_START,
+]
+x = 1
+"""
+
+
+def test_which_backend_traces_the_program(child):
+    """From 3.12 the debugger uses sys.monitoring (tool 0), never sys.settrace: the program
+    sees no trace function, LINE events on its own code only, and one global event, PY_START
+    (disabled in code not the program's at its first call); before
+    3.12 it sees the settrace backend's trace function. ``tracer: settrace`` (the
+    benchmarks' comparison) asks for settrace's on any version."""
+    c = child(BACKEND, [{"line": 11}])
+    c.wait_stopped()
+    seen = c.evaluate("seen").body["result"]
+    if child.minor >= 12:
+        assert seen == "[True, 'kernelgate debugger', True, 0, True]"
+    else:
+        assert seen == "[False, None, None, None, None]"
+    c.ok("continue")
+    assert c.wait_done().status == "ok"
+    forced = child(BACKEND, debug={"breakpoints": [{"line": 11}], "tracer": "settrace"})
+    forced.wait_stopped()
+    seen = forced.evaluate("seen").body["result"]
+    assert seen.startswith("[False, None, ") and "kernelgate" not in seen
+    forced.ok("continue")
+    assert forced.wait_done().status == "ok"
+
+
+#: Programs, their debug options, the resume to send at each stop and an expression to show:
+#: each backend must stop at the same places, with the same values.
+SCENARIOS: dict[str, tuple[str, dict[str, Any], str, str]] = {
+    "one-line loop": (
+        "n = 0\nwhile n < 4: n += 1\nprint(n)\n",
+        {"breakpoints": [{"line": 2}]},
+        "continue",
+        "n",
+    ),
+    "for loop on one line with a condition": (
+        "t = 0\nfor i in range(6): t += i\nt\n",
+        {"breakpoints": [{"line": 2, "condition": "t > 3"}]},
+        "continue",
+        "t",
+    ),
+    "next through raises": (
+        "def f(n):\n    raise ValueError(n)\ndef g():\n    try:\n        f(1)\n"
+        "    except ValueError:\n        pass\n    return 2\ny = g()\nf(3)\n",
+        {"breakpoints": [{"line": 5}]},
+        "next",
+        "1",
+    ),
+    "step in everywhere": (
+        AWAITS.replace("import json\n", "import json\ndef one(a): return a\n") + "z = one(2)\n",
+        {"breakpoints": [{"line": 1}]},
+        "stepIn",
+        "1",
+    ),
+    "step out of recursion": (
+        "def down(n):\n    if n == 0:\n        return 0\n    return down(n - 1) + 1\n"
+        "r = down(3)\nprint(r)\n",
+        {"breakpoints": [{"line": 3}]},
+        "stepOut",
+        "1",
+    ),
+    "next over awaits and generators": (
+        AWAITS.replace(
+            "print(text)\n", "def gen():\n    yield 1\n    yield 2\nall_ = list(gen())\n"
+        ),
+        {"breakpoints": [{"line": 3}, {"line": 10}]},
+        "next",
+        "1",
+    ),
+    "raised and uncaught": (RAISES, {"exceptionFilters": ["raised", "uncaught"]}, "next", "1"),
+    "code made at run time": (
+        "def f(a):\n    b = a + 1\n    return b\n"
+        "f.__code__ = f.__code__.replace(co_name='g')\nx = f(1)\n"
+        "exec(compile('def h():\\n    return 5\\n', '<program>', 'exec'))\ny = h()\n",
+        {"breakpoints": [{"line": 2}]},
+        "next",
+        "1",
+    ),
+    "entry, then stepIn": (
+        "def f():\n    return 1\nx = f()\n",
+        {"stopOnEntry": True},
+        "stepIn",
+        "1",
+    ),
+}
+
+
+def _walk(c: DebugChild, resume: str, probe: str) -> list[Any]:
+    """Every stop of the run until it ends, as (reason, stack, value of ``probe``)."""
+    seen = []
+    for _ in range(60):
+        c.pump(lambda: c.reply is not None or len(c.stops()) > c._seen_stops)
+        if c.reply is not None and len(c.stops()) == c._seen_stops:
+            break
+        stop = c.wait_stopped()
+        value = c.evaluate(probe)
+        seen.append((stop["reason"], c.where(), value.body.get("result", value.message)))
+        c.ok(resume, {"threadId": 1})
+    assert c.wait_done().status in ("ok", "error")
+    return seen
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_both_backends_stop_at_the_same_places(child, scenario):
+    if child.minor < 12:
+        pytest.skip("before 3.12 there is one backend (sys.settrace)")
+    program, debug, resume, probe = SCENARIOS[scenario]
+    monitored = _walk(child(program, debug={"breakpoints": [], **debug}), resume, probe)
+    forced = {"breakpoints": [], **debug, "tracer": "settrace"}
+    traced = _walk(child(program, debug=forced), resume, probe)
+    assert monitored == traced
+    assert len(monitored) >= 2, monitored
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("trap", ["swallow", "disarm"])
+def test_a_value_whose_repr_fights_the_deadline_does_not_wedge_either_backend(child, trap):
+    """The repr traps of tests/hardening/test_debug_attacks.py, on every interpreter: the
+    settrace backend (3.10, 3.11) and sys.monitoring's (3.12+). The host is always
+    answered: the trap is cut off ("took too long"), or, where CPython lets a repr that
+    swallows every interruption loop on (a ``while True`` over ``try: ... except
+    BaseException: pass`` on 3.10 and 3.12), the reader thread answers that the program is
+    stuck, and the next request is answered too."""
+    reprs = {
+        "swallow": "        while True:\n            try:\n                time.sleep(1000)\n"
+        "            except BaseException:\n                pass\n",
+        "disarm": "        signal.setitimer(signal.ITIMER_REAL, 0)\n        time.sleep(1000)\n",
+    }
+    program = (
+        "import signal, time\nclass T:\n    def __repr__(self):\n"
+        + reprs[trap]
+        + "trap = T()\nafter = 1\n"
+    )
+    c = child(program, [{"line": 10 if trap == "swallow" else 7}])
+    c.wait_stopped()
+    reply = c.request("scopes", {"frameId": c.ok("stackTrace")["stackFrames"][0]["id"]})
+    ref = next(s["variablesReference"] for s in reply.body["scopes"] if s["name"] == "Globals")
+    answer = c.request("variables", {"variablesReference": ref}, timeout=30)
+    if answer.success:
+        shown = {v["name"]: v["value"] for v in answer.body["variables"]}["trap"]
+        assert "took too long" in shown or "ran out of time" in shown, shown
+        c.ok("continue")
+        assert c.wait_done().status == "ok"
+    else:
+        assert trap == "swallow", answer.message
+        assert "stuck in its own code" in answer.message and "__repr__" in answer.message
+        assert c.request("threads").success  # the stop still answers

@@ -280,11 +280,12 @@ def test_the_zygote_writes_the_debuggers_bytecode_once(make_gateway):  # noqa: F
     assert all(os.path.exists(path) for path in cached)
 
 
-@pytest.mark.parametrize("minor", [10, 13])
+@pytest.mark.parametrize("minor", [10, 12, 13])
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 def test_a_debugged_run_on_another_python(make_gateway, minor, warm):  # noqa: F811
-    """The gateway's child on 3.10 and 3.13 (its zygote writes that interpreter's bytecode
-    of the debugger): breakpoint, a step into the program's coroutine over a real call."""
+    """The gateway's child on 3.10, 3.12 and 3.13 (its zygote writes that interpreter's
+    bytecode of the debugger; settrace's backend on 3.10, sys.monitoring's from 3.12):
+    breakpoint, a step into the program's coroutine over a real call."""
     python = _python(minor)
 
     async def main() -> None:
@@ -303,6 +304,60 @@ def test_a_debugged_run_on_another_python(make_gateway, minor, warm):  # noqa: F
         await s.ok("continue")
         result = await s.run
         assert result.ok, result.message
+        assert bool(result.usage["warm"]) is warm
+
+    asyncio.run(main())
+
+
+MONITORED = """\
+import sys
+def f(a):
+    b = a
+    return b
+got = f(5)
+n = 0
+while 'stop' not in globals(): n += 1
+print(got, sys.gettrace() is None, sys.monitoring.get_tool(0))
+"""
+
+
+@ALL_LEVELS
+@pytest.mark.parametrize("minor", [12, 13])
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_the_monitoring_backend_at_every_level(make_gateway, level, minor, warm):  # noqa: F811
+    """sys.monitoring's backend in the sandbox: a breakpoint in a function, a local that
+    evaluate assigns (3.12 writes it back through ctypes), a pause of a one-line busy loop
+    (a JUMP event), and no trace function in sight."""
+    python = _python(minor)
+
+    async def main() -> None:
+        gw = make_gateway(
+            python=python,
+            bindings={"search": search},
+            sandbox=level,
+            limits=LIMITS,
+            pool_size=1 if warm else 0,
+        )
+        if warm:
+            await warmed_up(gw)
+        s = Session(gw, MONITORED, [{"line": 4}])
+        await s.stopped()
+        assert await s.where() == [("f", 4), ("<module>", 5)]
+        await s.ok("evaluate", {"expression": "b = 'changed'", "context": "repl"})
+        await s.ok("continue")
+        await s.ok("pause")
+        assert (await s.stopped())["reason"] == "pause"
+        if await s.where() == [("<module>", 6)]:  # the pause came before the loop
+            assert await s.step("next") == [("<module>", 7)]
+            await s.ok("continue")  # into the loop, which it leaves on a pause only
+            await s.ok("pause")
+            assert (await s.stopped())["reason"] == "pause"
+        assert await s.where() == [("<module>", 7)]
+        await s.ok("evaluate", {"expression": "stop = 1", "context": "repl"})
+        await s.ok("continue")
+        result = await s.run
+        assert result.ok, result.message
+        assert result.stdout == "changed True kernelgate debugger\n"
         assert bool(result.usage["warm"]) is warm
 
     asyncio.run(main())

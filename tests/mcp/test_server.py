@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import Client, StdioServerParameters
 
 from kernelgate import Gateway
@@ -131,3 +133,29 @@ def test_usage_errors() -> None:
     r = _usage("--bindings", "kernelgate.demo:BINDINGS", "--record-to", "/nonexistent/dir")
     assert r.returncode == 2 and "is not a directory" in r.stderr
     assert sys.executable  # the venv's interpreter ran them
+
+
+TS_PROGRAM = (
+    'const hits: {id: string}[] = await tools.search("messages", {limit: 2});\n'
+    'console.log(hits.length, "hits");\n'
+    "const docs = await Promise.all(hits.map((h) => tools.fetch(h.id)));\n"
+    "docs.map((d: any) => d.stars).sort((a: number, b: number) => a - b)"
+)
+
+
+def test_stdio_runs_typescript_programs_with_language_typescript(tmp_path: Path) -> None:
+    if shutil.which("node") is None:
+        pytest.skip("node (>= 18) is not installed")
+    tools, (ok, failed) = asyncio.run(
+        _session(
+            _stdio("--language", "typescript", "--record-to", str(tmp_path)),
+            [{"code": TS_PROGRAM}, {"code": 'await tools.fetch("no-such-doc")'}],
+        )
+    )
+    assert tools[0].description.startswith("Run a TypeScript program")
+    assert Gateway(language="typescript", bindings=BINDINGS).describe() in tools[0].description
+    assert ok.is_error is False
+    assert ok.content[0].text == "printed:\n2 hits\nreturned:\n[188, 412]"
+    assert failed.is_error is True and "ToolError" in failed.content[0].text
+    [path] = tmp_path.glob("session-*.ipynb")
+    assert [r.language for r in SessionLog(path).runs()] == ["typescript", "typescript"]

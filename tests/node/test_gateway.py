@@ -76,6 +76,7 @@ def run(
         sandbox=level,
         limits=limits,
         tmp_dir=base,
+        pool_size=0,  # cold: the warm pool's runs are tests/node/test_pool.py's
     ) as gw:
         return gw.run_sync(code)
 
@@ -219,3 +220,55 @@ def test_describe_gives_typescript_declarations() -> None:
         text = gw.describe()
     assert "declare const tools: {" in text
     assert "search(query: string, limit?: number): Promise<string[]>;" in text
+
+
+def test_run_code_for_a_typescript_gateway_says_typescript_and_returns_what_a_model_reads(
+    runs: str,
+) -> None:
+    async def main() -> None:
+        async with Gateway(language="typescript", bindings={"search": search}, tmp_dir=runs) as gw:
+            tool = gw.tool_schema("anthropic")
+            assert tool["description"].startswith("Run a TypeScript program")
+            assert (
+                "search(query: string, limit?: number): Promise<string[]>;" in (tool["description"])
+            )
+            assert "TypeScript" in tool["input_schema"]["properties"]["code"]["description"]
+            out = await gw.run_tool('console.log("hi");\n(await tools.search("q")).length')
+            assert (out.text, out.is_error) == ("printed:\nhi\nreturned:\n2", False)
+            bad = await gw.run_tool("let x: = 1")
+            assert bad.is_error and "line 1, column 8" in bad.text
+
+    asyncio.run(main())
+
+
+@ALL_LEVELS
+def test_node_s_own_threads_do_not_count_against_max_processes(runs: str, level: str) -> None:
+    """Node holds threads of its own (V8's workers, libuv's pool): a run with
+    max_processes=1 still starts, reads files and answers."""
+    result = run(
+        runs,
+        'const fs = require("fs");\nawait fs.promises.writeFile("a.txt", "x");\n'
+        'const text = await fs.promises.readFile("a.txt", "utf8");\n'
+        'await tools.search("q");\nreturn text',
+        level=level,
+        limits=Limits(wall_seconds=30, max_processes=1),
+    )
+    assert (result.status, result.value) == ("ok", "x"), result.error
+
+
+@ALL_LEVELS
+def test_processes_the_program_starts_stop_at_max_processes(runs: str, level: str) -> None:
+    result = run(
+        runs,
+        'const { spawn } = require("child_process");\nlet started = 0, failed = 0;\n'
+        "const kids = [];\nfor (let i = 0; i < 12; i++) {\n"
+        '  try { const k = spawn("/bin/sleep", ["5"]); k.on("error", () => failed++);'
+        " kids.push(k); started++ } catch { failed++ }\n}\n"
+        "await new Promise((r) => setTimeout(r, 300));\n"
+        "const alive = kids.filter((k) => k.pid !== undefined && k.exitCode === null"
+        " && k.signalCode === null).length;\nkids.forEach((k) => k.kill());\nreturn alive",
+        level=level,
+        limits=Limits(wall_seconds=30, max_processes=3),
+    )
+    assert result.status == "ok", result.error
+    assert result.value == 2  # and the program itself: max_processes=3, as for Python

@@ -5,6 +5,8 @@ program stops with its event loop (the main thread stops inside the tracer), yet
 requests must still be read, so in a debugged run a thread of ours reads every message: a
 call's reply goes to the loop that made the call (``call_soon_threadsafe``), a debug request
 to the :class:`~.debugger.Debugger`. No loop watches fd 3 then (:attr:`CallClient.reader`).
+Between reads it watches the stopped main thread's time, and answers for it when the
+program's code holds it (:mod:`.debugstuck`).
 
 The thread is started with ``_thread`` (not ``threading``): the program's
 ``threading.enumerate()`` does not list it, and the program cannot join or patch it. It is a
@@ -57,8 +59,12 @@ def _read_forever(client: CallClient, debugger: Debugger) -> None:
             with lock:
                 event = conn.next_event()  # what was read with the request comes first
             if event is None:
-                if not _select([fd], [], [], _NUDGE_SECONDS)[0]:
-                    debugger.nudge()  # quiet: see that the main thread is still traced
+                # Before each wait: rescue or answer for a main thread stuck in the
+                # program's code while stopped (.debugstuck), and wait no longer than that.
+                wait = debugger.watch()
+                if not _select([fd], [], [], min(wait, _NUDGE_SECONDS))[0]:
+                    if wait >= _NUDGE_SECONDS:
+                        debugger.nudge()  # quiet: see that the main thread is still traced
                     continue
                 with lock:
                     try:

@@ -10,9 +10,12 @@ trace function at the recursion limit).
 
 How it runs:
 
-- ``sys.settrace`` on the program's main thread (other threads run untraced; threadId is
-  always 1). Only frames whose code comes from ``"<program>"`` are traced, shown or stepped
-  into: kernelgate's, asyncio's and the standard library's never are. A program frame is
+- ``sys.settrace`` on the program's main thread before 3.12 (other threads run untraced;
+  threadId is always 1). From 3.12 :mod:`.debugmonitor` runs this same debugger on
+  ``sys.monitoring`` events instead (the ``_start_tracer`` ... ``_tracer_off`` switch), with
+  no SIGURG nudge: what follows of tracing and retracing is the settrace backend's. Only
+  frames whose code comes from ``"<program>"`` are traced, shown or stepped into:
+  kernelgate's, asyncio's and the standard library's never are. A program frame is
   traced only while something could stop in it (breakpoints, a step, a pause), so a run with
   no breakpoint costs one check per function call.
 - When the main thread stops (breakpoint, step, pause, exception, entry) it sends a
@@ -60,12 +63,14 @@ from kernelgate.wire.values import dumps
 from .client import CallClient
 from .debugbreaks import Breakpoint, code_lines, exc_text, own_lines, parse_breakpoints
 from .debugstop import STOPPED_ONLY, StopView
+from .debugstuck import StuckWatch
 from .debugvalues import (
     ENDS_RUN,
     Deadline,
     DeadlineExpired,
     References,
     bounded_repr,
+    program_exc_text,
 )
 from .program import FILENAME
 from .report import restore_builtins
@@ -104,7 +109,10 @@ _BUILTINS = builtins.__dict__
 _current_frames = sys._current_frames
 _get_ident = _thread.get_ident
 _interrupt_main = _thread.interrupt_main
-_getsignal, _signal = signal.getsignal, signal.signal
+_signal = signal.signal
+# signal.getsignal converts with isinstance, which the program may rebind: the C function
+# (only ever compared with a handler of ours), also safe on the reader thread.
+_getsignal = sys.modules["_signal"].getsignal
 #: The signal the reader thread "raises" on the main thread (``_thread.interrupt_main``: no
 #: real signal is sent) to trace it again there: CPython drops the trace function when a
 #: call into it fails at the recursion limit, and a busy program never returns to its loop.
@@ -114,7 +122,7 @@ _SimpleQueue = queue.SimpleQueue
 _OPNAME = list(opcode.opname)
 
 
-class Debugger(StopView):
+class Debugger(StopView, StuckWatch):
     """The debugger of one run (the main thread is the program's).
 
     ``client``: fd 3; ``main_code``: the program's code (its frame is ``<module>``);
@@ -173,6 +181,7 @@ class Debugger(StopView):
         self._stderr = client.streams[1] if len(client.streams) > 1 else None
         self._saved_hooks: tuple[Any, Any] = (sys.settrace, sys.breakpointhook)
         self._nudge = self._on_nudge  # one bound method: compared with the handler in force
+        self._init_stuck(((_NUDGE, self._nudge),))
         self._old_nudge: Any = None
         opts = options if type(options) is dict else {}
         self.breaks = self._parse(opts.get("breakpoints"))[0]
@@ -200,15 +209,46 @@ class Debugger(StopView):
         self._saved_hooks = sys.settrace, sys.breakpointhook
         sys.settrace = self._refuse_settrace
         sys.breakpointhook = self._breakpointhook
+        self._start_tracer()
+
+    # -- the tracer's switch: sys.settrace here; .debugmonitor's backend overrides these ------
+
+    def _start_tracer(self) -> None:
+        """Install the tracer (once, from :meth:`trace`)."""
+        self._install_nudge()
+        _settrace(self._on_call)
+
+    def _end_tracer(self) -> None:
+        """Remove what :meth:`_start_tracer` installed (once, from :meth:`untrace`)."""
+        self._remove_nudge()
+
+    def _install_nudge(self) -> None:
+        """Take the nudge's signal (every backend: the reader wakes late program code
+        with it, see :mod:`.debugstuck`)."""
         try:
             self._old_nudge = _signal(_NUDGE, self._nudge)
         except (ValueError, OSError):
             self._old_nudge = None
+
+    def _remove_nudge(self) -> None:
+        try:
+            if _getsignal(_NUDGE) is self._nudge:
+                _signal(_NUDGE, self._old_nudge if self._old_nudge is not None else signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+    def _tracer_on(self) -> None:
+        """Trace the main thread again after :meth:`_tracer_off`."""
         _settrace(self._on_call)
 
-    def _on_nudge(self, _signum: int, _frame: Any) -> None:
+    def _tracer_off(self) -> None:
+        """Trace nothing on the main thread (a stop outside a trace call, the end)."""
+        _settrace(None)
+
+    def _on_nudge(self, signum: int, frame: Any) -> None:
         """On the main thread, between two of the program's bytecodes (see _NUDGE)."""
         try:
+            self.deadline.interrupt(signum, frame)  # the program's code a request runs is late
             self.retrace()
             if self.pausing:
                 self._trace_running_frames()
@@ -231,7 +271,7 @@ class Debugger(StopView):
 
     def _interrupt_main(self) -> None:
         try:
-            if self.tracing and not self.stopped and _getsignal(_NUDGE) == self._nudge:
+            if self.tracing and not self.stopped and _getsignal(_NUDGE) is self._nudge:
                 _interrupt_main(_NUDGE)
         except (ValueError, OSError, RuntimeError):
             pass
@@ -260,12 +300,12 @@ class Debugger(StopView):
         stack = self._waiting_stack()
         if not stack:
             return  # nothing of the program waits here (e.g. it blocks in another thread)
-        _settrace(None)  # this stop is not inside a trace call: what it runs is not traced
+        self._tracer_off()  # this stop is not inside a trace call: what it runs is not traced
         try:
             self._stop(stack[0][0], "pause", "Paused while waiting", stack=stack)
         finally:
             if self.tracing:
-                _settrace(self._on_call)
+                self._tracer_on()
 
     def _waiting_stack(self) -> list[tuple[types.FrameType, int]]:
         """The program frames of the suspended coroutine chains of the loop's tasks,
@@ -297,20 +337,16 @@ class Debugger(StopView):
         self.mode = _CONTINUE
         self.pausing = self.entry = False
         self.exception_filters = frozenset()
-        _settrace(None)
+        self._tracer_off()
 
     def untrace(self) -> None:
         """The program is over: no more tracing, and requests say so."""
-        _settrace(None)
+        self._tracer_off()
         self.tracing = False
         with self.lock:
             self.finished = True
         sys.settrace, sys.breakpointhook = self._saved_hooks
-        try:
-            if _getsignal(_NUDGE) == self._nudge:
-                _signal(_NUDGE, self._old_nudge if self._old_nudge is not None else signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
+        self._end_tracer()
 
     def _refuse_settrace(self, function: Any) -> None:
         if self._warned_settrace:
@@ -519,17 +555,18 @@ class Debugger(StopView):
         finally:
             restore_builtins(self._program_builtins)
 
-    def _as_program(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _as_program(self, fn: Callable[..., Any], *args: Any, what: str | None = None) -> Any:
         """``fn(*args)`` with the program's builtins (and the rest of the request's time)."""
         restore_builtins(self._program_builtins)
         try:
-            return self.deadline.run(fn, *args, per_call=EVALUATE_SECONDS)
+            return self.deadline.run(fn, *args, per_call=EVALUATE_SECONDS, what=what)
         finally:
             self._program_builtins = dict(_BUILTINS)
             restore_builtins(self.original_builtins)
 
     def _serve(self) -> None:
         get = self.requests.get
+        self._back()
         while True:
             try:
                 # With a timeout: a signal handled just before a blocking wait (the C
@@ -537,9 +574,12 @@ class Debugger(StopView):
                 # runs (an interrupt ends the stopped program).
                 request = get(True, _WAKE_SECONDS)
             except _Empty:
+                self._back()  # here, not stuck in a handler of the program's (.debugstuck)
                 continue
+            self._taking(request, _seconds(request.command))
             if self._answer_stopped(request):
                 return
+            self._back()
 
     def _resume(self) -> None:
         """Drop the stop's state; answer what was queued as the running program would."""
@@ -561,7 +601,7 @@ class Debugger(StopView):
         raised (the frames are those of its traceback) before it is reported."""
         if "uncaught" not in self.exception_filters or isinstance(exc, (SystemExit, GeneratorExit)):
             return
-        _settrace(None)  # the program is over: what runs while stopped must not trace
+        self._tracer_off()  # the program is over: what runs while stopped must not trace
         self.tracing = False
         stack = []
         tb = exc.__traceback__
@@ -586,10 +626,12 @@ class Debugger(StopView):
         """A request from the host (the reader thread): queued for the stopped main thread,
         or answered here while the program runs."""
         with self.lock:
-            if self.stopped:
-                self.requests.put(request)
-                return
-            self._answer_running(request)
+            if self.stuck is not None:  # the stopped main thread is stuck: see .debugstuck
+                self._answer_stuck(request)
+            elif self.stopped:
+                self._queue(request)
+            else:
+                self._answer_running(request)
 
     def _answer_running(self, request: DebugRequest) -> None:
         """Answer while the program runs (the caller holds ``lock``)."""
@@ -637,7 +679,7 @@ class Debugger(StopView):
             self._reply(request, True)  # already stopped
         elif command in STOPPED_ONLY:
             handler = STOPPED_ONLY[command]
-            seconds = EVALUATE_SECONDS if command == "evaluate" else REQUEST_SECONDS
+            seconds = _seconds(command)
             self.deadline.start(seconds)
             try:
                 ok, body, message = handler(self, args)
@@ -646,7 +688,8 @@ class Debugger(StopView):
             except ENDS_RUN:
                 raise  # an interrupt, or the program's own exit: never swallowed
             except BaseException as exc:
-                ok, body, message = False, {}, f"{command} failed: {exc_text(exc)}"
+                why = program_exc_text(exc, 1000, self.deadline)
+                ok, body, message = False, {}, f"{command} failed: {why}"
             finally:
                 self.deadline.stop()
             self._reply(request, ok, body, message)
@@ -673,6 +716,8 @@ class Debugger(StopView):
         message: str = "",
     ) -> None:
         """Answer ``request`` once, always within max_frame_bytes."""
+        if _get_ident() == self.main_ident and not self._claim(request):
+            return  # the reader answered it while this thread was stuck (.debugstuck)
         body = body if body is not None else {}
         try:
             size = len(dumps(body).encode("utf-8"))
@@ -733,6 +778,13 @@ class Debugger(StopView):
 
 #: What a running program refuses: the requests a stop answers, and the resumes.
 _NEEDS_STOP = frozenset(STOPPED_ONLY) | frozenset(_RESUMES)
+
+
+def _seconds(command: str) -> float:
+    """The time of the program's code a request served while stopped runs."""
+    if command == "evaluate":
+        return EVALUATE_SECONDS
+    return REQUEST_SECONDS if command in STOPPED_ONLY else 0.0
 
 
 def _unhandled(command: str) -> str:

@@ -29,6 +29,7 @@ from .debugvalues import (
     children,
     fit_page,
     listing,
+    program_exc_text,
     program_globals,
     type_label,
 )
@@ -57,7 +58,7 @@ class StopView:
     refs: References
     deadline: Deadline
 
-    def _as_program(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _as_program(self, fn: Callable[..., Any], *args: Any, what: str | None = None) -> Any:
         raise NotImplementedError
 
     def _frame(
@@ -166,13 +167,15 @@ class StopView:
                 ),
             )
         try:
-            value = self._as_program(eval, code, g, loc)
+            value = self._as_program(
+                eval, code, g, loc, what=f"the expression {cap_text(expression, 200)!r}"
+            )
         except DeadlineExpired:
             raise
         except ENDS_RUN:
             raise  # an interrupt, or the program's own exit: never swallowed
         except BaseException as exc:
-            return False, {}, exc_text(exc)
+            return False, {}, program_exc_text(exc, 1000, self.deadline)
         kids = children(value, expression if len(expression) <= 1000 else None)
         return (
             True,
@@ -196,7 +199,13 @@ class StopView:
             value = g.get(name, missing)
         if value is missing:
             return False, {}, f"no variable {name!r} in this frame"
-        data, metadata = self.deadline.run(display_bundle, value, self.budget - 1024, per_call=3.0)
+        data, metadata = self.deadline.run(
+            display_bundle,
+            value,
+            self.budget - 1024,
+            per_call=3.0,
+            what=f"the display methods (`_repr_*_`, `__repr__`) of a {type_label(value)}",
+        )
         return True, {"data": data, "metadata": metadata}, ""
 
     def inspect_variables(self, args: dict[str, Any]) -> tuple[bool, dict[str, Any], str]:

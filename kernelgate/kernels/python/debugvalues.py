@@ -18,9 +18,11 @@ not change what the debugger shows.
 
 from __future__ import annotations
 
+import _thread
 import builtins
 import itertools
 import signal
+import sys
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -45,6 +47,7 @@ __all__ = [
     "bounded_repr",
     "children",
     "exc_text",
+    "program_exc_text",
     "program_globals",
     "type_label",
     "variable",
@@ -74,6 +77,17 @@ _setitimer = signal.setitimer
 _signal = signal.signal
 _ITIMER_REAL, _SIGALRM = signal.ITIMER_REAL, signal.SIGALRM
 _sigmask = signal.pthread_sigmask
+# The C functions under signal.getsignal and signal.signal: those wrappers convert with
+# isinstance, which the program may have rebound; the reader thread runs while the
+# program's builtins are in force, and so does run()'s cleanup.
+_csignal: Any = sys.modules["_signal"]
+_getsignal = _csignal.getsignal
+_set_handler = _csignal.signal
+_pthread_kill = signal.pthread_kill
+_interrupt_main = _thread.interrupt_main
+_list, _map = list, map
+#: An alarm may run its handler a little before time.monotonic() says the call is due.
+_SLACK = 0.05
 _SIG_UNBLOCK, _SIG_SETMASK = signal.SIG_UNBLOCK, signal.SIG_SETMASK
 _object_getattribute = object.__getattribute__
 _TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
@@ -87,6 +101,12 @@ class DeadlineExpired(BaseException):
     request's time. A BaseException, so ``except Exception`` in a repr does not swallow it."""
 
 
+#: How late the program's code run by a request may be before the reader thread sends the
+#: main thread real signals (:meth:`Deadline.rescue`), and how often it sends them again.
+RESCUE_GRACE = 0.5
+RESCUE_EVERY = 0.5
+
+
 class Deadline:
     """The time of one request served while the program is stopped.
 
@@ -94,8 +114,14 @@ class Deadline:
     seconds of the request's time: when that is up (SIGALRM, on the main thread, the only
     one that serves stopped requests) the code is interrupted with
     :class:`DeadlineExpired`; once the request's whole time is used, :attr:`expired` tells
-    the caller to show the rest as not computed. The program's own SIGALRM handler and
-    timer are put back after the request.
+    the caller to show the rest as not computed. The program's own SIGALRM handler, timer
+    and signal mask are put back after the request.
+
+    The program's code may fight the interruption: catch it and loop, disarm the timer, take
+    SIGALRM, block in a call no signal wakes. So a late call is interrupted again at each of
+    its next bytecodes (:meth:`interrupt`: an ``except`` that swallows it cannot loop on, the
+    loop's back-jump raises), and the reader thread sends the main thread a real signal while
+    a call is late (:meth:`rescue`: a sleep or a read with the timer disarmed wakes).
     """
 
     def __init__(self) -> None:
@@ -106,21 +132,48 @@ class Deadline:
         self._old_timer = (0.0, 0.0)
         self._old_mask: set[int] | None = None
         self._t0 = 0.0
+        # The program's code running now (read by the reader thread for its messages).
+        self._call_start = 0.0
+        self._call_end = float("inf")
+        self._what: str | None = None
+        self._value: Any = None
+        self._next_rescue = 0.0
+        self._handler = self._on_alarm  # one bound method: compared with the one in force
 
     @property
     def expired(self) -> bool:
         """The request's time is used up."""
         return _monotonic() >= self._end
 
-    def _on_alarm(self, _signum: int, _frame: Any) -> None:
-        if self._inside:
-            raise DeadlineExpired
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        self.interrupt(signum, frame)
+
+    def interrupt(self, signum: int, frame: Any) -> None:
+        """In a handler of ``signum`` on the main thread (``frame``: where it interrupted):
+        if the program's code run now is past its time, raise :class:`DeadlineExpired` into
+        it, and have the handler run again at its next bytecode boundary, and so on until
+        :meth:`run` is back: code that catches the interruption cannot go on."""
+        if not self._inside or _monotonic() < self._call_end - _SLACK:
+            return
+        if frame is not None and frame.f_code is _RUN_CODE:
+            return  # the code returned (it gave up when interrupted): its value stands
+        try:
+            # Trip the signal again inside one C call that then fails: no bytecode boundary
+            # (where the handler would run again at once, nested in this one) comes
+            # between the trip and the raise below.
+            trip_then_fail: tuple[Any, ...] = (signum, None)
+            _list(_map(_interrupt_main, trip_then_fail))
+        except TypeError:
+            pass
+        except (ValueError, RuntimeError):
+            pass  # no Python handler for it any more: the reader's rescue goes on
+        raise DeadlineExpired
 
     def start(self, seconds: float) -> None:
         self._t0 = _monotonic()
         self._end = self._t0 + seconds
         try:
-            self._old_handler = _signal(_SIGALRM, self._on_alarm)
+            self._old_handler = _signal(_SIGALRM, self._handler)
         except (ValueError, OSError, TypeError):
             return  # not the main thread, or no signals here: no interruption
         self._armed = True
@@ -136,11 +189,11 @@ class Deadline:
         self._end = float("inf")
         if not self._armed:
             return
-        self._armed = False
         self._inside = False
+        self._armed = False
         try:
             _setitimer(_ITIMER_REAL, 0)
-            if self._old_mask is not None and _SIGALRM in self._old_mask:
+            if self._old_mask is not None:  # as it was, whatever the reprs did to it
                 _sigmask(_SIG_SETMASK, self._old_mask)
             old = self._old_handler
             _signal(_SIGALRM, old if old is not None else signal.SIG_DFL)
@@ -152,24 +205,84 @@ class Deadline:
         except BaseException:
             pass
 
-    def run(self, fn: Callable[..., Any], *args: Any, per_call: float = 1.0) -> Any:
+    def run(
+        self, fn: Callable[..., Any], *args: Any, per_call: float = 1.0, what: str | None = None
+    ) -> Any:
         """``fn(*args)`` as the program's code: interrupted after ``per_call`` seconds, or
-        when the request's time is up."""
+        when the request's time is up. ``what``: what it runs, for a message saying where
+        the program is stuck (default: the ``__repr__`` of ``args[0]``)."""
         left = self._end - _monotonic()
         if left <= 0:
             raise DeadlineExpired
         if not self._armed:
             return fn(*args)
-        # Repeating: code that swallows the first interruption gets another.
-        _setitimer(_ITIMER_REAL, min(per_call, left), 0.25)
+        seconds = min(per_call, left)
+        self._what = what
+        self._value = args[0] if args and what is None else None
+        self._call_start = now = _monotonic()
+        self._call_end = now + seconds
+        self._next_rescue = self._call_end + RESCUE_GRACE
+        # Repeating: code that sleeps again after the interruption gets another.
+        _setitimer(_ITIMER_REAL, seconds, 0.25)
         self._inside = True
         try:
             return fn(*args)
         finally:
             self._inside = False
+            self._value = None
             _setitimer(_ITIMER_REAL, 0)
+            if _getsignal(_SIGALRM) is not self._handler:
+                try:  # the program's code took SIGALRM: the request's next call needs it
+                    _set_handler(_SIGALRM, self._handler)
+                except (ValueError, OSError, TypeError):
+                    pass
+
+    # -- the reader thread -----------------------------------------------------------------
+
+    def rescue(self, main_ident: int, signals: tuple[tuple[int, Any], ...]) -> float:
+        """From the reader thread: if the program's code run now is late by
+        :data:`RESCUE_GRACE` (its timer disarmed, the interruption swallowed, a blocking
+        call), send the main thread each of ``signals`` (signal, a handler of the
+        debugger's that calls :meth:`interrupt`) whose handler is still that one: a
+        blocking call wakes, and the handler interrupts it. The seconds until it should be
+        asked again.
+
+        Not SIGALRM: sent late, it could meet the program's own disposition, put back after
+        the request (SIG_DFL ends the process). A signal ignored by default is harmless
+        late."""
+        if not self._inside:
+            return float("inf")
+        now = _monotonic()
+        wait = self._next_rescue - now
+        if wait > 0:
+            return wait
+        self._next_rescue = now + RESCUE_EVERY
+        for signum, handler in signals:
+            if _getsignal(signum) is handler:
+                try:
+                    _pthread_kill(main_ident, signum)
+                except (OSError, ValueError):
+                    pass
+        return RESCUE_EVERY
+
+    @property
+    def call_end(self) -> float:
+        """When the program's code running now is due (inf: none runs)."""
+        return self._call_end if self._inside else float("inf")
+
+    def describe(self) -> tuple[str, float]:
+        """From the reader thread: what program code runs now and for how long
+        (``("", 0.0)``: none)."""
+        if not self._inside:
+            return "", 0.0
+        what, value = self._what, self._value
+        elapsed = _monotonic() - self._call_start
+        if what is None:
+            what = f"`__repr__` of a {type_label(value)}"
+        return what, elapsed
 
 
+_RUN_CODE = Deadline.run.__code__
 _NO_DEADLINE = Deadline()
 _TOO_SLOW = "<not shown: its repr took too long>"
 _OUT_OF_TIME = "<not shown: the request ran out of time (slow reprs)>"
@@ -200,7 +313,7 @@ def bounded_repr(
     except ENDS_RUN:
         raise  # an interrupt, or the program's own exit: never swallowed
     except BaseException as exc:
-        return f"<repr() failed: {exc_text(exc, 500)}>"
+        return f"<repr() failed: {program_exc_text(exc, 500, deadline)}>"
 
 
 def _repr(value: Any, limit: int, depth: int, deadline: Deadline) -> str:
@@ -281,6 +394,18 @@ def exc_text(exc: BaseException, limit: int = 1000) -> str:
         text = "<str() failed>"
     name = type_label(exc)
     return cap_text(f"{name}: {text}" if text else name, limit)
+
+
+def program_exc_text(
+    exc: BaseException, limit: int = 1000, deadline: Deadline = _NO_DEADLINE
+) -> str:
+    """:func:`exc_text` of an exception the program's code raised: its ``__str__`` is the
+    program's code too, run under ``deadline`` (its name alone when that takes too long)."""
+    try:
+        return str(deadline.run(exc_text, exc, limit, what=f"`__str__` of a {type_label(exc)}"))
+    except DeadlineExpired:
+        why = "no time left to show it" if deadline.expired else "it took too long"
+        return cap_text(f"{type_label(exc)}: <message not shown: {why}>", limit)
 
 
 # -- children of a value ---------------------------------------------------------------------
@@ -496,7 +621,9 @@ def fit_page(
     wanted = count if count > 0 else None
     take = min(count, MAX_VARIABLES) if count > 0 else MAX_VARIABLES
     try:
-        items, total = deadline.run(kids, start, take, per_call=3.0)
+        items, total = deadline.run(
+            kids, start, take, per_call=3.0, what="listing a value's items (a key's `__repr__`?)"
+        )
     except DeadlineExpired:
         return [_note("the request ran out of time listing these (a slow __iter__?)")]
     out: list[dict[str, Any]] = []

@@ -45,6 +45,8 @@ import sys
 from typing import Any
 
 from kernelgate.model.constants import LAUNCH_CONFIG_MAX
+from kernelgate.wire.connection import CHILD, Connection
+from kernelgate.wire.events import ErrorOutput, ExecuteReply, ExecuteRequest
 
 from .sandbox import LEVELS, Launched, die_with_parent, not_dumpable
 from .sandbox import enter as enter_sandbox
@@ -57,6 +59,7 @@ MAX_CONFIG_BYTES = LAUNCH_CONFIG_MAX
 WARM_FAILED = 71
 
 _os_exit = os._exit
+CONTROL_FD = 3  # the socketpair to the host (.client.CONTROL_FD, which loads asyncio)
 
 
 class Launch:
@@ -126,7 +129,11 @@ def _stdin_at_null() -> None:
 def _refuse(message: str, warm: bool) -> None:
     """Never exec unconfined: a cold child says why as its reply to the program's
     ``execute_request`` (the one status only the host may decide on from a cold child's
-    first message), a warm one exits quietly for its pool to drop. Never returns."""
+    first message), a warm one exits quietly for its pool to drop. Never returns.
+
+    Only what was imported before the sandbox is used here: past the view and landlock,
+    this interpreter's own files are out of reach (they are not the runtime's).
+    """
     try:
         sys.stderr.write(f"kernelgate launcher: {message}\n")
         sys.stderr.flush()
@@ -134,25 +141,42 @@ def _refuse(message: str, warm: bool) -> None:
         pass
     if warm:
         _os_exit(WARM_FAILED)
-    # Only on this path: the wire and the reporter are start-up time of every run otherwise.
-    from kernelgate.wire.events import Stream
+    try:
+        conn = Connection(CHILD, session=f"child-{os.getpid()}")
+        os.set_blocking(CONTROL_FD, True)
+        while True:
+            event = conn.next_event()
+            if event is None:
+                data = os.read(CONTROL_FD, 1 << 16)
+                if not data:
+                    _os_exit(1)  # the host went away before sending a program
+                conn.receive_data(data)
+            elif type(event) is ExecuteRequest:
+                break
+        text = message[:8192]
+        for event in (
+            ErrorOutput("SandboxUnavailable", text, [f"SandboxUnavailable: {text}"]),
+            ExecuteReply("error", "sandbox_unavailable", ename="SandboxUnavailable", evalue=text),
+        ):
+            frame = memoryview(conn.send(event))
+            while frame:
+                frame = frame[os.write(CONTROL_FD, frame) :]
+    finally:
+        _os_exit(70)
 
-    from .client import CallClient
-    from .report import Reporter, fallback_frame
-    from .streams import OutputLedger, OutputStream
 
-    client = CallClient(fallback_frame())
-    client.read_until_request()  # exits if the host went away
-
-    def send(name: str, text: str) -> None:
-        client.send(Stream(name, text))
-
-    ledger = OutputLedger(8192)
-    reporter = Reporter(
-        client, OutputStream("stdout", send, ledger), OutputStream("stderr", send, ledger), 8192
-    )
-    reporter.fail("sandbox_unavailable", "SandboxUnavailable", message)
-    _os_exit(70)  # fail() exits; never run the runtime unconfined whatever happens
+def _unreadable(paths: list[str]) -> str:
+    """The first of ``paths`` the exec'd runtime could not read ("" if none). ``access``
+    checks with the real uid and no capabilities but what root keeps: what the runtime will
+    have after the exec (at ``process`` on a root host the launcher still holds
+    CAP_DAC_READ_SEARCH, which the exec drops)."""
+    for path in paths:
+        if not os.path.exists(path):
+            continue  # not there to read: the runtime says so itself
+        mode = os.R_OK | os.X_OK if os.path.isdir(path) else os.R_OK
+        if not os.access(path, mode):
+            return path
+    return ""
 
 
 def main() -> None:
@@ -168,6 +192,14 @@ def main() -> None:
     except Exception as exc:
         _refuse(f"the child could not enter its sandbox: {type(exc).__name__}: {exc}", warm)
         return
+    unreadable = _unreadable(launch.runtime.paths)
+    if unreadable:
+        _refuse(
+            f"the sandboxed runtime cannot read {unreadable!r} as the run's uid (uid "
+            f"{os.getuid()}, no capabilities once it execs): install it, and kernelgate, "
+            "where every user may read them, or use a namespace level",
+            warm,
+        )
     # What the sandbox opened and did not close must not reach the program.
     os.closerange(4, 2147483647)
     # Python ignores these at start; the exec'd program gets the usual dispositions (and

@@ -40,7 +40,14 @@ from .streams import OutputLedger, OutputStream
 __all__ = ["Child", "DEBUGGER_MODULES", "precompile_debugger"]
 
 #: The modules only a debugged run imports (writing no bytecode: see ``Child._debugger``).
-DEBUGGER_MODULES = ("debugvalues", "debugbreaks", "debugstop", "debugger", "debugchannel")
+DEBUGGER_MODULES = (
+    "debugvalues",
+    "debugbreaks",
+    "debugstop",
+    "debugger",
+    "debugmonitor",
+    "debugchannel",
+)
 
 _monotonic = time.monotonic
 
@@ -240,7 +247,7 @@ class Child:
         sys.dont_write_bytecode = True  # no __pycache__ written outside the run
         try:
             from .debugchannel import start_reader
-            from .debugger import Debugger
+            from .debugmonitor import make_debugger
         finally:
             sys.dont_write_bytecode = saved
 
@@ -248,7 +255,7 @@ class Child:
             name: g[name]
             for name in ("ToolError", "display", "update_display", "clear_output", "help")
         }
-        debugger = Debugger(
+        debugger = make_debugger(  # sys.monitoring's backend where there is one
             self.client,
             fn.__code__,
             g,

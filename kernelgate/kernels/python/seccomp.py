@@ -298,7 +298,8 @@ def _dispatch(asm: _Asm, table: list[tuple[int, str]]) -> None:
     _dispatch(asm, table[middle:])
 
 
-def _program(level: str, machine: str, runtime: str = "python") -> bytes:
+def _table(level: str, machine: str, runtime: str) -> list[tuple[int, str]]:
+    """(syscall number, label of what happens to it) for every syscall not simply allowed."""
     if level not in LEVELS:
         raise ValueError(f"unknown sandbox level {level!r}; expected one of {LEVELS}")
     if runtime not in RUNTIMES:
@@ -322,12 +323,16 @@ def _program(level: str, machine: str, runtime: str = "python") -> bytes:
             targets[name] = "eperm"
     for name in ("socket", "socketpair", "clone", "personality", *MODE_ARG):
         targets[name] = name
-    table = sorted(
+    return sorted(
         (numbers[name], label)
         for name, label in targets.items()
         if name in numbers and name not in allowed
     )
 
+
+def _program(level: str, machine: str, runtime: str = "python") -> bytes:
+    table = _table(level, machine, runtime)
+    numbers = SYSCALLS[machine]
     asm = _Asm()
     asm.load(ARCH)
     asm.jump(BPF_JEQ, AUDIT_ARCH[machine], None, "kill")
