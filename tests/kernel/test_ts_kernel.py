@@ -282,6 +282,7 @@ def test_debug_request_is_refused_clearly() -> None:
         km.shutdown_kernel(now=True)
 
 
+@pytest.mark.timeout(120)
 def test_install_and_list_say_the_language(tmp_path: pathlib.Path, capsys: Any) -> None:
     prefix = tmp_path / "p"
     code = kernelgate_main(
@@ -307,6 +308,20 @@ def test_install_and_list_say_the_language(tmp_path: pathlib.Path, capsys: Any) 
         assert kernelgate_main(["kernel", "list"]) == 0
         line = next(x for x in capsys.readouterr().out.splitlines() if "kernelgate-javascript" in x)
         assert "javascript" in line.split("kernelgate-javascript", 1)[1]
+        # It serves JavaScript cells: plain JavaScript runs, TypeScript's types do not.
+        km, kc = start_new_kernel(kernel_name="kernelgate-javascript", startup_timeout=60)
+        try:
+            info = kc.kernel_info(reply=True, timeout=30)["content"]
+            assert info["language_info"]["name"] == "javascript" and info["debugger"] is False
+            ok = execute(kc, "const xs = [1, 2].map((x) => x * 2);\nxs.length", timeout=60)
+            assert ok.status == "ok"
+            assert ok.outputs("execute_result")[0]["content"]["data"]["text/plain"] == "2"
+            typed = execute(kc, "const n: number = 1;\nn", timeout=60)
+            assert typed.status == "error" and typed.reply is not None
+            assert typed.reply["content"]["ename"] == "SyntaxError"
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
     finally:
         if saved is None:
             os.environ.pop("JUPYTER_PATH", None)
