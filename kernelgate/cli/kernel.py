@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from kernelgate.model.language import LANGUAGES
 from kernelgate.model.limits import Limits
 
 from .common import (
@@ -42,6 +43,22 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_bindings_path_argument(parser)
     parser.add_argument(
         "--timeout", type=positive_seconds, metavar="S", help="wall-clock budget of each cell"
+    )
+    _add_language_arguments(parser)
+
+
+def _add_language_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--language",
+        choices=LANGUAGES,
+        default="python",
+        help="what the cells are written in (default python); typescript and javascript "
+        "cells run on Node",
+    )
+    parser.add_argument(
+        "--node",
+        metavar="PATH",
+        help="the Node binary of a typescript/javascript kernel (default: node on PATH)",
     )
 
 
@@ -79,10 +96,19 @@ def run_from_args(args: argparse.Namespace) -> int:
     if bindings_error is not None:
         print(f"kernelgate kernel: {bindings_error}", file=sys.stderr, flush=True)
     limits = Limits(wall_seconds=args.timeout) if args.timeout else None
+    if args.node is not None and args.language == "python":
+        raise UsageError("--node is for --language typescript or javascript")
     try:
         return run_kernel(
-            args.connection_file, namespaces, limits=limits, bindings_error=bindings_error
+            args.connection_file,
+            namespaces,
+            limits=limits,
+            bindings_error=bindings_error,
+            language=args.language,
+            node=args.node,
         )
+    except RuntimeError as exc:  # NodeUnavailable: no usable Node, naming what was looked for
+        raise UsageError(f"cannot start the {args.language} kernel: {exc}") from None
     except OSError as exc:
         raise UsageError(f"cannot read connection file {args.connection_file!r}: {exc}") from None
     except ValueError as exc:
@@ -191,7 +217,7 @@ def _module_file_here(module: str) -> str | None:
 
 def _cmd_install(args: argparse.Namespace) -> int:
 
-    from kernelgate.jupyter.spec import install_kernel_spec
+    from kernelgate.jupyter.spec import default_display_name, default_name, install_kernel_spec
 
     if sum([bool(args.user), bool(args.sys_prefix), args.prefix is not None]) > 1:
         raise UsageError("choose at most one of --user, --sys-prefix and --prefix")
@@ -207,10 +233,13 @@ def _cmd_install(args: argparse.Namespace) -> int:
             bindings = f"{source}:{attr}" if attr else source
         bindings = _loadable_by_the_kernel(bindings, source, attr)
     prefix = sys.prefix if args.sys_prefix else args.prefix
+    name = args.name or default_name(args.language)
     try:
         path = install_kernel_spec(
-            args.name,
-            display_name=args.display_name,
+            name,
+            display_name=args.display_name or default_display_name(args.language),
+            language=args.language,
+            node=args.node,
             bindings=bindings,
             timeout=args.timeout,
             interrupt_mode=args.interrupt_mode,
@@ -223,7 +252,7 @@ def _cmd_install(args: argparse.Namespace) -> int:
         raise UsageError(
             f"cannot install the kernelspec: {exc} (try --user or --sys-prefix)"
         ) from None
-    print(f"Installed kernelspec {args.name} in {path}")
+    print(f"Installed kernelspec {name} ({args.language}) in {path}")
     return 0
 
 
@@ -258,7 +287,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for k in kernels:
         extra = f", timeout {k['timeout']} s" if k["timeout"] else ""
         bindings = k["bindings"] or "no bindings (an empty tools namespace)"
-        print(f"{k['name']:<{width}}  {bindings}{extra}  [{k['resource_dir']}]")
+        language = k["language"] + (f" ({k['node']})" if k["node"] else "")
+        print(f"{k['name']:<{width}}  {language:<10}  {bindings}{extra}  [{k['resource_dir']}]")
     return 0
 
 
@@ -296,15 +326,15 @@ def register(subparsers: Any) -> None:
     )
     install.add_argument(
         "--name",
-        default=DEFAULT_NAME,
         metavar="N",
-        help=f"kernelspec name (default {DEFAULT_NAME})",
+        help=f"kernelspec name (default {DEFAULT_NAME}, {DEFAULT_NAME}-typescript or "
+        f"{DEFAULT_NAME}-javascript by --language)",
     )
     install.add_argument(
         "--display-name",
-        default=DEFAULT_DISPLAY_NAME,
         metavar="D",
-        help=f"name shown by frontends (default {DEFAULT_DISPLAY_NAME!r})",
+        help=f"name shown by frontends (default {DEFAULT_DISPLAY_NAME!r}, or the "
+        "language's: 'kernelgate (TypeScript)')",
     )
     install.add_argument(
         "--bindings",
@@ -317,6 +347,7 @@ def register(subparsers: Any) -> None:
     install.add_argument(
         "--timeout", type=positive_seconds, metavar="S", help="wall-clock budget of each cell"
     )
+    _add_language_arguments(install)
     install.add_argument(
         "--interrupt-mode",
         choices=("signal", "message"),

@@ -21,6 +21,7 @@ from kernelgate.gateway.api import CodeGateway
 from kernelgate.gateway.debug import RunDebugger
 from kernelgate.gateway.gateway import Gateway
 from kernelgate.model.codec import encode_metadata
+from kernelgate.model.language import Language
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord, ErrorInfo, RunResult
 from kernelgate.notebooks.cellrun import run_record_output, setup_output
@@ -40,6 +41,7 @@ from .clients import claims_owner, owner_of, same_owner
 from .debugger import DebugSession
 from .replaycell import replay_body, replay_marker, run_replay_cell
 from .workbench import Plan, Workbench
+from .workbench_ts import ScriptWorkbench
 
 __all__ = ["Cell", "Executor", "error_reply"]
 
@@ -89,6 +91,7 @@ class Executor:
         limits: Limits,
         gateway_for: Callable[[str | None], Gateway],
         debugger: DebugSession | None = None,
+        language: Language = "python",
     ) -> None:
         self.channels = channels
         self.limits = limits
@@ -96,8 +99,10 @@ class Executor:
         #: The notebook's debug session: while it is started, notebook cells run debugged.
         self.debugger = debugger
         self.execution_count = 0
+        #: The cells' language (the kernel's runtime's): how a cell is read.
+        self.language: Language = language
         #: Setup cells, history and assigned names: the notebook, not program state.
-        self.bench = Workbench()
+        self.bench = Workbench() if language == "python" else ScriptWorkbench()
         #: The cell running now, if any: comm messages of its calls take it as parent.
         self.cell: Cell | None = None
         self.closing = False
@@ -271,7 +276,7 @@ class Executor:
             # a setup cell, never given the notebook's setup cells, never read for `obj?`.
             return Plan(program=Program(code))
         try:
-            marker = replay_marker(code)
+            marker = replay_marker(code, "#" if self.language == "python" else "//")
         except ValueError as exc:
             return Plan(refusal=("ValueError", str(exc)))
         if marker is not None:

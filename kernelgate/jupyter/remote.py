@@ -269,13 +269,17 @@ class RemoteGateway:
     def describe(self, format: Literal["text"] = "text") -> str: ...
     @overload
     def describe(self, format: Literal["json"]) -> list[dict[str, Any]]: ...
+    @overload
+    def describe(self, format: Literal["typescript"]) -> str: ...
     def describe(self, format: str = "text") -> str | list[dict[str, Any]]:
         """The bindings programs run here can call: this gateway's own, and the kernel's
         as the kernel reported them when this gateway announced its own (its namespaces
-        replace the kernel's of the same names). As a stub (``"text"``) or per binding
-        JSON (``"json"``; the kernel's bindings have their signature's parameters only).
+        replace the kernel's of the same names). As a stub in the kernel's language
+        (``"text"``: TypeScript declarations for a TypeScript or JavaScript kernel), per
+        binding JSON (``"json"``; the kernel's bindings have their signature's parameters
+        only), or TypeScript declarations (``"typescript"``).
         """
-        return describe_remote(self._registry, self.kernel_bindings, format)
+        return describe_remote(self._registry, self.kernel_bindings, format, self._language)
 
     async def __aenter__(self) -> RemoteGateway:
         await self.open()
@@ -320,7 +324,7 @@ class RemoteGateway:
                 try:
                     await asyncio.wait_for(run.done.wait(), _ALIVE_CHECK_SECONDS)
                 except asyncio.TimeoutError:
-                    if not await kc.is_alive():
+                    if not await _kernel_alive(kc):
                         failure = ErrorInfo("WorkerExit", "the kernel died before the run finished")
                         break
         except asyncio.CancelledError:
@@ -547,3 +551,14 @@ if TYPE_CHECKING:
 
     def _is_a_code_gateway(gateway: RemoteGateway) -> CodeGateway:
         return gateway  # mypy checks that a RemoteGateway is a CodeGateway
+
+
+async def _kernel_alive(kc: Any) -> bool:
+    """Whether the client's kernel is alive; True when the client cannot tell. A Kernel
+    Gateway's client (jupyter_server's ``GatewayKernelClient``) asks its manager, which
+    has no local process and fails an assertion: a run longer than the alive check's
+    period then broke off with that AssertionError instead of waiting for its reply."""
+    try:
+        return bool(await kc.is_alive())
+    except Exception:
+        return True

@@ -46,8 +46,10 @@ __all__ = ["FORM", "ReplayMarker", "replay_body", "replay_marker", "run_replay_c
 #: How the marker is written; every error about a marker shows it.
 FORM = "#| replay PATH [--cell N | --cell-id ID | --position K]"
 
-# ``#| replay`` then a space or the end: ``#| replayed`` is an ordinary comment.
+# ``#| replay`` then a space or the end: ``#| replayed`` is an ordinary comment. A
+# TypeScript or JavaScript cell writes it as its comment: ``//| replay``.
 _MARKER = re.compile(r"#\|\s*replay(?=\s|$)(.*)", re.IGNORECASE)
+_SCRIPT_MARKER = re.compile(r"//\|\s*replay(?=\s|$)(.*)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def _integer(option: str, text: str | None) -> int:
         raise _bad(f"#| replay: {option} takes a whole number, not {text!r}") from None
 
 
-def replay_marker(code: str) -> ReplayMarker | None:
+def replay_marker(code: str, comment: str = "#") -> ReplayMarker | None:
     """The cell's ``#| replay`` marker, or ``None`` when its first line (after blank
     lines) is not one. Raises ``ValueError`` naming the bad value and the right form for
     a marker that is malformed (no path, an unknown option, a value that is not a number,
@@ -88,12 +90,18 @@ def replay_marker(code: str) -> ReplayMarker | None:
     Traceback (most recent call last):
     ...
     ValueError: #| replay: --cell takes a whole number, not 'three'; write ... as #| replay PATH ...
+
+    ``comment`` is the cell language's line comment: ``"//"`` reads ``//| replay PATH``
+    (a TypeScript or JavaScript kernel's cells).
+
+    >>> replay_marker("//| replay s.ipynb --cell 2", comment="//").cell
+    2
     """
     lines = code.split("\n")
     index = next((i for i, line in enumerate(lines) if line.strip()), None)
     if index is None:
         return None
-    found = _MARKER.fullmatch(lines[index].strip())
+    found = (_SCRIPT_MARKER if comment == "//" else _MARKER).fullmatch(lines[index].strip())
     if found is None:
         return None
     try:
@@ -146,6 +154,28 @@ def replay_body(marker: ReplayMarker, code: str) -> str:
     ''
     """
     return "\n".join(code.split("\n")[marker.line :])
+
+
+def _marker_in_language(code: str, marker: ReplayMarker, language: str) -> str:
+    """``code`` with its marker line a comment of the recording's ``language``: a Python
+    kernel's ``#| replay`` before a TypeScript program is ``//#| replay`` (``#`` is no
+    comment in TypeScript), a TypeScript kernel's ``//| replay`` before a Python program
+    ``#//| replay``; the line stays, so the program's lines are still the cell's.
+
+    >>> m = replay_marker("#| replay ts.ipynb")
+    >>> _marker_in_language("#| replay ts.ipynb\\nawait tools.f()", m, "typescript")
+    '//#| replay ts.ipynb\\nawait tools.f()'
+    >>> _marker_in_language("#| replay py.ipynb\\nx", m, "python")
+    '#| replay py.ipynb\\nx'
+    """
+    comment = "#" if language == "python" else "//"
+    lines = code.split("\n")
+    line = lines[marker.line - 1]
+    if line.lstrip().startswith(comment + "|"):
+        return code
+    indent = line[: len(line) - len(line.lstrip())]
+    lines[marker.line - 1] = f"{indent}{comment}{line.lstrip()}"
+    return "\n".join(lines)
 
 
 def _refused(exc: BaseException, what: str) -> RunResult:
@@ -230,6 +260,7 @@ async def run_replay_cell(
     except (OSError, NotARunError, RecordingError, TypeError) as exc:
         return _refused(exc, "#| replay")
     body = replay_body(marker, code)
+    code = _marker_in_language(code, marker, recorded.language)
     if body.strip():
         program = code
     else:
@@ -238,12 +269,6 @@ async def run_replay_cell(
         body = recorded.program
         if payload is not None:
             payload.append({"source": "set_next_input", "text": program, "replace": True})
-    if recorded.language != "python":
-        # The marker (and what is above it) is a comment in Python only: in JavaScript
-        # it is made one, on the same lines, so the program's lines stay the cell's.
-        lines = program.split("\n")
-        cut = marker.line
-        program = "\n".join(["// " + line for line in lines[:cut]] + lines[cut:])
     # The kernel's runtime (its interpreter) when the recording is in its language.
     lend = python is None and like is not None and like.language == recorded.language
     try:

@@ -20,17 +20,21 @@ from typing import Any
 import zmq
 
 from kernelgate.gateway.gateway import Gateway
+from kernelgate.gateway.launch import NodeUnavailable
+from kernelgate.gateway.runtime import CodeRuntime, PythonRuntime
+from kernelgate.gateway.runtimes import runtime_for
+from kernelgate.model.language import LANGUAGES, Language, check_language, language_info, title
 from kernelgate.model.limits import Limits
 from kernelgate.notebooks.render import LANGUAGE_INFO
 from kernelgate.wire.messages import BINDINGS_TARGET, PROTOCOL_VERSION
 
+from . import introspect, introspect_ts
 from .channels import Channels, Message
 from .clients import RecentIds, claims_owner, owner_of, same_owner
 from .comms import ClientBindings, ready_data
 from .debugger import DebugSession
 from .execute import Executor, error_reply
 from .history import history_reply
-from .introspect import complete, inspect_code, is_complete
 
 __all__ = ["KernelServer", "run_kernel", "kernel_info_content", "LANGUAGE_INFO"]
 
@@ -52,26 +56,64 @@ def _failed(exc: BaseException) -> str:
     )
 
 
-def kernel_info_content(language_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+#: Where a kernel's ``help_links`` point, per language (Jupyter's Help menu shows them).
+_HELP_LINKS: dict[str, list[dict[str, str]]] = {
+    "python": [],
+    "typescript": [
+        {"text": "TypeScript Handbook", "url": "https://www.typescriptlang.org/docs/handbook/"},
+        {"text": "Node.js API", "url": "https://nodejs.org/docs/latest/api/"},
+    ],
+    "javascript": [
+        {"text": "JavaScript (MDN)", "url": "https://developer.mozilla.org/docs/Web/JavaScript"},
+        {"text": "Node.js API", "url": "https://nodejs.org/docs/latest/api/"},
+    ],
+}
+
+
+def kernel_info_content(
+    language_info: Mapping[str, Any] | None = None,
+    *,
+    debugger: bool = True,
+    runs_on: str | None = None,
+) -> dict[str, Any]:
     """The ``kernel_info_reply``; ``language_info`` is the kernel's runtime's (default
-    Python's, :data:`LANGUAGE_INFO`)."""
+    Python's, :data:`LANGUAGE_INFO`), ``debugger`` whether its runs can be debugged
+    (JupyterLab offers its debugger only then), ``runs_on`` what the banner says runs the
+    cells (default: this Python)."""
     from kernelgate import __version__
 
+    info = dict(LANGUAGE_INFO if language_info is None else language_info)
+    name = str(info.get("name", "python"))
+    shown = title(name) if name in LANGUAGES else name
+    runs_on = runs_on or f"Python {platform.python_version()}"
+    call = "'await tools.name(...)'"
     return {
         "status": "ok",
         "protocol_version": PROTOCOL_VERSION,
         "implementation": "kernelgate",
         "implementation_version": __version__,
-        "language_info": dict(LANGUAGE_INFO if language_info is None else language_info),
+        "language_info": info,
         "banner": (
-            f"kernelgate {__version__} (Python {platform.python_version()}): every cell is a "
-            "fresh program in its own child process; bindings are 'await tools.name(...)'."
+            f"kernelgate {__version__} ({shown} on {runs_on}): every cell is a fresh "
+            f"{shown} program in its own child process; bindings are {call}."
+            if name != "python"
+            else f"kernelgate {__version__} ({runs_on}): every cell is a fresh program in "
+            f"its own child process; bindings are {call}."
         ),
-        "help_links": [],
-        # JupyterLab's debugger (docs/kernel.md, "Debugging"; jupyter/debugger.py).
-        "debugger": True,
-        "supported_features": ["debugger"],
+        "help_links": [dict(link) for link in _HELP_LINKS.get(name, [])],
+        # JupyterLab's debugger (docs/kernel.md, "Debugging"; jupyter/debugger.py): only
+        # where the runtime's children can be debugged (Python's).
+        "debugger": debugger,
+        "supported_features": ["debugger"] if debugger else [],
     }
+
+
+def _node_version(runtime: CodeRuntime) -> str:
+    """The Node version a runtime found (``""`` when it does not say)."""
+    version = getattr(getattr(runtime, "install", None), "version", None)
+    if isinstance(version, tuple):
+        return ".".join(str(part) for part in version)
+    return ""
 
 
 def _launcher_pid() -> int | None:
@@ -111,6 +153,13 @@ class KernelServer:
     anyway (a kernel that exits at start is restarted in a loop) and every cell's reply is
     a ``BindingsError`` with this message. ``sandbox`` and ``pool_size`` are
     :class:`~kernelgate.Gateway`'s (the kernelspec's kernel leaves them to their defaults).
+
+    ``language`` (``"python"``, ``"typescript"`` or ``"javascript"``) is what the cells are
+    written in, run on ``python`` or ``node``: ONE runtime is made for the kernel's life
+    and every gateway it makes (its own, and each client's) runs on it, so a TypeScript
+    kernel has one transformer helper, closed with the kernel. A kernel without a
+    debugger (TypeScript, JavaScript) says so in ``kernel_info`` and refuses
+    ``debug_request``.
     """
 
     def __init__(
@@ -123,7 +172,30 @@ class KernelServer:
         bindings_error: str | None = None,
         sandbox: str | None = None,
         pool_size: int = 4,
+        language: str = "python",
+        node: str | None = None,
     ) -> None:
+        #: The cells' language: how they are read, completed and described.
+        self.language: Language = check_language(language)
+        runtime_error: str | None = None
+        try:
+            self.runtime: CodeRuntime = runtime_for(language=language, python=python, node=node)
+        except NodeUnavailable as exc:
+            # No usable Node (removed or moved since the install). A kernel that exits at
+            # start is restarted in a loop with nothing shown but "restarting": it serves
+            # instead, says its language, and refuses every cell saying why. The stand-in
+            # runtime never runs a program.
+            self.runtime = PythonRuntime(python)
+            runtime_error = (
+                f"the {title(self.language)} kernel cannot run cells: {exc}. Install Node "
+                "(>= 18), or install the kernelspec again with a Node it can find "
+                "('kernelgate kernel install --language "
+                f"{self.language} --node PATH'), then restart the kernel"
+            )
+            log.error("%s", runtime_error)
+        self._runtime_error = runtime_error
+        #: JupyterLab's debugger is offered where the runtime's children can be debugged.
+        self.debuggable = self.runtime.debugger and runtime_error is None
         self.channels = Channels(dict(connection_info))
         self.connection_info = self.channels.connection_info
         self.namespaces = {ns: dict(t) for ns, t in (namespaces or {"tools": {}}).items()}
@@ -133,14 +205,25 @@ class KernelServer:
         #: or None for the strongest here; ``pool_size`` 0 for cold children only).
         self._gateway_options: dict[str, Any] = {"sandbox": sandbox, "pool_size": pool_size}
         self.gateway = Gateway(
-            namespaces=self.namespaces, limits=self.limits, python=python, **self._gateway_options
+            namespaces=self.namespaces,
+            limits=self.limits,
+            runtime=self.runtime,
+            **self._gateway_options,
         )
         self.debugger = DebugSession(self._publish_debug_event)
-        self.executor = Executor(self.channels, self.limits, self._gateway_for, self.debugger)
+        self.executor = Executor(
+            self.channels,
+            self.limits,
+            self._gateway_for,
+            self.debugger if self.debuggable else None,
+            language=self.language,
+        )
         self._debug_tasks: set[asyncio.Task[None]] = set()
         if bindings_error is not None:
             # The kernelspec's bindings did not load: every cell is refused, saying why.
             self.executor.refusal = ("BindingsError", bindings_error)
+        if runtime_error is not None:
+            self.executor.refusal = ("NodeUnavailable", runtime_error)
         self._clients: dict[str, _Client] = {}
         #: Ids of private requests (with an owner secret): no other request may reuse one.
         self._private_ids = RecentIds()
@@ -205,6 +288,12 @@ class KernelServer:
             client.bindings.close("the kernel is shutting down")
         gateways = [self.gateway, *(c.gateway for c in self._clients.values())]
         await asyncio.gather(*(gw.aclose() for gw in gateways), return_exceptions=True)
+        # The gateways were given the runtime: it is the kernel's to close (a TypeScript
+        # kernel's transformer helper goes with it).
+        try:
+            await self.runtime.aclose()
+        except Exception:
+            log.exception("closing the kernel's %s runtime failed", self.runtime.name)
 
     async def _watch_parent(self, parent: int) -> None:
         """Shut down when the process that launched the kernel is gone (as ipykernel does)."""
@@ -274,14 +363,16 @@ class KernelServer:
     def _answer(self, msg_type: str, content: dict[str, Any], msg: Message) -> Any:
         """The reply content of a shell request (``None``: not one of these)."""
         code = str(content.get("code", ""))
+        # The cells' language decides how they are read (never run).
+        helper = introspect if self.language == "python" else introspect_ts
         if msg_type == "complete_request":
             namespaces = self._gateway_for(_owner(msg)).registry.namespaces
-            return complete(code, content.get("cursor_pos"), namespaces)
+            return helper.complete(code, content.get("cursor_pos"), namespaces)
         if msg_type == "inspect_request":
             namespaces = self._gateway_for(_owner(msg)).registry.namespaces
-            return inspect_code(code, content.get("cursor_pos"), namespaces)
+            return helper.inspect_code(code, content.get("cursor_pos"), namespaces)
         if msg_type == "is_complete_request":
-            return is_complete(code)
+            return helper.is_complete(code)
         if msg_type == "history_request":
             return history_reply(self.executor.bench.history, content)
         if msg_type == "comm_info_request":
@@ -308,7 +399,18 @@ class KernelServer:
         content = msg.get("content") or {}
         reply = self.channels.reply
         if msg_type == "kernel_info_request":
-            info = kernel_info_content(self.gateway.runtime.language_info)
+            runtime = self.runtime
+            if self._runtime_error is not None:
+                info = kernel_info_content(
+                    language_info(self.language), debugger=False, runs_on="no Node found"
+                )
+            else:
+                runs_on = (
+                    None if runtime.name == "python" else f"Node {_node_version(runtime)}".rstrip()
+                )
+                info = kernel_info_content(
+                    runtime.language_info, debugger=self.debuggable, runs_on=runs_on
+                )
             reply(channel, "kernel_info_reply", info, msg, idents)
         elif msg_type == "shutdown_request":
             restart = bool(content.get("restart", False))
@@ -354,6 +456,18 @@ class KernelServer:
         def reply(answer: dict[str, Any]) -> None:
             self.channels.reply("control", "debug_reply", answer, msg, idents)
 
+        if not self.debuggable:
+            # kernel_info said debugger: false; a front end that asks anyway is told why.
+            name = title(self.language)
+            reply(
+                self.debugger.refusal(
+                    request,
+                    f"this kernel runs {name} programs, which have no debugger in kernelgate "
+                    "(kernel_info says debugger: false); use a Python kernel to step "
+                    "through a program, or console.log in the cell",
+                )
+            )
+            return
         if claims_owner(msg):
             # The session and its runs are the notebook's; private runs are never debugged.
             reply(
@@ -461,7 +575,7 @@ class KernelServer:
             gateway = Gateway(
                 namespaces={**self.namespaces, **bindings.namespaces},
                 limits=self.limits,
-                python=self.python,
+                runtime=self.runtime,  # the kernel's one runtime, never one per client
                 **self._gateway_options,
             )
         except (ValueError, TypeError) as exc:
@@ -495,9 +609,11 @@ def run_kernel(
     *,
     limits: Limits | None = None,
     bindings_error: str | None = None,
+    language: str = "python",
+    node: str | None = None,
 ) -> int:
     """Serve the kernel described by ``connection_file`` until it is shut down
-    (``bindings_error``: see :class:`KernelServer`)."""
+    (``bindings_error``, ``language``, ``node``: see :class:`KernelServer`)."""
     import json
 
     with open(connection_file, encoding="utf-8") as f:
@@ -507,6 +623,13 @@ def run_kernel(
             level=os.environ.get("KERNELGATE_KERNEL_LOG", "WARNING").upper(),
             format="[kernelgate kernel] %(levelname)s %(message)s",
         )
-    server = KernelServer(info, namespaces, limits=limits, bindings_error=bindings_error)
+    server = KernelServer(
+        info,
+        namespaces,
+        limits=limits,
+        bindings_error=bindings_error,
+        language=language,
+        node=node,
+    )
     asyncio.run(server.serve())
     return 0

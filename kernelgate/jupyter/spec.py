@@ -9,11 +9,15 @@ import sys
 import tempfile
 from typing import Any
 
+from kernelgate.model.language import check_language, kernelspec
+
 from .logo import write_logos
 
 __all__ = [
     "DEFAULT_NAME",
     "DEFAULT_DISPLAY_NAME",
+    "default_display_name",
+    "default_name",
     "kernel_json",
     "install_kernel_spec",
     "installed_kernels",
@@ -22,6 +26,22 @@ __all__ = [
 
 DEFAULT_NAME = "kernelgate"
 DEFAULT_DISPLAY_NAME = "kernelgate (Python)"
+
+
+def default_name(language: str = "python") -> str:
+    """The kernelspec name ``kernel install --language`` uses by default.
+
+    >>> default_name("python"), default_name("typescript")
+    ('kernelgate', 'kernelgate-typescript')
+    """
+    return str(kernelspec(check_language(language))["name"])
+
+
+def default_display_name(language: str = "python") -> str:
+    """``kernelgate (Python)``, ``kernelgate (TypeScript)``, ``kernelgate (JavaScript)``."""
+    return str(kernelspec(check_language(language))["display_name"])
+
+
 _NAME = re.compile(r"^[a-z0-9._-]+$", re.IGNORECASE)
 
 
@@ -32,8 +52,14 @@ def kernel_json(
     timeout: float | None = None,
     interrupt_mode: str = "signal",
     python: str | None = None,
+    language: str = "python",
+    node: str | None = None,
 ) -> dict[str, Any]:
-    """The ``kernel.json`` of a kernelgate kernel with ``bindings`` (``module:attr``)."""
+    """The ``kernel.json`` of a kernelgate kernel with ``bindings`` (``module:attr``)
+    whose cells are in ``language`` (run on ``node`` for TypeScript and JavaScript)."""
+    lang = check_language(language)
+    if node is not None and lang == "python":
+        raise ValueError("--node is for --language typescript or javascript")
     if interrupt_mode not in ("signal", "message"):
         raise ValueError(f"interrupt_mode must be 'signal' or 'message', got {interrupt_mode!r}")
     # -I: Jupyter starts the kernel in the notebook's directory, and without it that
@@ -55,15 +81,31 @@ def kernel_json(
         argv += ["--bindings", bindings]
     if timeout is not None:
         argv += ["--timeout", repr(float(timeout))]
+    if lang != "python":
+        argv += ["--language", lang]
+        if node is not None:
+            argv += ["--node", node]
     return {
         "argv": argv,
         "display_name": display_name,
-        "language": "python",
+        "language": lang,
         "interrupt_mode": interrupt_mode,
         "env": {},
-        # JupyterLab offers its debugger only for a kernelspec whose metadata says so.
-        "metadata": {"debugger": True, "kernelgate": {"bindings": bindings}},
+        # JupyterLab offers its debugger only for a kernelspec whose metadata says so:
+        # Python's runs can be debugged, TypeScript's and JavaScript's cannot.
+        "metadata": {"debugger": lang == "python", "kernelgate": {"bindings": bindings}},
     }
+
+
+def _checked_node(node: str | None) -> str:
+    """The absolute path of the Node a TypeScript/JavaScript kernel will run (``node`` on
+    PATH when None); ``ValueError`` naming what was looked for when there is none."""
+    from kernelgate.gateway.launch import NodeUnavailable, probe_node
+
+    try:
+        return probe_node(node or "node").executable
+    except NodeUnavailable as exc:
+        raise ValueError(f"{exc}; nothing was installed") from None
 
 
 def _check_isolated_import(python: str) -> None:
@@ -101,8 +143,14 @@ def install_kernel_spec(
     user: bool = False,
     prefix: str | None = None,
     python: str | None = None,
+    language: str = "python",
+    node: str | None = None,
 ) -> str:
     """Install the kernelspec ``name``; return the directory it was installed to.
+
+    ``language`` is the cells' (``typescript`` and ``javascript`` run on Node: ``node``,
+    default the ``node`` on PATH, is checked now and recorded by its absolute path, so the
+    kernel finds it whatever PATH Jupyter gives it).
 
     Where: ``user=True`` for the user's Jupyter data dir, ``prefix`` for
     ``PREFIX/share/jupyter/kernels`` (``sys.prefix`` for the current environment), neither
@@ -114,13 +162,20 @@ def install_kernel_spec(
         raise ValueError(
             f"kernel name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'"
         )
+    lang = check_language(language)
+    if lang != "python":
+        node = _checked_node(node)
+    elif node is not None:
+        raise ValueError("--node is for --language typescript or javascript")
     _check_isolated_import(python or sys.executable)
     spec = kernel_json(
         bindings=bindings,
-        display_name=display_name or DEFAULT_DISPLAY_NAME,
+        display_name=display_name or default_display_name(lang),
         timeout=timeout,
         interrupt_mode=interrupt_mode,
         python=python,
+        language=lang,
+        node=node,
     )
     with tempfile.TemporaryDirectory(prefix="kernelgate-spec-") as tmp:
         with open(os.path.join(tmp, "kernel.json"), "w", encoding="utf-8") as f:
@@ -164,7 +219,8 @@ def spec_option(argv: list[str], option: str) -> str | None:
 
 def installed_kernels() -> list[dict[str, Any]]:
     """Every installed kernelgate kernelspec Jupyter finds: name, resource_dir, display_name,
-    bindings, timeout and argv, sorted by name (the first found wins, as in Jupyter)."""
+    language, node, bindings, timeout and argv, sorted by name (the first found wins, as in
+    Jupyter)."""
     from jupyter_client.kernelspec import KernelSpecManager
 
     manager = KernelSpecManager()
@@ -184,6 +240,8 @@ def installed_kernels() -> list[dict[str, Any]]:
                 "name": name,
                 "resource_dir": directory,
                 "display_name": spec.get("display_name", name),
+                "language": spec_option(argv, "--language") or "python",
+                "node": spec_option(argv, "--node"),
                 "bindings": spec_option(argv, "--bindings"),
                 "timeout": spec_option(argv, "--timeout"),
                 "argv": argv,

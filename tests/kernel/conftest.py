@@ -25,6 +25,26 @@ from kernelgate.cli import main as kernelgate_main
 
 from .helpers import KERNEL_NAME, MESSAGE_KERNEL_NAME, forget_kept
 
+
+def _node_found() -> bool:
+    from kernelgate.gateway.launch import NodeUnavailable, probe_node
+
+    try:
+        probe_node("node")
+    except NodeUnavailable:
+        return False
+    return True
+
+
+#: Whether a Node >= 18 is here (the TypeScript kernel's tests need it).
+NODE_FOUND = _node_found()
+#: The mark of every TypeScript kernel test: skipped, saying why, where Node is missing.
+NEEDS_NODE = pytest.mark.skipif(
+    not NODE_FOUND,
+    reason="node (>= 18) is not installed: the TypeScript kernel runs its cells on Node "
+    "(apt-get install nodejs; .ci/run does it)",
+)
+
 _ENV = ("JUPYTER_PATH", "JUPYTER_RUNTIME_DIR")
 
 #: The system's Chromium, which the browser tests drive (None: not installed).
@@ -55,6 +75,21 @@ def kernelspec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "kernelgate.demo:BINDINGS",
                 "--interrupt-mode",
                 mode,
+            ]
+        )
+        assert code == 0
+    if NODE_FOUND:
+        # The TypeScript kernel (--language typescript): the same demo bindings.
+        code = kernelgate_main(
+            [
+                "kernel",
+                "install",
+                "--prefix",
+                str(prefix),
+                "--language",
+                "typescript",
+                "--bindings",
+                "kernelgate.demo:BINDINGS",
             ]
         )
         assert code == 0

@@ -15,6 +15,8 @@ from tests.procs import pid_alive
 
 KERNEL_NAME = "kernelgate"
 MESSAGE_KERNEL_NAME = "kernelgate-message-interrupt"
+#: The TypeScript kernelspec (installed only where a Node >= 18 is found).
+TS_KERNEL_NAME = "kernelgate-typescript"
 TIMEOUT = 30.0
 
 

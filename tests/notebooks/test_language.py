@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from kernelgate import Gateway, RunResult
-from kernelgate.gateway.launch import NodeUnavailable
 from kernelgate.model.codec import RecordingError, decode_run, encode_metadata, encode_run
 from kernelgate.model.language import LANGUAGES, language_info, language_of_notebook
 from kernelgate.notebooks import SessionLog, load_run
@@ -85,42 +83,43 @@ def test_a_python_recording_is_as_before() -> None:
     assert "language" not in nb["cells"][0]["metadata"]["kernelgate"]
 
 
-def test_replay_of_a_typescript_recording_runs_on_node(tmp_path: Path) -> None:
+def test_replay_of_a_typescript_recording_needs_its_runtime(tmp_path: Path) -> None:
     path = _ts_run().save(tmp_path / "run.ipynb")
-    if shutil.which("node") is not None:
-        report = replay(path)
-        assert report.ok, report.format()
-        assert report.result.language == "typescript"
-    with pytest.raises(NodeUnavailable, match="no-node"):
-        replay(path, node=str(tmp_path / "no-node"))
+    with pytest.raises(NotImplementedError, match="language='typescript'"):
+        replay(path)
     with pytest.raises(TypeError, match="node="):
         replay(path, python="python3")  # Python's interpreter for a TypeScript run
 
 
-def test_a_replay_cell_of_a_typescript_recording_runs_in_a_python_kernel(
-    tmp_path: Path,
-) -> None:
-    """A Python kernel replays a TypeScript recording on Node (its own Python runtime is
-    not lent to it); the marker line, a comment to Python only, is made a JavaScript one."""
+def test_a_replay_cell_of_a_typescript_recording_in_a_python_kernel(tmp_path: Path) -> None:
+    """A Python kernel's ``#| replay`` cell of a TypeScript recording runs it in its own
+    language, on Node (the kernel's Python runtime is not lent to it): the marker line is
+    made a TypeScript comment (``#`` is none), and the replay matches the recording."""
     import asyncio
 
+    from kernelgate.gateway.launch import NodeUnavailable, probe_node
     from kernelgate.jupyter.replaycell import replay_marker, run_replay_cell
 
-    if shutil.which("node") is None:
-        pytest.skip("node (>= 18) is not installed")
+    try:
+        probe_node("node")
+    except NodeUnavailable:
+        pytest.skip("node (>= 18) is not installed: a TypeScript recording replays on Node")
     _ts_run().save(tmp_path / "ts.ipynb")
+    code = "#| replay ts.ipynb\n"
+    marker = replay_marker(code)
+    assert marker is not None
     kernel = Gateway(pool_size=0)
+    payload: list[dict[str, object]] = []
 
-    async def main(code: str) -> RunResult:
-        marker = replay_marker(code)
-        assert marker is not None
-        return await run_replay_cell(marker, code, limits=None, cwd=str(tmp_path), like=kernel)
+    async def main() -> RunResult:
+        return await run_replay_cell(
+            marker, code, limits=None, cwd=str(tmp_path), like=kernel, payload=payload
+        )
 
-    result = asyncio.run(main("#| replay ts.ipynb\n"))
-    assert (result.status, result.value, result.language) == ("ok", 3, "typescript"), result
-    edited = asyncio.run(main("#| replay ts.ipynb\nconst y: number = 4;\nnotDefined"))
-    assert edited.status == "exception" and edited.error is not None
-    assert "<program>:3" in "\n".join(edited.error.traceback)  # the cell's own line
+    result = asyncio.run(main())
+    assert result.status == "ok", result.error
+    assert result.language == "typescript" and result.value == 3 and result.stdout == "hi\n"
+    assert result.program is not None and result.program.startswith("//#| replay ts.ipynb\n")
 
 
 def test_replay_on_a_given_runtime_of_the_recording_s_language(tmp_path: Path) -> None:
