@@ -307,17 +307,8 @@ def _add_place_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     where.add_argument("--prefix", metavar="P", help=f"{verb} in P/share/jupyter/kernels")
 
 
-def register(subparsers: Any) -> None:
-    """Add ``kernel install``, ``uninstall``, ``list`` and ``run`` to ``kernelgate``."""
+def _add_install_command(sub: Any) -> None:
     from kernelgate.jupyter.spec import DEFAULT_DISPLAY_NAME, DEFAULT_NAME
-
-    kernel = subparsers.add_parser(
-        "kernel",
-        help="a Jupyter kernel where every cell is a fresh run: install its kernelspec, run it",
-        description="The kernelgate Jupyter kernel: every cell is one program in a fresh child.",
-    )
-    kernel.set_defaults(func=_cmd_kernel)
-    sub = kernel.add_subparsers(dest="kernel_command", metavar="SUBCOMMAND")
 
     install = sub.add_parser(
         "install",
@@ -356,6 +347,21 @@ def register(subparsers: Any) -> None:
     )
     _add_place_arguments(install, "install")
     install.set_defaults(func=_cmd_install)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``kernel install``, ``uninstall``, ``list`` and ``run`` to ``kernelgate``."""
+    from kernelgate.jupyter.spec import DEFAULT_NAME
+
+    kernel = subparsers.add_parser(
+        "kernel",
+        help="a Jupyter kernel where every cell is a fresh run: install its kernelspec, run it",
+        description="The kernelgate Jupyter kernel: every cell is one program in a fresh child.",
+    )
+    kernel.set_defaults(func=_cmd_kernel)
+    sub = kernel.add_subparsers(dest="kernel_command", metavar="SUBCOMMAND")
+
+    _add_install_command(sub)
 
     uninstall = sub.add_parser(
         "uninstall",

@@ -7,12 +7,14 @@ messages; :mod:`.execute` runs cells. Each ``execute_request`` is one program ru
 own, so the shell socket keeps being read while a cell runs.
 """
 
+# long: one class owns the kernel's lifetime and answers every request type (shell, control,
+# comms of the clients, the debugger's requests): split further, each part would need the
+# whole server's state.
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
-import platform
 import signal
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,10 +25,10 @@ from kernelgate.gateway.gateway import Gateway
 from kernelgate.gateway.launch import NodeUnavailable
 from kernelgate.gateway.runtime import CodeRuntime, PythonRuntime
 from kernelgate.gateway.runtimes import runtime_for
-from kernelgate.model.language import LANGUAGES, Language, check_language, language_info, title
+from kernelgate.model.language import Language, check_language, language_info, title
 from kernelgate.model.limits import Limits
 from kernelgate.notebooks.render import LANGUAGE_INFO
-from kernelgate.wire.messages import BINDINGS_TARGET, PROTOCOL_VERSION
+from kernelgate.wire.messages import BINDINGS_TARGET
 
 from . import introspect, introspect_ts
 from .channels import Channels, Message
@@ -35,6 +37,7 @@ from .comms import ClientBindings, ready_data
 from .debugger import DebugSession
 from .execute import Executor, error_reply
 from .history import history_reply
+from .kernelinfo import kernel_info_content, node_version
 
 __all__ = ["KernelServer", "run_kernel", "kernel_info_content", "LANGUAGE_INFO"]
 
@@ -54,66 +57,6 @@ def _failed(exc: BaseException) -> str:
         f"the kernel could not handle this debug request ({type(exc).__name__}); check its "
         "arguments against the Debug Adapter Protocol"
     )
-
-
-#: Where a kernel's ``help_links`` point, per language (Jupyter's Help menu shows them).
-_HELP_LINKS: dict[str, list[dict[str, str]]] = {
-    "python": [],
-    "typescript": [
-        {"text": "TypeScript Handbook", "url": "https://www.typescriptlang.org/docs/handbook/"},
-        {"text": "Node.js API", "url": "https://nodejs.org/docs/latest/api/"},
-    ],
-    "javascript": [
-        {"text": "JavaScript (MDN)", "url": "https://developer.mozilla.org/docs/Web/JavaScript"},
-        {"text": "Node.js API", "url": "https://nodejs.org/docs/latest/api/"},
-    ],
-}
-
-
-def kernel_info_content(
-    language_info: Mapping[str, Any] | None = None,
-    *,
-    debugger: bool = True,
-    runs_on: str | None = None,
-) -> dict[str, Any]:
-    """The ``kernel_info_reply``; ``language_info`` is the kernel's runtime's (default
-    Python's, :data:`LANGUAGE_INFO`), ``debugger`` whether its runs can be debugged
-    (JupyterLab offers its debugger only then), ``runs_on`` what the banner says runs the
-    cells (default: this Python)."""
-    from kernelgate import __version__
-
-    info = dict(LANGUAGE_INFO if language_info is None else language_info)
-    name = str(info.get("name", "python"))
-    shown = title(name) if name in LANGUAGES else name
-    runs_on = runs_on or f"Python {platform.python_version()}"
-    call = "'await tools.name(...)'"
-    return {
-        "status": "ok",
-        "protocol_version": PROTOCOL_VERSION,
-        "implementation": "kernelgate",
-        "implementation_version": __version__,
-        "language_info": info,
-        "banner": (
-            f"kernelgate {__version__} ({shown} on {runs_on}): every cell is a fresh "
-            f"{shown} program in its own child process; bindings are {call}."
-            if name != "python"
-            else f"kernelgate {__version__} ({runs_on}): every cell is a fresh program in "
-            f"its own child process; bindings are {call}."
-        ),
-        "help_links": [dict(link) for link in _HELP_LINKS.get(name, [])],
-        # JupyterLab's debugger (docs/kernel.md, "Debugging"; jupyter/debugger.py): only
-        # where the runtime's children can be debugged (Python's).
-        "debugger": debugger,
-        "supported_features": ["debugger"] if debugger else [],
-    }
-
-
-def _node_version(runtime: CodeRuntime) -> str:
-    """The Node version a runtime found (``""`` when it does not say)."""
-    version = getattr(getattr(runtime, "install", None), "version", None)
-    if isinstance(version, tuple):
-        return ".".join(str(part) for part in version)
-    return ""
 
 
 def _launcher_pid() -> int | None:
@@ -406,7 +349,7 @@ class KernelServer:
                 )
             else:
                 runs_on = (
-                    None if runtime.name == "python" else f"Node {_node_version(runtime)}".rstrip()
+                    None if runtime.name == "python" else f"Node {node_version(runtime)}".rstrip()
                 )
                 info = kernel_info_content(
                     runtime.language_info, debugger=self.debuggable, runs_on=runs_on

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from kernelgate import Gateway, RunResult
+from kernelgate.gateway.launch import NodeUnavailable
 from kernelgate.model.codec import RecordingError, decode_run, encode_metadata, encode_run
 from kernelgate.model.language import LANGUAGES, language_info, language_of_notebook
 from kernelgate.notebooks import SessionLog, load_run
@@ -83,10 +85,14 @@ def test_a_python_recording_is_as_before() -> None:
     assert "language" not in nb["cells"][0]["metadata"]["kernelgate"]
 
 
-def test_replay_of_a_typescript_recording_needs_its_runtime(tmp_path: Path) -> None:
+def test_replay_of_a_typescript_recording_runs_on_node(tmp_path: Path) -> None:
     path = _ts_run().save(tmp_path / "run.ipynb")
-    with pytest.raises(NotImplementedError, match="language='typescript'"):
-        replay(path)
+    if shutil.which("node") is not None:
+        report = replay(path)
+        assert report.ok, report.format()
+        assert report.result.language == "typescript"
+    with pytest.raises(NodeUnavailable, match="no-node"):
+        replay(path, node=str(tmp_path / "no-node"))
     with pytest.raises(TypeError, match="node="):
         replay(path, python="python3")  # Python's interpreter for a TypeScript run
 
