@@ -85,6 +85,7 @@ _getsignal = _csignal.getsignal
 _set_handler = _csignal.signal
 _pthread_kill = signal.pthread_kill
 _interrupt_main = _thread.interrupt_main
+_Signals = signal.Signals
 _list, _map = list, map
 #: An alarm may run its handler a little before time.monotonic() says the call is due.
 _SLACK = 0.05
@@ -139,6 +140,7 @@ class Deadline:
         self._value: Any = None
         self._next_rescue = 0.0
         self._handler = self._on_alarm  # one bound method: compared with the one in force
+        self._tripping = False  # inside interrupt(), between its trip and its raise
 
     @property
     def expired(self) -> bool:
@@ -153,13 +155,23 @@ class Deadline:
         if the program's code run now is past its time, raise :class:`DeadlineExpired` into
         it, and have the handler run again at its next bytecode boundary, and so on until
         :meth:`run` is back: code that catches the interruption cannot go on."""
+        if self._tripping:
+            # Python 3.10 runs signal handlers at almost every bytecode boundary, so this
+            # runs again between the trip below and its raise: keep the signal pending for
+            # after the raise, and let that raise come (nesting here would recurse).
+            try:
+                _interrupt_main(_Signals(signum))
+            except (ValueError, RuntimeError):
+                pass
+            return
         if not self._inside or _monotonic() < self._call_end - _SLACK:
             return
         if frame is not None and frame.f_code is _RUN_CODE:
             return  # the code returned (it gave up when interrupted): its value stands
+        self._tripping = True
         try:
-            # Trip the signal again inside one C call that then fails: no bytecode boundary
-            # (where the handler would run again at once, nested in this one) comes
+            # Trip the signal again inside one C call that then fails: on 3.11+ no bytecode
+            # boundary (where the handler would run again at once, nested in this one) comes
             # between the trip and the raise below.
             trip_then_fail: tuple[Any, ...] = (signum, None)
             _list(_map(_interrupt_main, trip_then_fail))
@@ -167,6 +179,8 @@ class Deadline:
             pass
         except (ValueError, RuntimeError):
             pass  # no Python handler for it any more: the reader's rescue goes on
+        finally:
+            self._tripping = False
         raise DeadlineExpired
 
     def start(self, seconds: float) -> None:
