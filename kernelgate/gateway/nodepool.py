@@ -39,6 +39,7 @@ from .sandbox import SandboxPlan
 from .teardown import (
     discard,
     discard_all_blocking,
+    discard_idle,
     empty_cgroup,
     off_loop,
     remove_cgroup,
@@ -283,23 +284,13 @@ class NodePool:
     async def aclose(self) -> None:
         """:meth:`close` without blocking the event loop: every exit is awaited."""
         self._stop()
-        ready, self._ready[:] = list(self._ready), []
-        free, self._free_cgroups[:] = list(self._free_cgroups), []
-        loop = asyncio.get_running_loop()
-        tasks = [t for t in (self._filler, *self._discarding) if t is not None]
-        try:
-            await asyncio.gather(
-                *(discard(child) for child in ready),
-                *(remove_cgroup(cgroup) for cgroup in free),
-                *(t for t in tasks if t.get_loop() is loop),
-                return_exceptions=True,
-            )
-        except BaseException:
-            # Cancelled midway: the finalizer finishes (and waits) in a thread of its own.
-            self._ready.extend(c for c in ready if not c.reaped)
-            off_loop(self._finalizer, "nodepool")
-            raise
-        self._finalizer.detach()
+        await discard_idle(
+            self._ready,
+            self._free_cgroups,
+            (self._filler, *self._discarding),
+            self._finalizer,
+            "nodepool",
+        )
 
 
 def _key(sandbox: SandboxPlan) -> tuple[Any, ...]:

@@ -52,8 +52,8 @@ from .sandbox import SandboxPlan
 from .teardown import (
     discard,
     discard_all_blocking,
+    discard_idle,
     empty_cgroup,
-    off_loop,
     reap,
     remove_cgroup,
     remove_dir,
@@ -611,23 +611,12 @@ class WarmPool:
     async def aclose(self) -> None:
         """:meth:`close` without blocking the event loop: every exit is awaited."""
         self._stop()
-        ready, self._ready[:] = list(self._ready), []
-        free, self._free_cgroups[:] = list(self._free_cgroups), []
-        loop = asyncio.get_running_loop()
-        # The filler and discards of this loop (a gateway used with run_sync has a new
-        # loop for each run; those of a loop that ended were cancelled with it).
-        tasks = [t for t in (self._filler, *self._discarding) if t is not None]
-        try:
-            await asyncio.gather(
-                *(discard(child) for child in ready),
-                *(remove_cgroup(cgroup) for cgroup in free),
-                *(t for t in tasks if t.get_loop() is loop),
-                return_exceptions=True,
-            )
-            if self._zygote is not None:
-                await self._zygote.aclose()
-        except BaseException:
-            # Cancelled midway: the finalizer finishes (and waits) in a thread of its own.
-            off_loop(self._finalizer, "pool")
-            raise
-        self._finalizer.detach()
+        zygote = self._zygote
+        await discard_idle(
+            self._ready,
+            self._free_cgroups,
+            (self._filler, *self._discarding),
+            self._finalizer,
+            "pool",
+            then=zygote.aclose if zygote is not None else None,
+        )

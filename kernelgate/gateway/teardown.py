@@ -26,6 +26,7 @@ __all__ = [
     "Teardown",
     "discard",
     "discard_all_blocking",
+    "discard_idle",
     "sweep_leftovers",
     "empty_cgroup",
     "off_loop",
@@ -213,6 +214,38 @@ async def discard(child: IdleChild) -> None:
             await remove_cgroup(child.cgroup)  # cancelled: finished off the loop
     finally:
         release_ids(child)  # the child is gone: its uid is free, cancelled or not
+
+
+async def discard_idle(
+    ready: list[Any],
+    free: list[RunCgroup],
+    tasks: Sequence[asyncio.Task[Any] | None],
+    finalizer: Any,
+    name: str,
+    then: Callable[[], Awaitable[Any]] | None = None,
+) -> None:
+    """A pool's ``aclose``: :func:`discard` every idle child of ``ready`` and remove the
+    ``free`` cgroups (both lists emptied), await the pool's ``tasks`` of this loop (those
+    of a loop that ended were cancelled with it), then ``then()``; and detach the pool's
+    ``finalizer``. Cancelled midway, the children not yet reaped go back to ``ready`` and
+    the finalizer (which holds the lists) finishes in a thread of its own."""
+    children, ready[:] = list(ready), []
+    cgroups, free[:] = list(free), []
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.gather(
+            *(discard(child) for child in children),
+            *(remove_cgroup(cgroup) for cgroup in cgroups),
+            *(t for t in tasks if t is not None and t.get_loop() is loop),
+            return_exceptions=True,
+        )
+        if then is not None:
+            await then()
+    except BaseException:
+        ready.extend(c for c in children if not c.reaped)
+        off_loop(finalizer, name)
+        raise
+    finalizer.detach()
 
 
 def discard_all_blocking(

@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import sys
+import time
 
 import pytest
 
@@ -130,6 +131,33 @@ def test_close_stops_zygote_and_idle_children(make_gateway):
 
     pids = asyncio.run(main())
     assert len(pids) == 4
+    assert not any(pid_alive(p) for p in pids)
+
+
+@pytest.mark.parametrize("steps", [0, 1, 3])
+def test_an_aclose_cancelled_midway_still_leaves_no_idle_child(make_gateway, steps):
+    """Cancelled after ``steps`` turns of the loop, the pool's finalizer finishes off the
+    loop: the zygote and every idle child are gone, none of them dropped from its lists."""
+    gw = make_gateway(pool_size=3)
+
+    async def main():
+        await warmed_up(gw)
+        pool = gw._pool
+        pids = [pool._zygote.pid] + [c.pid for c in pool._ready]
+        closing = asyncio.ensure_future(pool.aclose())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        return pids
+
+    pids = asyncio.run(main())
+    gw.close()
+    assert len(pids) == 4
+    deadline = time.monotonic() + 30
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the finalizer's thread waits for them
     assert not any(pid_alive(p) for p in pids)
 
 
