@@ -68,17 +68,32 @@ def run(
     level: str = "process",
     language: str = "typescript",
     limits: Limits = FAST,
+    warm: bool = False,
     **bindings: Any,
 ) -> RunResult:
-    with Gateway(
+    """One run, cold (the warm pool's own behaviour is tests/node/test_pool.py's); with
+    ``warm`` on a child of the pool, once it has one (the result says which it was)."""
+    gateway = Gateway(
         language=language,
         bindings=bindings or {"search": search, "fail": fail},
         sandbox=level,
         limits=limits,
         tmp_dir=base,
-        pool_size=0,  # cold: the warm pool's runs are tests/node/test_pool.py's
-    ) as gw:
-        return gw.run_sync(code)
+        pool_size=1 if warm else 0,
+    )
+
+    async def main() -> RunResult:
+        async with gateway as gw:
+            if warm:
+                await gw.run("0")  # makes the pool
+                pool = gw._pool
+                assert pool is not None
+                await pool.filled()  # type: ignore[attr-defined]
+            result = await gw.run(code)
+            assert result.usage["warm"] is warm
+            return result
+
+    return asyncio.run(main())
 
 
 @ALL_LEVELS
@@ -242,7 +257,10 @@ def test_run_code_for_a_typescript_gateway_says_typescript_and_returns_what_a_mo
 
 
 @ALL_LEVELS
-def test_node_s_own_threads_do_not_count_against_max_processes(runs: str, level: str) -> None:
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_node_s_own_threads_do_not_count_against_max_processes(
+    runs: str, level: str, warm: bool
+) -> None:
     """Node holds threads of its own (V8's workers, libuv's pool): a run with
     max_processes=1 still starts, reads files and answers."""
     result = run(
@@ -252,12 +270,16 @@ def test_node_s_own_threads_do_not_count_against_max_processes(runs: str, level:
         'await tools.search("q");\nreturn text',
         level=level,
         limits=Limits(wall_seconds=30, max_processes=1),
+        warm=warm,
     )
     assert (result.status, result.value) == ("ok", "x"), result.error
 
 
 @ALL_LEVELS
-def test_processes_the_program_starts_stop_at_max_processes(runs: str, level: str) -> None:
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_processes_the_program_starts_stop_at_max_processes(
+    runs: str, level: str, warm: bool
+) -> None:
     result = run(
         runs,
         'const { spawn } = require("child_process");\nlet started = 0, failed = 0;\n'
@@ -269,6 +291,7 @@ def test_processes_the_program_starts_stop_at_max_processes(runs: str, level: st
         " && k.signalCode === null).length;\nkids.forEach((k) => k.kill());\nreturn alive",
         level=level,
         limits=Limits(wall_seconds=30, max_processes=3),
+        warm=warm,
     )
     assert result.status == "ok", result.error
     assert result.value == 2  # and the program itself: max_processes=3, as for Python
