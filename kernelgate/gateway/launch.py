@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -222,22 +221,8 @@ def spawn_launched_child(
         # Fits the pipe's buffer (MAX_CONFIG_BYTES): never blocks. EOF is the go.
         os.write(config_w, config)
     except BaseException:
-        _abandon(child)
+        child.abandon()  # it is still waiting for its config
         raise
     finally:
         os.close(config_w)
     return child
-
-
-def _abandon(child: ChildProcess) -> None:
-    """Kill and reap a launcher that must not go on (it is still waiting for its config)."""
-    try:
-        signal.pidfd_send_signal(child.pidfd, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        os.waitpid(child.pid, 0)
-    except ChildProcessError:
-        pass
-    child.reaped = True
-    child.close()

@@ -176,6 +176,18 @@ class ChildProcess:
         # killpg also finds zombies that init has not reaped yet; look closer.
         return _live_members(self.pid)
 
+    def abandon(self) -> None:
+        """Kill and reap, waiting, a child that must not go on and has run nothing of a
+        run yet (just started: its exit is a matter of microseconds), then close it."""
+        self.kill()
+        if not self.reaped:
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+            self.reaped = True
+        self.close()
+
     def close(self) -> None:
         if self._closed:
             return

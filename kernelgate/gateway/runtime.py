@@ -241,9 +241,7 @@ class PythonRuntime(CodeRuntime):
             try:
                 before_start(child)
             except BaseException:
-                child.kill()
-                child.wait_gone(5.0)
-                child.close()
+                child.abandon()
                 raise
         return child
 

@@ -19,6 +19,7 @@ from kernelgate.gateway.runids import RunIds
 from kernelgate.gateway.runtime import CodeRuntime, ProgramError, PythonRuntime
 from kernelgate.gateway.runtimes import node_runtime, runtime_for
 from kernelgate.gateway.sandbox import SandboxPlan
+from tests.procs import live_children, pid_alive
 
 FAST = Limits(wall_seconds=20)
 
@@ -228,3 +229,24 @@ def test_a_runtime_without_a_debugger_refuses_a_debugged_run() -> None:
 
     asyncio.run(main())
     assert runtime.spawned == 1
+
+
+def test_a_failing_before_start_leaves_no_python_child_behind(tmp_path: Any) -> None:
+    """As for a launched child (tests/node/test_launcher_probe.py): the child is killed
+    and reaped, never left a zombie, and the exception goes on."""
+    seen: list[int] = []
+
+    def refuse(child: ChildProcess) -> None:
+        seen.append(child.pid)
+        raise RuntimeError("no cgroup for you")
+
+    with pytest.raises(RuntimeError, match="no cgroup for you"):
+        PythonRuntime().spawn(
+            env={},
+            run_dir=str(tmp_path),
+            sandbox=SandboxPlan("process", {}),
+            ids=None,
+            before_start=refuse,
+        )
+    assert seen and live_children(os.getpid()) == [] and not pid_alive(seen[0])
+    assert not os.path.exists(f"/proc/{seen[0]}"), "left a zombie: killed, never reaped"
