@@ -120,8 +120,12 @@ class NodeRun:
         argv = [*node_flags, script, *args]
         if not self.confined:
             command = self.node.command(argv)
+            # In the run directory, as a launched child is (start_child keeps our cwd: the
+            # control's writes would land wherever the tests run, the checkout).
             self.child = start_child(
-                command.executable, list(command.argv), {**self.env, "TMPDIR": self.run_dir}
+                "/usr/bin/env",
+                ["/usr/bin/env", f"--chdir={self.run_dir}", *command.argv],
+                {**self.env, "TMPDIR": self.run_dir},
             )
             return self.child
         roots = self.plan.cgroups
