@@ -272,10 +272,18 @@ class Gateway:
         return _tools.tool_schema(self.describe(), api, self.language)
 
     async def run_tool(
-        self, code: str, *, max_chars: int = _tools.MAX_CHARS, limits: Limits | None = None
+        self,
+        code: str,
+        *,
+        max_chars: int = _tools.MAX_CHARS,
+        limits: Limits | None = None,
+        on_output: OutputListener | None = None,
+        on_call: CallListener | None = None,
     ) -> _tools.ToolOutput:
         """Run ``code`` (a model's ``run_code`` call) and return it as model-ready text:
         ``.text`` (cut to ``max_chars`` with a marker), ``.is_error``, ``.result``.
+        ``on_output`` and ``on_call`` see the run live, as for :meth:`run` (the agent's
+        developer watches a long run while the model waits for its text).
 
         >>> async def main():
         ...     async with Gateway() as gw:
@@ -288,7 +296,7 @@ class Gateway:
         """
         if not isinstance(code, str):
             raise TypeError(f"code must be str (the program's source), got {type(code).__name__}")
-        result = await self.run(code, limits=limits)
+        result = await self.run(code, limits=limits, on_output=on_output, on_call=on_call)
         return _tools.tool_output(result, max_chars)
 
     def _check_run(self, program: str, limits: Limits | None) -> Limits:
