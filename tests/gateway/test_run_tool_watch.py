@@ -18,7 +18,9 @@ PROGRAM = "print('step 1', flush=True)\nseen = await tools.gate()\nprint('step 2
 
 
 @pytest.mark.parametrize("pool_size", [0, 1], ids=["cold", "warm"])
-def test_run_tool_streams_outputs_and_calls_while_it_runs(make_gateway: Any, pool_size: int) -> None:
+def test_run_tool_streams_outputs_and_calls_while_it_runs(
+    make_gateway: Any, pool_size: int
+) -> None:
     async def main() -> tuple[Any, list[dict[str, Any]], list[Any]]:
         printed = asyncio.Event()
 

@@ -1,0 +1,231 @@
+"""OpenTelemetry spans of runs and their binding calls: opt-in, and nothing at all when off.
+
+``Gateway(tracing=True)`` traces with the global tracer provider (the one the application
+set with ``opentelemetry.trace.set_tracer_provider``, even if it sets it later);
+``Gateway(tracing=provider)`` with that ``TracerProvider`` (or a ``Tracer``). Each run is
+a span ``kernelgate.run``, a child of whatever span is current where ``run()`` is awaited;
+each binding call a span ``kernelgate.call <namespace>.<name>`` under it, current while
+the binding runs (so the binding's own spans, an HTTP client's say, nest under its call).
+
+The attributes follow the semantic conventions' style under ``kernelgate.*``
+(:data:`RUN_ATTRIBUTES` lists them); a run that did not end ``ok`` has status ERROR,
+``error.type`` and an ``exception`` event made from its :class:`~kernelgate.RunResult`'s
+error (the program's own traceback, nothing the result does not hold). Arguments and
+values never go on a span: a telemetry backend is not where a program's data belongs.
+
+This module imports OpenTelemetry only when tracing is asked for: kernelgate imports and
+runs without it (``pip install 'kernelgate[otel]'`` adds ``opentelemetry-api``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from kernelgate import __version__
+from kernelgate.model.limits import Limits
+from kernelgate.model.result import CallRecord, RunResult
+from kernelgate.wire.events import CallRequest
+from kernelgate.wire.messages import binding_label
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, Tracer
+
+__all__ = ["RUN_ATTRIBUTES", "RunTrace", "Tracing", "TracingOption"]
+
+#: What ``Gateway(tracing=...)`` takes: off (None, False), the global provider (True), or
+#: an ``opentelemetry.trace.TracerProvider`` or ``Tracer``.
+TracingOption = Any
+
+#: The instrumentation scope's name (``Tracer.instrumentation_scope``).
+SCOPE = "kernelgate"
+#: A span's status description (and an event's message) is cut to this many characters.
+_TEXT = 1024
+
+#: The attributes of a ``kernelgate.run`` span, beside ``kernelgate.limits.<field>`` for
+#: each field of :class:`~kernelgate.Limits` and ``error.type`` on a failure.
+RUN_ATTRIBUTES = (
+    "kernelgate.run.id",
+    "kernelgate.run.status",
+    "kernelgate.run.language",
+    "kernelgate.run.isolation",
+    "kernelgate.run.warm",
+    "kernelgate.usage.wall_seconds",
+    "kernelgate.usage.cpu_user_seconds",
+    "kernelgate.usage.cpu_system_seconds",
+    "kernelgate.usage.memory_peak_bytes",
+    "kernelgate.usage.memory_peak_scope",
+    "kernelgate.usage.calls",
+    "kernelgate.usage.output_bytes",
+)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _TEXT else text[: _TEXT - 3] + "..."
+
+
+class Tracing:
+    """A gateway's tracer, made from its ``tracing`` option; :meth:`start_run` per run.
+
+    Built only when tracing is on: it is what imports OpenTelemetry."""
+
+    def __init__(self, option: TracingOption) -> None:
+        try:
+            from opentelemetry import context, trace
+        except ImportError as exc:
+            raise ImportError(
+                "Gateway(tracing=...) needs OpenTelemetry's API: pip install "
+                f"'kernelgate[otel]' (or opentelemetry-api); {exc}"
+            ) from None
+        self._context = context
+        self._trace = trace
+        self._error = trace.StatusCode.ERROR
+        if option is True:
+            # A proxy: it follows the global provider even when that is set after this.
+            self.tracer: Tracer = trace.get_tracer(SCOPE, __version__)
+        elif isinstance(option, trace.TracerProvider):
+            self.tracer = option.get_tracer(SCOPE, __version__)
+        elif isinstance(option, trace.Tracer):
+            self.tracer = option
+        else:
+            raise TypeError(
+                "tracing must be True (OpenTelemetry's global tracer provider), an "
+                "opentelemetry.trace.TracerProvider or Tracer, or False/None (off); got "
+                f"{type(option).__name__}"
+            )
+
+    @staticmethod
+    def from_option(option: TracingOption) -> Tracing | None:
+        """None when ``option`` is off (no import, no cost), else a :class:`Tracing`."""
+        if option is None or option is False:
+            return None
+        return Tracing(option)
+
+    def start_run(self, language: str, limits: Limits) -> RunTrace:
+        """The span of a run that starts now, a child of the current span."""
+        span = self.tracer.start_span(
+            "kernelgate.run",
+            attributes={
+                "kernelgate.run.language": language,
+                **{f"kernelgate.limits.{k}": v for k, v in limits.to_dict().items()},
+            },
+        )
+        return RunTrace(self, span)
+
+
+class RunTrace:
+    """The spans of one run: the run's own, and one per binding call under it."""
+
+    def __init__(self, tracing: Tracing, span: Span) -> None:
+        self._tracing = tracing
+        self.span = span
+        self._parent: Context = tracing._trace.set_span_in_context(span)
+        self._calls: dict[int, Span] = {}
+
+    @contextmanager
+    def current(self) -> Iterator[None]:
+        """The run's span is the current one inside (in this task, and in the tasks and
+        callbacks started from it)."""
+        token = self._tracing._context.attach(self._parent)
+        try:
+            yield
+        finally:
+            self._tracing._context.detach(token)
+
+    # -- binding calls --------------------------------------------------------------------
+
+    def admit(self, admit: Callable[[CallRequest], None], request: CallRequest) -> None:
+        """``admit(request)`` (the dispatcher's) inside the call's new span: the tasks and
+        threads it starts for the binding carry that span as the current one."""
+        tracing = self._tracing
+        label = binding_label(request.namespace, request.name)
+        span = tracing.tracer.start_span(
+            f"kernelgate.call {label}",
+            context=self._parent,
+            attributes={
+                "kernelgate.call.id": request.call_id,
+                "kernelgate.call.namespace": request.namespace,
+                "kernelgate.call.name": request.name,
+            },
+        )
+        self._calls[request.call_id] = span
+        token = tracing._context.attach(tracing._trace.set_span_in_context(span, self._parent))
+        try:
+            admit(request)
+        finally:
+            tracing._context.detach(token)
+
+    def call_ended(self, record: CallRecord) -> None:
+        """The call's answer is made: its span ends with what it says."""
+        span = self._calls.pop(record.id, None)
+        if span is None:
+            return
+        span.set_attribute("kernelgate.call.ok", record.ok)
+        if not record.ok and record.error is not None:
+            self._failed(span, record.error.ename, record.error.evalue, ())
+        span.end()
+
+    # -- the end --------------------------------------------------------------------------
+
+    def finish(self, result: RunResult) -> None:
+        """End the run's span (and any call span the run left unanswered) with ``result``."""
+        self._end_calls()
+        span = self.span
+        usage = result.usage
+        output_bytes = len(result.stdout.encode("utf-8", "replace")) + len(
+            result.stderr.encode("utf-8", "replace")
+        )
+        span.set_attributes(
+            {
+                "kernelgate.run.id": result.run_id,
+                "kernelgate.run.status": result.status,
+                "kernelgate.run.isolation": result.isolation,
+                "kernelgate.run.warm": bool(usage.get("warm", False)),
+                "kernelgate.usage.wall_seconds": result.duration_s,
+                "kernelgate.usage.cpu_user_seconds": float(usage.get("cpu_user_s", 0.0)),
+                "kernelgate.usage.cpu_system_seconds": float(usage.get("cpu_system_s", 0.0)),
+                "kernelgate.usage.memory_peak_bytes": int(usage.get("peak_memory_bytes", 0)),
+                "kernelgate.usage.memory_peak_scope": str(usage.get("peak_memory_scope", "")),
+                "kernelgate.usage.calls": len(result.calls),
+                "kernelgate.usage.output_bytes": output_bytes,
+            }
+        )
+        if not result.ok:
+            error = result.error
+            ename = error.ename if error is not None and error.ename else result.status
+            evalue = error.evalue if error is not None else ""
+            traceback = tuple(error.traceback) if error is not None else ()
+            self._failed(span, ename, evalue, traceback, description=result.message)
+        span.end()
+
+    def abandon(self, exc: BaseException) -> None:
+        """End the spans of a run that raised instead of returning (the caller's misuse,
+        or the caller cancelled it): what was raised, by type and message."""
+        self._end_calls()
+        self._failed(self.span, type(exc).__name__, str(exc), ())
+        self.span.end()
+
+    def _end_calls(self) -> None:
+        for span in self._calls.values():
+            span.set_attribute("kernelgate.call.ok", False)
+            self._failed(span, "cancelled", "the run ended before the binding returned", ())
+            span.end()
+        self._calls.clear()
+
+    def _failed(
+        self,
+        span: Span,
+        ename: str,
+        evalue: str,
+        traceback: tuple[str, ...],
+        description: str | None = None,
+    ) -> None:
+        attributes = {"exception.type": ename, "exception.message": _cut(evalue)}
+        if traceback:
+            attributes["exception.stacktrace"] = "\n".join(traceback)
+        span.add_event("exception", attributes)
+        span.set_attribute("error.type", ename)
+        text = description if description is not None else f"{ename}: {evalue}"
+        span.set_status(self._tracing._error, _cut(text))
