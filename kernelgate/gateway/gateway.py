@@ -22,7 +22,7 @@ from .runtime import ChildPool, CodeRuntime, ProgramError, PythonRuntime
 from .runtimes import runtime_for
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox
 from .teardown import sweep_leftovers
-from .tracing import RunTrace, Tracing, TracingOption
+from .tracing import Tracing, TracingOption
 
 __all__ = ["Gateway", "Recorder"]
 
@@ -79,11 +79,9 @@ class Gateway:
     ``max_threads`` worker threads (default: 4 per CPU, between 8 and 32), coroutine
     functions and bindings marked :func:`kernelgate.inline` on the event loop.
 
-    ``tracing`` (off by default) gives every run an OpenTelemetry span ``kernelgate.run``
-    and every binding call a child span ``kernelgate.call <namespace>.<name>``: ``True``
-    traces with the global tracer provider, or give a ``TracerProvider`` (or ``Tracer``).
-    It needs ``opentelemetry-api`` (the ``otel`` extra); off, it is never imported. See
-    :mod:`kernelgate.gateway.tracing`.
+    ``tracing`` (off by default: OpenTelemetry is not imported) traces each run and its
+    binding calls as spans: ``True`` with the global tracer provider, or give a
+    ``TracerProvider`` or ``Tracer`` (:mod:`~kernelgate.gateway.tracing`).
     """
 
     def __init__(
@@ -108,6 +106,7 @@ class Gateway:
         max_threads: int | None = None,
         tracing: TracingOption = None,
     ) -> None:
+        # long: one check per option, where it is taken (a Gateway has many options)
         self._registry = BindingRegistry.from_arguments(bindings, namespace, namespaces)
         self._tracing = Tracing.from_option(tracing)
         if limits is not None and not isinstance(limits, Limits):
@@ -216,29 +215,6 @@ class Gateway:
         >>> asyncio.run(main())
         3
         """
-        if self._tracing is None:
-            return await self._run(program, limits, on_output, on_call, debug, None)
-        trace = self._tracing.start_run(
-            self.runtime.name, limits if isinstance(limits, Limits) else self.limits
-        )
-        try:
-            with trace.current():
-                result = await self._run(program, limits, on_output, on_call, debug, trace)
-        except BaseException as exc:  # misuse, or the caller cancelled: the span says so
-            trace.abandon(exc)
-            raise
-        trace.finish(result)
-        return result
-
-    async def _run(
-        self,
-        program: str,
-        limits: Limits | None,
-        on_output: OutputListener | None,
-        on_call: CallListener | None,
-        debug: RunDebugger | None,
-        trace: RunTrace | None,
-    ) -> RunResult:
         limits = self._check_run(program, limits)
         if debug is not None and not self.runtime.debugger:
             raise ValueError(
@@ -250,6 +226,7 @@ class Gateway:
         plan = await self._prepared(program, self._plan(limits, self._support))
         if debug is not None:
             debug.claim()  # one run per RunDebugger: refused before any child is taken
+        trace = self._tracing.start_run(self.language, limits) if self._tracing else None
         run = Run(program, plan, on_output=on_output, on_call=on_call, debug=debug, trace=trace)
         self._runs.add(run)
         try:

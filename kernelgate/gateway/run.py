@@ -172,6 +172,8 @@ class Run:
 
     async def execute(self) -> RunResult:
         try:
+            if self.trace is not None:  # its span around it
+                return await self.trace.run(self._execute)
             return await self._execute()
         finally:
             if self.debug is not None:

@@ -19,7 +19,7 @@ runs without it (``pip install 'kernelgate[otel]'`` adds ``opentelemetry-api``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +123,18 @@ class RunTrace:
         self.span = span
         self._parent: Context = tracing._trace.set_span_in_context(span)
         self._calls: dict[int, Span] = {}
+
+    async def run(self, execute: Callable[[], Awaitable[RunResult]]) -> RunResult:
+        """``execute()`` (the run's) inside the run's span, ended with its result; or with
+        what it raised (the caller cancelled it)."""
+        try:
+            with self.current():
+                result = await execute()
+        except BaseException as exc:
+            self.abandon(exc)
+            raise
+        self.finish(result)
+        return result
 
     @contextmanager
     def current(self) -> Iterator[None]:
