@@ -226,7 +226,7 @@ class Gateway:
         plan = await self._prepared(program, self._plan(limits, self._support))
         if debug is not None:
             debug.claim()  # one run per RunDebugger: refused before any child is taken
-        trace = self._tracing.start_run(self.language, limits) if self._tracing else None
+        trace = self._tracing.start_run(plan) if self._tracing is not None else None
         run = Run(program, plan, on_output=on_output, on_call=on_call, debug=debug, trace=trace)
         self._runs.add(run)
         try:

@@ -24,10 +24,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from kernelgate import __version__
-from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord, RunResult
+from kernelgate.model.text import MAX_NAME
 from kernelgate.wire.events import CallRequest
 from kernelgate.wire.messages import binding_label
+
+from .bindings import BindingRegistry
+from .plan import RunPlan
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -43,6 +46,11 @@ TracingOption = Any
 SCOPE = "kernelgate"
 #: A span's status description (and an event's message) is cut to this many characters.
 _TEXT = 1024
+#: A traceback on a span keeps its last this many characters (the innermost frames).
+_TRACEBACK = 16 * 1024
+#: The name of the span of a call of no binding (a frame the program wrote itself): one
+#: name for all, as a program may make up any number of names, of any length.
+UNKNOWN_CALL = "kernelgate.call (no such binding)"
 
 #: The attributes of a ``kernelgate.run`` span, beside ``kernelgate.limits.<field>`` for
 #: each field of :class:`~kernelgate.Limits` and ``error.type`` on a failure.
@@ -62,8 +70,8 @@ RUN_ATTRIBUTES = (
 )
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= _TEXT else text[: _TEXT - 3] + "..."
+def _cut(text: str, limit: int = _TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Tracing:
@@ -103,23 +111,24 @@ class Tracing:
             return None
         return Tracing(option)
 
-    def start_run(self, language: str, limits: Limits) -> RunTrace:
-        """The span of a run that starts now, a child of the current span."""
+    def start_run(self, plan: RunPlan) -> RunTrace:
+        """The span of the run ``plan`` makes, starting now, a child of the current span."""
         span = self.tracer.start_span(
             "kernelgate.run",
             attributes={
-                "kernelgate.run.language": language,
-                **{f"kernelgate.limits.{k}": v for k, v in limits.to_dict().items()},
+                "kernelgate.run.language": plan.runtime.name,
+                **{f"kernelgate.limits.{k}": v for k, v in plan.limits.to_dict().items()},
             },
         )
-        return RunTrace(self, span)
+        return RunTrace(self, span, plan.registry)
 
 
 class RunTrace:
     """The spans of one run: the run's own, and one per binding call under it."""
 
-    def __init__(self, tracing: Tracing, span: Span) -> None:
+    def __init__(self, tracing: Tracing, span: Span, registry: BindingRegistry) -> None:
         self._tracing = tracing
+        self._registry = registry
         self.span = span
         self._parent: Context = tracing._trace.set_span_in_context(span)
         self._calls: dict[int, Span] = {}
@@ -152,14 +161,20 @@ class RunTrace:
         """``admit(request)`` (the dispatcher's) inside the call's new span: the tasks and
         threads it starts for the binding carry that span as the current one."""
         tracing = self._tracing
-        label = binding_label(request.namespace, request.name)
+        namespace, name = request.namespace, request.name
+        # The names come from the program's frame: only a binding's own name the span's.
+        if self._registry.lookup(namespace, name) is not None:
+            span_name = f"kernelgate.call {binding_label(namespace, name)}"
+        else:
+            span_name = UNKNOWN_CALL
+            namespace, name = _cut(namespace, MAX_NAME), _cut(name, MAX_NAME)
         span = tracing.tracer.start_span(
-            f"kernelgate.call {label}",
+            span_name,
             context=self._parent,
             attributes={
                 "kernelgate.call.id": request.call_id,
-                "kernelgate.call.namespace": request.namespace,
-                "kernelgate.call.name": request.name,
+                "kernelgate.call.namespace": namespace,
+                "kernelgate.call.name": name,
             },
         )
         self._calls[request.call_id] = span
@@ -234,9 +249,13 @@ class RunTrace:
         traceback: tuple[str, ...],
         description: str | None = None,
     ) -> None:
+        ename = _cut(ename, MAX_NAME)
         attributes = {"exception.type": ename, "exception.message": _cut(evalue)}
         if traceback:
-            attributes["exception.stacktrace"] = "\n".join(traceback)
+            stack = "\n".join(traceback)
+            if len(stack) > _TRACEBACK:
+                stack = "..." + stack[3 - _TRACEBACK :]
+            attributes["exception.stacktrace"] = stack
         span.add_event("exception", attributes)
         span.set_attribute("error.type", ename)
         text = description if description is not None else f"{ename}: {evalue}"
