@@ -113,14 +113,15 @@ class Tracing:
 
     def start_run(self, plan: RunPlan) -> RunTrace:
         """The span of the run ``plan`` makes, starting now, a child of the current span."""
+        return self.start(plan.runtime.name, plan.registry)
+
+    def start(self, language: str, registry: BindingRegistry) -> RunTrace:
+        """The span of a run of ``language`` starting now, a child of the current span;
+        calls of ``registry``'s bindings get spans named after them."""
         span = self.tracer.start_span(
-            "kernelgate.run",
-            attributes={
-                "kernelgate.run.language": plan.runtime.name,
-                **{f"kernelgate.limits.{k}": v for k, v in plan.limits.to_dict().items()},
-            },
+            "kernelgate.run", attributes={"kernelgate.run.language": language}
         )
-        return RunTrace(self, span, plan.registry)
+        return RunTrace(self, span, registry)
 
 
 class RunTrace:
@@ -131,7 +132,7 @@ class RunTrace:
         self._registry = registry
         self.span = span
         self._parent: Context = tracing._trace.set_span_in_context(span)
-        self._calls: dict[int, Span] = {}
+        self._calls: dict[int | str, Span] = {}
 
     async def run(self, execute: Callable[[], Awaitable[RunResult]]) -> RunResult:
         """``execute()`` (the run's) inside the run's span, ended with its result; or with
@@ -161,23 +162,7 @@ class RunTrace:
         """``admit(request)`` (the dispatcher's) inside the call's new span: the tasks and
         threads it starts for the binding carry that span as the current one."""
         tracing = self._tracing
-        namespace, name = request.namespace, request.name
-        # The names come from the program's frame: only a binding's own name the span's.
-        if self._registry.lookup(namespace, name) is not None:
-            span_name = f"kernelgate.call {binding_label(namespace, name)}"
-        else:
-            span_name = UNKNOWN_CALL
-            namespace, name = _cut(namespace, MAX_NAME), _cut(name, MAX_NAME)
-        span = tracing.tracer.start_span(
-            span_name,
-            context=self._parent,
-            attributes={
-                "kernelgate.call.id": request.call_id,
-                "kernelgate.call.namespace": namespace,
-                "kernelgate.call.name": name,
-            },
-        )
-        self._calls[request.call_id] = span
+        span = self._call_span(request.call_id, request.namespace, request.name)
         token = tracing._context.attach(tracing._trace.set_span_in_context(span, self._parent))
         try:
             admit(request)
@@ -186,12 +171,53 @@ class RunTrace:
 
     def call_ended(self, record: CallRecord) -> None:
         """The call's answer is made: its span ends with what it says."""
-        span = self._calls.pop(record.id, None)
+        error = record.error
+        self._end_call(
+            record.id, record.ok, error.ename if error else "", error.evalue if error else ""
+        )
+
+    async def answer(
+        self, call_id: str, namespace: str, name: str, answer: Awaitable[dict[str, Any] | None]
+    ) -> None:
+        """Await ``answer`` (a client's answer to a kernel's call: the reply it sent, or
+        None when the kernel stopped waiting) inside the call's span."""
+        tracing = self._tracing
+        span = self._call_span(call_id, namespace, name)
+        token = tracing._context.attach(tracing._trace.set_span_in_context(span, self._parent))
+        try:
+            reply = await answer
+        finally:
+            tracing._context.detach(token)
+        if reply is not None:
+            ok = reply.get("ok") is True
+            self._end_call(call_id, ok, str(reply.get("ename", "")), str(reply.get("evalue", "")))
+
+    def _call_span(self, call_id: int | str, namespace: str, name: str) -> Span:
+        # The names come from the program's frame: only a binding's own name the span's.
+        if self._registry.lookup(namespace, name) is not None:
+            span_name = f"kernelgate.call {binding_label(namespace, name)}"
+        else:
+            span_name = UNKNOWN_CALL
+            namespace, name = _cut(namespace, MAX_NAME), _cut(name, MAX_NAME)
+        span = self._tracing.tracer.start_span(
+            span_name,
+            context=self._parent,
+            attributes={
+                "kernelgate.call.id": call_id if isinstance(call_id, int) else _cut(call_id, 64),
+                "kernelgate.call.namespace": namespace,
+                "kernelgate.call.name": name,
+            },
+        )
+        self._calls[call_id] = span
+        return span
+
+    def _end_call(self, call_id: int | str, ok: bool, ename: str, evalue: str) -> None:
+        span = self._calls.pop(call_id, None)
         if span is None:
             return
-        span.set_attribute("kernelgate.call.ok", record.ok)
-        if not record.ok and record.error is not None:
-            self._failed(span, record.error.ename, record.error.evalue, ())
+        span.set_attribute("kernelgate.call.ok", ok)
+        if not ok:
+            self._failed(span, ename, evalue, ())
         span.end()
 
     # -- the end --------------------------------------------------------------------------
@@ -217,6 +243,11 @@ class RunTrace:
                 "kernelgate.usage.memory_peak_scope": str(usage.get("peak_memory_scope", "")),
                 "kernelgate.usage.calls": len(result.calls),
                 "kernelgate.usage.output_bytes": output_bytes,
+                **{
+                    f"kernelgate.limits.{k}": v
+                    for k, v in result.limits.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)
+                },
             }
         )
         if not result.ok:
