@@ -53,7 +53,7 @@ def summary(output: dict[str, Any]) -> str:
 
 
 def _call_summary(record: CallRecord) -> str:
-    label = binding_label(record.namespace, record.name)
+    label = _quote(binding_label(record.namespace, record.name))  # names are the program's
     if record.ok:
         return f"{label} returned in {record.duration_s:.2f} s"
     ename = record.error.ename if record.error is not None else "an error"

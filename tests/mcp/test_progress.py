@@ -17,7 +17,9 @@ import jsonschema
 import pytest
 from mcp import Client, StdioServerParameters
 
+from kernelgate.mcp.progress import ProgressReporter
 from kernelgate.mcp.structured import OUTPUT_SCHEMA
+from kernelgate.model.result import CallRecord
 
 from .conftest import HERE, http_client, kernelgate_cmd, read_line, stop
 
@@ -160,3 +162,48 @@ def test_run_code_returns_structured_content_its_output_schema_describes(gate: s
     cut = int(re.search(r"kernelgate cut (\d+) characters", sc["stdout"]).group(1))  # type: ignore[union-attr]
     kept = len(sc["stdout"]) - len(re.search(r"\n\[\.\.\. .*? \.\.\.\]\n", sc["stdout"]).group(0))  # type: ignore[union-attr]
     assert cut + kept == 50001
+
+
+def test_the_reporter_quotes_little_and_a_client_that_went_does_not_stop_the_run() -> None:
+    async def main() -> tuple[list[tuple[float, str]], int, int]:
+        sent: list[tuple[float, str]] = []
+        arrived = asyncio.Event()
+
+        async def send(progress: float, message: str) -> None:
+            sent.append((progress, message))
+            arrived.set()
+
+        reporter = ProgressReporter(send, interval=0.05)
+        async with reporter.running():
+            # A flood of outputs, the last a huge coloured line: one notification at first.
+            for i in range(10_000):
+                reporter.on_output({"output_type": "stream", "name": "stdout", "text": f"{i}\n"})
+            reporter.on_output(
+                {"output_type": "stream", "name": "stderr", "text": "\x1b[31m" + "z" * 10**6}
+            )
+            await arrived.wait()
+            arrived.clear()
+            reporter.on_call(CallRecord(0, "tools", "f" * 5000, [], {}, ok=True))
+            await arrived.wait()
+
+        tried = asyncio.Event()
+
+        async def gone(progress: float, message: str) -> None:
+            tried.set()
+            raise ConnectionResetError("the client went")
+
+        dead = ProgressReporter(gone, interval=0.05)
+        async with dead.running():
+            dead.on_output({"output_type": "stream", "name": "stdout", "text": "x\n"})
+            await tried.wait()  # the send failed: the reporting ends, not the run
+            for _ in range(100):  # the listeners still take events, and cost nothing
+                dead.on_output({"output_type": "stream", "name": "stdout", "text": "x\n"})
+        return sent, reporter.sent, dead.sent
+
+    sent, count, dead = asyncio.run(main())
+    assert count == len(sent) == 2 and dead == 0
+    (p1, m1), (p2, m2) = sent
+    assert p1 == 10_001 and p2 == 10_002
+    assert m1.startswith("stderr: zzz") and "\x1b" not in m1 and len(m1) < 300
+    assert m1.endswith("(10001 outputs, 0 binding calls so far)")
+    assert len(m2) < 300 and m2.endswith("(10001 outputs, 1 binding call so far)")
