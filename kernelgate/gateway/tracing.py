@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["RUN_ATTRIBUTES", "RunTrace", "Tracing", "TracingOption"]
+__all__ = ["RUN_ATTRIBUTES", "UNKNOWN_CALL", "RunTrace", "Tracing", "TracingOption"]
 
 #: What ``Gateway(tracing=...)`` takes: off (None, False), the global provider (True), or
 #: an ``opentelemetry.trace.TracerProvider`` or ``Tracer``.

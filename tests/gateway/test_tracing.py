@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from kernelgate import Gateway, Limits
+from kernelgate.gateway.tracing import RUN_ATTRIBUTES
 
 FAST = Limits(wall_seconds=30, kill_grace_seconds=0.5)
 
@@ -111,6 +112,7 @@ def test_a_run_is_a_span_and_each_binding_call_a_child_span(
     assert all(c.context.trace_id == run.context.trace_id for c in calls)
     assert run.instrumentation_scope is not None and run.instrumentation_scope.name == "kernelgate"
     a = dict(run.attributes or {})
+    assert set(RUN_ATTRIBUTES) <= set(a)
     assert a["kernelgate.run.id"] == result.run_id
     assert a["kernelgate.run.status"] == "ok"
     assert a["kernelgate.run.language"] == "python"
