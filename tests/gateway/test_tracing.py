@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -25,10 +24,6 @@ from kernelgate import Gateway, Limits
 from kernelgate.gateway.tracing import RUN_ATTRIBUTES
 
 FAST = Limits(wall_seconds=30, kill_grace_seconds=0.5)
-
-# The process's global provider can be set once: these tests set it (if nobody did) and
-# read what reaches it through this exporter.
-_GLOBAL = InMemorySpanExporter()
 
 
 @pytest.fixture
@@ -42,15 +37,6 @@ def _provider(exporter: InMemorySpanExporter) -> TracerProvider:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider
-
-
-def _global_exporter() -> InMemorySpanExporter:
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = _provider(_GLOBAL)
-        trace.set_tracer_provider(provider)
-    _GLOBAL.clear()
-    return _GLOBAL
 
 
 def _by_name(spans: tuple[ReadableSpan, ...], prefix: str) -> list[ReadableSpan]:
@@ -241,20 +227,48 @@ def test_spans_nest_under_the_callers_span_and_the_bindings_spans_under_their_ca
         assert inner.parent is not None and inner.parent.span_id == call.context.span_id, kind
 
 
-def test_tracing_true_uses_the_global_provider_and_is_off_by_default(run_dir_base: str) -> None:
-    exporter = _global_exporter()
-    assert _run(Gateway(tmp_dir=run_dir_base, pool_size=0), "return 1").value == 1
-    assert exporter.get_finished_spans() == ()  # off by default, global provider or not
-    gw = Gateway(tracing=True, tmp_dir=run_dir_base, pool_size=0)
-    assert _run(gw, "return 2").value == 2
-    [run] = exporter.get_finished_spans()
-    assert run.name == "kernelgate.run"
-    # A Tracer is taken as it is.
+_GLOBAL_PROVIDER = textwrap.dedent(
+    """
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from kernelgate import Gateway
+
+    traced = Gateway(tracing=True, pool_size=0)  # made before the provider is set
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    with Gateway(pool_size=0) as gw:
+        assert gw.run_sync("return 1").value == 1
+    print("off:", [s.name for s in exporter.get_finished_spans()])
+    with traced as gw:
+        assert gw.run_sync("return 2").value == 2
+    print("True:", [s.name for s in exporter.get_finished_spans()])
     exporter.clear()
-    gw = Gateway(tracing=trace.get_tracer("mine"), tmp_dir=run_dir_base, pool_size=0)
-    assert _run(gw, "return 3").value == 3
-    [run] = exporter.get_finished_spans()
-    assert run.instrumentation_scope is not None and run.instrumentation_scope.name == "mine"
+    with Gateway(tracing=trace.get_tracer("mine"), pool_size=0) as gw:
+        assert gw.run_sync("return 3").value == 3
+    print("a tracer:", [s.instrumentation_scope.name for s in exporter.get_finished_spans()])
+    """
+)
+
+
+def test_tracing_true_uses_the_global_provider_and_is_off_by_default(run_dir_base: str) -> None:
+    # In a process of its own: the global provider can be set once per process.
+    r = subprocess.run(
+        [sys.executable, "-c", _GLOBAL_PROVIDER],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**_env(), "TMPDIR": run_dir_base},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "off: []",  # off by default, a global provider or not
+        "True: ['kernelgate.run']",  # the provider set after the gateway was made
+        "a tracer: ['mine']",  # a Tracer is taken as it is
+    ]
 
 
 def test_a_tracing_option_that_is_not_one_is_refused() -> None:
