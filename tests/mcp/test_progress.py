@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import doctest
+import importlib
 import os
 import re
 import subprocess
@@ -207,3 +209,9 @@ def test_the_reporter_quotes_little_and_a_client_that_went_does_not_stop_the_run
     assert m1.startswith("stderr: zzz") and "\x1b" not in m1 and len(m1) < 300
     assert m1.endswith("(10001 outputs, 0 binding calls so far)")
     assert len(m2) < 300 and m2.endswith("(10001 outputs, 1 binding call so far)")
+
+
+@pytest.mark.parametrize("module", ["kernelgate.mcp.progress", "kernelgate.mcp.structured"])
+def test_doctests(module: str) -> None:
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
