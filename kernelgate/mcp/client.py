@@ -37,6 +37,8 @@ __all__ = ["McpServerError", "McpToolError", "connect", "tool_binding"]
 
 #: Seconds a tool call may take before it fails with :class:`McpServerError`.
 CALL_TIMEOUT = 60.0
+#: Seconds a failed call waits for its connection's end, to say why it ended.
+_SETTLE = 5.0
 #: Seconds starting a server, its handshake and its tool listing may take.
 CONNECT_TIMEOUT = 30.0
 
@@ -84,43 +86,58 @@ def tool_binding(
     name = tool.name
     server = link.spec.label
     where = f" of MCP server {server}"
+    again = "connects again" if link.spec.url else "starts the server again"
+    # A call that finds the connection gone is repeated once, on a new one, only for a
+    # tool that says repeating it is harmless (MCP's annotations).
+    hints = tool.annotations
+    repeatable = hints is not None and bool(hints.read_only_hint or hints.idempotent_hint)
 
     async def call(*args: Any, **kwargs: Any) -> Any:
         arguments = arguments_object(signature.bind(*args, **kwargs))
-        try:
-            client, seen = await link.session()
-        except McpServerError as exc:
-            raise McpServerError(f"the tool {name!r}{where} was not called: {exc}") from None
-        try:
-            result = await client.call_tool(name, arguments, read_timeout_seconds=call_timeout)
-        except MCPError as exc:
-            if "timed out" in exc.message:
-                raise McpServerError(
-                    f"the tool {name!r}{where} did not answer within {call_timeout:g} s "
-                    "(kernelgate.mcp.connect(call_timeout=...) sets the limit)"
-                ) from None
-            if exc.message == "Session terminated":
-                # The HTTP server no longer knows the session (it was restarted): this
-                # connection is over, as if the server had gone away.
-                seen.lose("the HTTP server no longer knows this session (was it restarted?)")
-            elif exc.code != CONNECTION_CLOSED:
-                about = seen.about()
-                about = f" ({about})" if about else ""
-                raise McpServerError(
-                    f"the tool {name!r}{where} failed: {exc.message}{about}"
-                ) from None
-            seen.lose(seen.closed or "it closed the connection during a call")
-            why = seen.closed
-        except (OSError, EOFError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            seen.lose(f"the connection broke: {type(exc).__name__}: {exc}")
-            why = seen.closed
-        else:
-            return answer(result, wrapped)
-        # Not repeated here: the server may have done what was asked before it went away.
+        for _attempt in range(2 if repeatable else 1):
+            try:
+                client, seen = await link.session()
+            except McpServerError as exc:
+                raise McpServerError(f"the tool {name!r}{where} was not called: {exc}") from None
+            try:
+                result = await client.call_tool(
+                    name, arguments, read_timeout_seconds=call_timeout
+                )
+            except MCPError as exc:
+                if "timed out" in exc.message:
+                    raise McpServerError(
+                        f"the tool {name!r}{where} did not answer within {call_timeout:g} s "
+                        "(kernelgate.mcp.connect(call_timeout=...) sets the limit)"
+                    ) from None
+                if exc.message == "Session terminated":
+                    # The HTTP server no longer knows the session (it was restarted): this
+                    # connection is over, as if the server had gone away.
+                    seen.lose("the HTTP server no longer knows this session (was it restarted?)")
+                elif exc.code != CONNECTION_CLOSED:
+                    about = seen.about()
+                    about = f" ({about})" if about else ""
+                    raise McpServerError(
+                        f"the tool {name!r}{where} failed: {exc.message}{about}"
+                    ) from None
+                # The connection's own task knows why it ended (a transport's error): wait
+                # for it, briefly (its cleanup is bounded), to say so.
+                with anyio.move_on_after(_SETTLE):
+                    await seen.ended.wait()
+                seen.lose("it closed the connection during the call")
+            except (OSError, EOFError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                seen.lose(f"the connection broke: {type(exc).__name__}: {exc}")
+            else:
+                return answer(result, wrapped)
+        if repeatable:
+            raise McpServerError(
+                f"MCP server {server} went away during the call to {name!r} ({seen.closed}), "
+                "and again when it was repeated on a new connection (the tool is marked "
+                "read-only or idempotent)"
+            )
+        # Not repeated: the server may have done what was asked before it went away.
         raise McpServerError(
-            f"MCP server {server} went away during the call to {name!r}: {why}. The call "
-            "is not repeated (it may have taken effect); the next call connects again "
-            "(a command server is started again)"
+            f"MCP server {server} went away during the call to {name!r} ({seen.closed}). "
+            f"The call is not repeated (it may have taken effect); the next call {again}"
         )
 
     call.__name__ = call.__qualname__ = name

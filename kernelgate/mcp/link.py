@@ -117,6 +117,8 @@ class _Seen:
     """Why the connection is gone (None while it is up)."""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     """Set to end the connection."""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the connection is over and cleaned up (``closed`` says why)."""
 
     def lose(self, why: str) -> None:
         if self.closed is None:
@@ -218,6 +220,13 @@ def _env_note(spec: ServerSpec) -> str:
     return f"it ran with the environment variables {', '.join(names) or '(none)'}"
 
 
+def _reason(exc: BaseException) -> str:
+    """Why a connection that was up broke, in a few words."""
+    leaf = _leaf(exc, (httpx2.TransportError, OSError, MCPError)) or exc
+    text = leaf.message if isinstance(leaf, MCPError) else str(leaf)
+    return f"{type(leaf).__name__}: {text}" if text else type(leaf).__name__
+
+
 def failure(spec: ServerSpec, exc: BaseException, seen: _Seen) -> McpServerError:
     """What went wrong connecting to ``spec``, as the one error a caller gets."""
     head = f"MCP server {spec.label}"
@@ -283,56 +292,70 @@ class Link:
         self.spec = spec
         self.connect_timeout = connect_timeout
         self._current: _Opened | None = None
+        # The task of the newest connection, what it has seen, and its opening.
         self._task: asyncio.Task[None] | None = None
+        self._seen: _Seen | None = None
         self._opening: asyncio.Future[_Opened] | None = None
         self._lock = asyncio.Lock()
         self._closed = False
 
     async def start(self) -> list[Tool]:
         """Connect and list the tools (a :class:`McpServerError` if it cannot)."""
-        _client, tools, _seen = await self._open()
+        async with self._lock:
+            opening = await self._begin()
+        _client, tools, _seen = await asyncio.shield(opening)
         return tools
 
     async def session(self) -> tuple[Client, _Seen]:
-        """The client of a live connection, opening a new one when the last was lost."""
+        """The client of a live connection, opening a new one when the last was lost
+        (one opening for all the calls that find it lost)."""
         async with self._lock:
             if self._closed:
                 raise McpServerError(f"MCP server {self.spec.label}: its connection was closed")
             current = self._current
             if current is not None and current[2].closed is None:
                 return current[0], current[2]
-            why = current[2].closed if current is not None else None
+            why = self._seen.closed if self._seen is not None else None
+            opening = await self._begin()
         try:
-            client, _tools, seen = await self._open()
+            # Shielded: a caller cancelled while it waits leaves the opening to the others.
+            client, _tools, seen = await asyncio.shield(opening)
         except McpServerError as exc:
             lost = f"the connection was lost ({why}), and " if why else ""
-            raise McpServerError(f"{lost}connecting again failed: {exc}") from None
+            detail = str(exc).removeprefix(f"MCP server {self.spec.label}: ")
+            raise McpServerError(f"{lost}connecting again failed: {detail}") from None
         return client, seen
 
-    async def _open(self) -> _Opened:
-        """A new connection (or the one being opened), replacing the current one."""
-        async with self._lock:
-            if self._opening is None or self._opening.done():
-                await self._end_current()
-                ready: asyncio.Future[_Opened] = asyncio.get_running_loop().create_future()
-                self._task = asyncio.create_task(self._connection(ready))
-                self._opening = ready
-            opening = self._opening
-        # Shielded: a caller cancelled while it waits leaves the opening to the others.
-        opened = await asyncio.shield(opening)
-        return opened
+    async def _begin(self) -> asyncio.Future[_Opened]:
+        """The opening under way, or a new one replacing the connection (lock held)."""
+        if self._opening is not None and not self._opening.done():
+            return self._opening
+        await self._end_current()
+        ready: asyncio.Future[_Opened] = asyncio.get_running_loop().create_future()
+        self._seen = _Seen()
+        self._task = asyncio.create_task(self._connection(ready, self._seen))
+        self._opening = ready
+        return ready
 
     async def _end_current(self) -> None:
-        if self._current is not None:
-            self._current[2].stop.set()
-            self._current = None
-        if self._task is not None:
-            task, self._task = self._task, None
+        """End the newest connection (an opening under way is cancelled) and await its
+        task: the SDK's shutdown of it is bounded."""
+        self._current = None
+        task, seen, opening = self._task, self._seen, self._opening
+        self._task = None
+        if task is None or seen is None:
+            return
+        seen.stop.set()
+        if opening is not None and not opening.done():
+            task.cancel()
+        try:
             await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                raise  # we were cancelled, not it: the task still ends on its own
 
-    async def _connection(self, ready: asyncio.Future[_Opened]) -> None:
+    async def _connection(self, ready: asyncio.Future[_Opened], seen: _Seen) -> None:
         """One connection, from opening to its end (a stop, or the server going away)."""
-        seen = _Seen()
         try:
             # One scope around the connection's whole life (the SDK's task groups inside
             # must nest in it), its deadline lifted once the connection is up.
@@ -365,9 +388,10 @@ class Link:
             if not ready.done():
                 ready.set_exception(failure(self.spec, exc, seen))
             else:
-                seen.lose(str(failure(self.spec, exc, seen)))
+                seen.lose(_reason(exc))
         finally:
             seen.lose("it was closed")
+            seen.ended.set()
             if not ready.done():
                 ready.cancel()
 

@@ -6,6 +6,8 @@ import asyncio
 import inspect
 from typing import Any
 
+import pytest
+
 import kernelgate.mcp
 from kernelgate import Gateway, Limits, RunResult
 from kernelgate.gateway.bindings import BindingRegistry
@@ -128,3 +130,27 @@ def test_streamable_http_server(http_tools_server: str) -> None:
     )
     assert r.status == "ok", r.message
     assert r.value == [7, 2, 2]
+
+
+def test_env_reaches_a_command_server_and_the_host_environment_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KG_TEST_SECRET", "s3cret")
+
+    async def main() -> list[Any]:
+        async with kernelgate.mcp.connect(TOOLS_SERVER, env={"KG_TEST_GIVEN": "a=b"}) as t:
+            return [await t["environ"](n) for n in ("KG_TEST_GIVEN", "KG_TEST_SECRET", "HOME")]
+
+    given, secret, home = asyncio.run(main())
+    assert given == "a=b" and secret is None and home is not None
+
+    async def refused(server: Any, **kwargs: Any) -> None:
+        async with kernelgate.mcp.connect(server, **kwargs):
+            raise AssertionError("connected")
+
+    with pytest.raises(ValueError, match="not an environment variable name"):
+        asyncio.run(refused(TOOLS_SERVER, env={"A=B": "x"}))
+    with pytest.raises(TypeError, match="maps names to strings"):
+        asyncio.run(refused(TOOLS_SERVER, env={"A": 1}))
+    with pytest.raises(ValueError, match="for a server started as a command"):
+        asyncio.run(refused("http://127.0.0.1:9/mcp", env={"A": "1"}))

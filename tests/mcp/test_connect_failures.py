@@ -158,3 +158,26 @@ def test_the_tools_server_still_connects_after_all_that() -> None:
             return await t["add"](1, 2)
 
     assert asyncio.run(main()) == 3
+
+
+@pytest.mark.timeout(60)
+def test_a_connect_cancelled_while_the_server_starts_leaves_nothing_behind(
+    request: pytest.FixtureRequest,
+) -> None:
+    marker = marker_for(request.node.name)
+
+    async def main() -> None:
+        async def hold() -> None:
+            server = python("import time; time.sleep(60)", marker)
+            async with kernelgate.mcp.connect(server, connect_timeout=30):
+                raise AssertionError("connected")
+
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(hold(), 1)
+        left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        assert left == [], f"tasks left behind: {left}"
+
+    start = time.monotonic()
+    asyncio.run(main())
+    assert time.monotonic() - start < 1 + STDIN_GRACE + SLACK
+    assert processes_with(marker) == []

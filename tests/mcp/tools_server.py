@@ -15,6 +15,7 @@ from typing import Literal
 import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
 server = MCPServer("kernelgate-test-tools")
@@ -53,13 +54,13 @@ def history(values: list[float]) -> list[Stats]:
     return [stats(values[: i + 1]) for i in range(len(values))]
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def environ(name: str) -> str | None:
     """The server's own environment variable ``name`` (None when unset)."""
     return os.environ.get(name)
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def pid() -> int:
     """The server's process id."""
     return os.getpid()
