@@ -180,8 +180,9 @@ async def connect(
     Any failure to connect is :class:`McpServerError`, naming the server, what was tried
     and what to do. After a connection is lost (the server exited, the HTTP server went
     away), the call in flight fails with :class:`McpServerError` (it is not repeated:
-    it may have taken effect) and the next call connects again, starting a command
-    server anew. The server is stopped (its connection closed) when the block ends::
+    it may have taken effect; a tool annotated ``readOnlyHint`` or ``idempotentHint`` is
+    called once more, on a new connection) and the next call connects again, starting a
+    command server anew. The server is stopped (its connection closed) when the block ends::
 
         async with kernelgate.mcp.connect("python files_server.py") as files, \\
                    kernelgate.mcp.connect("http://127.0.0.1:8000/mcp") as web:
