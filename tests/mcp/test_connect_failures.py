@@ -22,7 +22,7 @@ from .conftest import HERE, TOOLS_SERVER, read_line, stop
 #: connect_timeout: 2 s of grace, then SIGTERM (and, ignored, 2 s more and SIGKILL).
 STDIN_GRACE = 2.0
 SIGTERM_GRACE = 2.0
-SLACK = 1.5
+SLACK = 3.0
 
 
 def fail_connect(server: Any, **kwargs: Any) -> tuple[kernelgate.mcp.McpServerError, float]:
