@@ -301,26 +301,7 @@ def register(subparsers: Any) -> None:
         help="the language of the programs run_code runs (default python)",
     )
     mcp.add_argument("--node", metavar="PATH", help="the Node binary (TypeScript/JavaScript)")
-    mcp.add_argument(
-        "--mcp",
-        type=_mcp_server,
-        action="append",
-        default=[],
-        metavar="NAME=COMMAND",
-        help="wrap an MCP server as the namespace NAME (repeatable): a command line started "
-        "over stdio, or a streamable HTTP URL",
-    )
-    mcp.add_argument(
-        "--mcp-env",
-        type=_mcp_env,
-        action="append",
-        default=[],
-        metavar="NAME=VAR=VALUE",
-        help="set the environment variable VAR of the --mcp server NAME (repeatable); NAME=VAR "
-        "passes on kernelgate's own $VAR (a secret then stays off the command line, which "
-        "other users can read). A server gets no other variables but HOME, LOGNAME, PATH, "
-        "SHELL, TERM and USER: kernelgate's environment holds secrets it has no business with",
-    )
+    _add_wrapped_server_arguments(mcp)
     mcp.add_argument(
         "--record-to",
         metavar="DIR",
@@ -349,6 +330,32 @@ def register(subparsers: Any) -> None:
         help=f"longest answer text given to the client (default {MAX_CHARS}); the recording "
         "keeps everything",
     )
+    add_limit_arguments(mcp, what="each run")
+    mcp.set_defaults(func=_cmd_mcp)
+
+
+def _add_wrapped_server_arguments(mcp: Any) -> None:
+    """The --mcp servers kernelgate wraps as namespaces: which, their environment, timeouts."""
+    mcp.add_argument(
+        "--mcp",
+        type=_mcp_server,
+        action="append",
+        default=[],
+        metavar="NAME=COMMAND",
+        help="wrap an MCP server as the namespace NAME (repeatable): a command line started "
+        "over stdio, or a streamable HTTP URL",
+    )
+    mcp.add_argument(
+        "--mcp-env",
+        type=_mcp_env,
+        action="append",
+        default=[],
+        metavar="NAME=VAR=VALUE",
+        help="set the environment variable VAR of the --mcp server NAME (repeatable); NAME=VAR "
+        "passes on kernelgate's own $VAR (a secret then stays off the command line, which "
+        "other users can read). A server gets no other variables but HOME, LOGNAME, PATH, "
+        "SHELL, TERM and USER: kernelgate's environment holds secrets it has no business with",
+    )
     mcp.add_argument(
         "--call-timeout",
         type=positive_seconds,
@@ -364,5 +371,3 @@ def register(subparsers: Any) -> None:
         help="seconds a --mcp server may take to start, shake hands and list its tools "
         "(default 30)",
     )
-    add_limit_arguments(mcp, what="each run")
-    mcp.set_defaults(func=_cmd_mcp)
