@@ -1,0 +1,804 @@
+"""The hostile suite for TypeScript programs: every isolation claim of docs/security.md that
+a Python program attacks in this directory, attacked again by a TypeScript program through
+``Gateway(language="typescript")``, at each level, warm (a child of the Node pool) and cold,
+with the same ``hostile`` fixture (nothing left: processes with the test's marker, children,
+run directories, cgroups, fds).
+
+Each attack is plain JavaScript (valid TypeScript) built on tests/node/attacks.py's prelude,
+so it also runs as a plain Node script: the ``unconfined-control`` case runs it on a Node
+outside every sandbox, where it succeeds, so each test can fail. Budgets are shown the
+other way: the same program under a looser limit gets past where the tight one stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kernelgate import Limits, RunResult
+from kernelgate.gateway.cgroups import CgroupRoots
+from kernelgate.gateway.launch import NODE_KERNEL_DIR
+from kernelgate.gateway.output import truncation_marker
+from kernelgate.gateway.sandbox import LEVELS
+from kernelgate.kernels.python import package_root
+from tests.node.attacks import NATIVE_PYTHON, PRELUDE
+from tests.node.launched import NODE, NODE_MISSING, run_script
+from tests.procs import pid_alive, processes_with
+
+from .conftest import (
+    FAST,
+    NEEDS_ROOT_HOST_AT_PROCESS_CASE,
+    ROOT_HOST,
+    SUPPORT,
+    Hostile,
+    needs_level,
+)
+
+pytestmark = [
+    pytest.mark.skipif(NODE is None, reason=f"needs Node.js >= 18: {NODE_MISSING}"),
+    pytest.mark.skipif(
+        not os.access(NATIVE_PYTHON, os.X_OK), reason=f"the native attacks need {NATIVE_PYTHON}"
+    ),
+    pytest.mark.timeout(120),
+]
+
+SLACK = 5.0
+CGROUPS = SUPPORT.cgroups
+NEEDS_MEMORY_CGROUP = pytest.mark.skipif(
+    CGROUPS is None or CGROUPS.memory is None,
+    reason="needs a writable memory cgroup: without RLIMIT_AS it is Node's only off-heap bound",
+)
+NEEDS_PIDS_CGROUP = pytest.mark.skipif(
+    CGROUPS is None or CGROUPS.pids is None,
+    reason="needs a writable pids cgroup (max_processes and the killing of escapees at process)",
+)
+
+
+def where(
+    levels: tuple[str, ...] = LEVELS, *, process_needs_root: bool = False, control: bool = True
+) -> pytest.MarkDecorator:
+    """Parametrize ``level`` and ``warm`` over ``levels`` x (warm, cold), each skipped where
+    the machine lacks the level; ``control`` adds the unconfined run (``level`` None)."""
+    params = []
+    for level in levels:
+        marks = [needs_level(level)]
+        if level == "process" and process_needs_root:
+            marks.append(NEEDS_ROOT_HOST_AT_PROCESS_CASE)
+        for warm in (True, False):
+            params.append(
+                pytest.param(level, warm, marks=marks, id=f"{level}-{'warm' if warm else 'cold'}")
+            )
+    if control:
+        params.append(pytest.param(None, False, id="unconfined-control"))
+    return pytest.mark.parametrize(("level", "warm"), params)
+
+
+def script(body: str, args: dict[str, Any]) -> str:
+    """The attack: tests/node/attacks.py's prelude with ``args`` as ``ARGS``, then ``body``
+    (which fills ``out``)."""
+    prelude = PRELUDE.replace("'use strict';", "").replace(
+        "const ARGS = JSON.parse(process.argv[2] || '{}');", f"const ARGS = {json.dumps(args)};"
+    )
+    assert "const ARGS = {" in prelude or args == {}, "the prelude changed: ARGS not replaced"
+    return prelude + body
+
+
+def attack(
+    hostile: Hostile,
+    level: str | None,
+    warm: bool,
+    body: str,
+    args: dict[str, Any] | None = None,
+    *,
+    limits: Limits | None = None,
+    env: dict[str, str] | None = None,
+    **gateway: Any,
+) -> dict[str, Any]:
+    """``body`` run as a TypeScript program at ``level`` (warm or cold), or, with ``level``
+    None, as a plain script on an unconfined Node (the control): what it put in ``out``."""
+    code = script(body, args or {})
+    if level is None:
+        wrapped = (
+            "(async () => {\n" + code + "\nprocess.stdout.write(JSON.stringify(out) + '\\n');"
+            "\nprocess.exit(0);\n})().catch((e) => { console.error(e); process.exit(1); });"
+        )
+        ended = run_script(wrapped, "process", base=hostile.base, confined=False, env=env)
+        assert isinstance(ended.answer, dict), ended.why()
+        return ended.answer
+    if env is not None:
+        gateway["env"] = env
+    r = ts(hostile, code + "\nout", level, warm, limits, **gateway)
+    assert r.status == "ok", (r.status, r.message, r.stderr[-2000:])
+    assert isinstance(r.value, dict), r.value
+    return r.value
+
+
+def ts(
+    hostile: Hostile,
+    program: str,
+    level: str,
+    warm: bool,
+    limits: Limits | None = None,
+    **gateway: Any,
+) -> RunResult:
+    """``program`` run by a TypeScript gateway at ``level``, in a pooled child or cold."""
+    return hostile.run(
+        program, limits, warm=warm, sandbox=level, strict=True, language="typescript", **gateway
+    )
+
+
+def refused(value: str) -> bool:
+    return value.startswith("err:")
+
+
+def attempts(got: dict[str, Any]) -> dict[str, Any]:
+    """The attempts that must fail (not the ``step_*`` towards them)."""
+    return {k: v for k, v in got.items() if not k.startswith("step_")}
+
+
+def native_to_out(body: str) -> str:
+    """JavaScript that runs ``body`` through the prelude's ``native`` (raw system calls from
+    a binary the program execs) and adds each result to ``out``."""
+    return (
+        "{ const n = native(`\n" + body + "\n`);\n"
+        "Object.assign(out, Object.fromEntries(Object.entries(n).map(([k, v]) => "
+        "[k, v === 'ok' ? 'ok:' : 'err:' + v]))); }\n"
+    )
+
+
+@pytest.fixture
+def drop() -> Iterator[str]:
+    """A host directory outside /tmp and every path Node reads: a secret any uid may read,
+    and a directory any uid may write (only the sandbox stands in the way)."""
+    path = tempfile.mkdtemp(prefix="kg-hostile-node-", dir="/var/tmp")
+    os.chmod(path, 0o755)
+    with open(os.path.join(path, "secret.txt"), "w") as f:
+        f.write("host secret\n")
+    os.chmod(os.path.join(path, "secret.txt"), 0o644)
+    os.mkdir(os.path.join(path, "drop"))
+    os.chmod(os.path.join(path, "drop"), 0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# -- the file system ----------------------------------------------------------------------------
+
+_FILES = r"""
+for (const [name, path] of Object.entries(ARGS.read)) attempt('read_' + name, () => fs.readFileSync(path, 'utf8'));
+// Node's raw binding: the same system calls without the fs module's checks
+attempt('read_binding', () => {
+  const b = process.binding('fs');
+  const fd = b.open(ARGS.read.secret, fs.constants.O_RDONLY, 0);
+  if (typeof fd !== 'number' || fd < 0) throw Object.assign(new Error('no fd'), {code: 'EBINDING'});
+  return 'opened ' + fd;
+});
+for (const [name, path] of Object.entries(ARGS.write)) attempt('write_' + name, () => { fs.writeFileSync(path, 'planted'); return path; });
+// a global sysctl: written back with what it holds, so the control changes nothing
+attempt('sysctl', () => { const v = fs.readFileSync(ARGS.sysctl, 'utf8'); fs.writeFileSync(ARGS.sysctl, v); return 'rewritten'; });
+// the run's own pids cgroup (raise it) and the root one (leave it)
+attempt('step_cgroup', () => fs.readFileSync('/proc/self/cgroup', 'utf8'));
+if (ARGS.cgroups) {
+  attempt('cgroup_raise', () => {
+    const line = fs.readFileSync('/proc/self/cgroup', 'utf8').split('\n').find((l) => /(^|,)pids(,|$)/.test(l.split(':')[1] || ''));
+    const mine = '/sys/fs/cgroup/pids' + line.split(':').slice(2).join(':');
+    fs.writeFileSync(mine + '/pids.max', fs.readFileSync(mine + '/pids.max', 'utf8'));
+    return mine;
+  });
+  attempt('cgroup_leave', () => { fs.writeFileSync(ARGS.cgroups + '/cgroup.procs', String(process.pid)); return 'left'; });
+}
+// setuid and setgid modes, on a copy of a binary the run owns
+attempt('step_copy', () => { fs.copyFileSync(process.execPath, 'suid'); return 'copied'; });
+attempt('chmod_setuid', () => { fs.chmodSync('suid', 0o4755); return (fs.statSync('suid').mode & 0o7777).toString(8); });
+attempt('create_setgid', () => { fs.closeSync(fs.openSync('sgid', 'w', 0o2755)); return (fs.statSync('sgid').mode & 0o7777).toString(8); });
+// an exec'd binary (node itself, with the inspector asked for) reading the host's secret
+attempt('child_node', () => {
+  const r = cp.spawnSync(process.execPath, ['-e', `process.stdout.write(require('fs').readFileSync(${JSON.stringify(ARGS.read.secret)}, 'utf8'))`],
+                         {encoding: 'utf8', env: {PATH: '/usr/bin:/bin', NODE_OPTIONS: '--inspect=127.0.0.1:0'}});
+  if (!String(r.stdout).includes('host secret')) throw Object.assign(new Error(String(r.stderr).slice(-200)), {code: 'CHILD_REFUSED'});
+  return r.stdout;
+});
+"""
+
+
+def _files_args(drop: str, level: str | None) -> dict[str, Any]:
+    tag = f"{os.getpid()}-{level}"
+    pids = CgroupRoots.find()
+    return {
+        "read": {
+            "secret": os.path.join(drop, "secret.txt"),
+            "passwd": "/etc/passwd",
+            "project": os.path.join(package_root(), "pyproject.toml"),
+        },
+        "write": {
+            "world_writable": os.path.join(drop, "drop", f"planted-{tag}"),
+            "var_tmp": f"/var/tmp/kg-hostile-node-planted-{tag}",
+            "kernel_dir": os.path.join(NODE_KERNEL_DIR, f"planted-{tag}.js"),
+            "package": os.path.join(package_root(), "kernelgate", f"planted-{tag}.py"),
+            "usr_bin": f"/usr/bin/kg-hostile-node-{tag}",
+        },
+        "sysctl": "/proc/sys/kernel/core_pattern",
+        "cgroups": pids.pids if pids is not None and pids.pids is not None else "",
+    }
+
+
+@where()
+def test_the_file_system_holds_against_a_typescript_program(hostile, drop, level, warm):
+    args = _files_args(drop, level)
+    core_pattern = open(args["sysctl"]).read()
+    try:
+        got = attack(hostile, level, warm, _FILES, args)
+    finally:
+        planted = [p for p in args["write"].values() if os.path.exists(p)]
+        for path in planted:
+            os.unlink(path)
+    assert open(args["sysctl"]).read() == core_pattern
+    if level is None:  # unconfined: every attempt works
+        # (not raising its pids.max: the control is in the root pids cgroup, which has none)
+        got.pop("cgroup_raise", None)
+        assert all(v.startswith("ok:") for v in got.values()), json.dumps(got, indent=1)
+        assert got["chmod_setuid"] == "ok:4755", got
+        return
+    assert planted == [] or level == "process", planted
+    if level == "process":
+        # The run's uid may write what any uid may, and read what the machine lets it (not
+        # promised at process); with a shared uid (a non-root host), also the host's files.
+        for name in ("read_secret", "read_passwd", "read_project", "read_binding", "child_node",
+                     "write_world_writable", "write_var_tmp"):
+            got.pop(name)
+        if not ROOT_HOST:
+            for name in ("write_kernel_dir", "write_package", "cgroup_raise"):
+                got.pop(name, None)
+    elif level == "namespaces":
+        # Reading is not promised there; writing anywhere but the run directory is.
+        for name in ("read_secret", "read_passwd", "read_project", "read_binding", "child_node"):
+            got.pop(name)
+    bad = {k: v for k, v in attempts(got).items() if not refused(v)}
+    assert bad == {}, json.dumps(got, indent=1)
+
+
+# -- sockets and the network --------------------------------------------------------------------
+
+_NET = r"""
+await attemptAsync('tcp_host', () => connectTo({host: '127.0.0.1', port: ARGS.port}));
+await attemptAsync('unix_path', () => connectTo({path: ARGS.path}));
+await attemptAsync('unix_abstract', () => connectTo({path: '\0' + ARGS.abstract}));
+await attemptAsync('tcp_listen', () => new Promise((ok, no) => {
+  const s = net.createServer(); s.on('error', no); s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(); ok(p); });
+}));
+// the inspector, listening for a debugger: can anyone outside the run drive it?
+await attemptAsync('inspector', async () => {
+  const inspector = require('inspector');
+  inspector.open(0, '127.0.0.1');
+  const url = inspector.url();
+  if (!url) throw Object.assign(new Error('not listening'), {code: 'NO_INSPECTOR'});
+  const port = Number(new URL(url).port);
+  try {
+    // from the host (a binding), or, for the unconfined control, from its own network
+    if (typeof tools !== 'undefined') {
+      if (!(await tools.reach(port))) throw Object.assign(new Error('unreachable'), {code: 'UNREACHABLE'});
+    } else await connectTo({host: '127.0.0.1', port});
+    return url;
+  } finally { inspector.close(); }
+});
+""" + native_to_out(
+    """
+res["socket_packet"] = sc(41, 17, 3, 0)
+res["socket_vsock"] = sc(41, 40, 1, 0)
+res["socket_alg"] = sc(41, 38, 5, 0)
+"""
+)
+
+
+def _reach(port: int) -> bool:
+    """Whether the host can connect to ``port`` on its loopback."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+@where()
+def test_sockets_and_the_network_hold_against_a_typescript_program(hostile, drop, level, warm):
+    tcp = socket.create_server(("127.0.0.1", 0))
+    path = os.path.join(drop, "drop", "host.sock")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(path)
+    os.chmod(path, 0o777)
+    unix.listen()
+    name = f"kg-hostile-node-{os.getpid()}-{level}-{warm}"
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind(("\0" + name).encode().ljust(108, b"\0"))  # Node pads abstract names
+    abstract.listen()
+    try:
+        args = {"port": tcp.getsockname()[1], "path": path, "abstract": name}
+        got = attack(hostile, level, warm, _NET, args, bindings={"reach": _reach})
+    finally:
+        for s in (tcp, unix, abstract):
+            s.close()
+    if level is None:
+        for key in ("tcp_host", "unix_path", "unix_abstract", "tcp_listen", "inspector"):
+            assert got[key].startswith("ok:"), (key, got)
+        assert got["socket_packet"] == "ok:", got  # root: AF_PACKET reaches the kernel
+        return
+    families = {k: got.pop(k) for k in ("socket_packet", "socket_vsock", "socket_alg")}
+    assert set(families.values()) == {"err:EAFNOSUPPORT"}, families
+    # Abstract sockets: EACCES for AF_UNIX at the namespace levels, landlock's scope at
+    # process. The network and pathname sockets any uid may use are not promised at process.
+    assert refused(got["unix_abstract"]), got
+    if level == "namespaces":
+        # The run's own network namespace: a listener there is the run's alone (the host
+        # cannot reach the inspector: the inspector attempt fails).
+        assert got.pop("tcp_listen").startswith("ok:"), got
+    if level != "process":
+        assert all(refused(v) for v in got.values()), json.dumps(got, indent=1)
+
+
+# -- the host's processes, and Node's own ways in (SIGUSR1, the inspector) -----------------------
+
+_PROCS = r"""
+const targets = {host: ARGS.host, node: ARGS.node};
+if (typeof tools !== 'undefined') targets.helper = await tools.helper_pid();
+out.step_targets = JSON.stringify(targets);
+for (const [who, pid] of Object.entries(targets)) {
+  attempt(who + '_environ', () => fs.readFileSync(`/proc/${pid}/environ`, 'latin1'));
+  attempt(who + '_mem', () => { fs.closeSync(fs.openSync(`/proc/${pid}/mem`, 'r')); return 'opened'; });
+  attempt(who + '_fd', () => fs.readdirSync(`/proc/${pid}/fd`).join(','));
+  attempt(who + '_signal0', () => process.kill(pid, 0));
+  // SIGUSR1 opens a Node process's inspector (process._debugProcess sends it): code execution
+  if (who !== 'host') attempt(who + '_sigusr1', () => process._debugProcess(pid));
+}
+for (const n of ARGS.fds) attempt('host_fd_' + n, () => { const fd = fs.openSync(`/proc/${ARGS.host}/fd/${n}`, 'r'); return 'opened ' + fd; });
+""" + native_to_out(
+    """
+pid = ${ARGS.host}
+res["ptrace_seize_host"] = sc(101, 0x4206, pid, 0, 0)
+buf = ctypes.create_string_buffer(8)
+local = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)
+remote = (ctypes.c_void_p * 2)(0x400000, 8)
+res["process_vm_readv_host"] = sc(310, pid, ctypes.addressof(local), 1, ctypes.addressof(remote), 1, 0)
+pidfd = libc.syscall(ctypes.c_long(434), ctypes.c_long(pid), ctypes.c_long(0))
+res["step_pidfd_open"] = "ok" if pidfd >= 0 else errno.errorcode[ctypes.get_errno()]
+res["pidfd_getfd_host"] = sc(438, pidfd, ${ARGS.fds[0]}, 0) if pidfd >= 0 else "ESRCH"
+res["ptrace_traceme"] = sc(101, 0, 0, 0, 0)
+res["unshare_user"] = sc(272, 0x10000000)
+res["mount"] = sc(165, 0, 0, 0, 0, 0)
+res["setns"] = sc(308, 0, 0)
+res["keyctl"] = sc(250, 0, 0, 0, 0, 0)
+res["bpf"] = sc(321, 0, 0, 0)
+res["io_uring_setup"] = sc(425, 8, ctypes.addressof(ctypes.create_string_buffer(120)))
+"""
+)
+
+
+def _helper_pid_binding(hostile: Hostile) -> Any:
+    async def helper_pid() -> int:
+        """The pid of the gateway's type-stripping helper (unconfined, the host's user)."""
+        loop = asyncio.get_running_loop()
+        for gw in hostile.gateways:
+            transformer = gw.runtime._transformers.get(loop)  # type: ignore[attr-defined]
+            if transformer is not None and transformer.pid is not None:
+                return int(transformer.pid)
+        raise AssertionError("no helper on this loop")
+
+    return helper_pid
+
+
+def _inspector_opened(stderr_fd: int) -> str:
+    """What a Node process said on stderr so far (``Debugger listening`` once SIGUSR1
+    opened its inspector)."""
+    said = b""
+    while select.select([stderr_fd], [], [], 0.5)[0]:
+        chunk = os.read(stderr_fd, 65536)
+        if not chunk:
+            break
+        said += chunk
+    return said.decode(errors="replace")
+
+
+@where(process_needs_root=True)
+def test_the_host_and_its_node_processes_are_out_of_reach(hostile, level, warm):
+    assert NODE is not None
+    # Another Node process of the host's (as the type-stripping helper is): SIGUSR1 would
+    # open its inspector, and the inspector runs any code the connecting side sends.
+    bystander = subprocess.Popen(
+        [NODE.executable, "-e", "setInterval(() => {}, 1000)", hostile.marker],
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    spare = socket.socketpair()
+    try:
+        args = {
+            "host": os.getpid(),
+            "node": bystander.pid,
+            "fds": [spare[0].fileno(), spare[1].fileno()],
+        }
+        bindings = {"helper_pid": _helper_pid_binding(hostile)}
+        got = attack(hostile, level, warm, _PROCS, args, bindings=bindings)
+        assert bystander.poll() is None, "the program killed the host's node"
+        assert bystander.stderr is not None
+        said = _inspector_opened(bystander.stderr.fileno())
+    finally:
+        spare[0].close()
+        spare[1].close()
+        bystander.kill()
+        bystander.wait(timeout=10)
+        if bystander.stderr is not None:
+            bystander.stderr.close()
+    if level is None:
+        for key in ("host_environ", "host_mem", "node_sigusr1", "pidfd_getfd_host", "unshare_user"):
+            assert got[key].startswith("ok:"), (key, got)
+        assert "Debugger listening" in said, said  # the attack is real
+        return
+    assert "Debugger listening" not in said, said
+    bad = {k: v for k, v in attempts(got).items() if not refused(v)}
+    assert bad == {}, json.dumps(got, indent=1)
+    assert got["io_uring_setup"] == "err:EPERM" and got["ptrace_traceme"] == "err:EPERM", got
+
+
+# -- descriptors and the environment -------------------------------------------------------------
+
+_INHERITED = r"""
+out.links = {};
+for (const fd of fs.readdirSync('/proc/self/fd')) {
+  try { out.links[fd] = fs.readlinkSync('/proc/self/fd/' + fd); } catch (e) { out.links[fd] = 'err:' + e.code; }
+}
+out.env = Object.assign({}, process.env);
+out.loaded = typeof globalThis.__kgHostRequire;
+out.exec_argv = process.execArgv;
+out.seen = [];
+for (const pid of fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+  try { if (fs.readFileSync(`/proc/${pid}/environ`, 'latin1').includes(ARGS.secret)) out.seen.push(pid); } catch (e) {}
+}
+"""
+
+
+@where(process_needs_root=True)
+def test_the_hosts_fds_and_environment_never_reach_a_typescript_program(
+    hostile, drop, level, warm, monkeypatch
+):
+    secret = f"kg-hostile-node-secret-{os.getpid()}"
+    required = os.path.join(drop, "required.js")
+    with open(required, "w") as f:
+        f.write("globalThis.__kgHostRequire = 1;\n")
+    os.chmod(required, 0o644)
+    # The host's own environment, as a service would have it: a secret and NODE_OPTIONS that
+    # load code into every Node process started with it.
+    monkeypatch.setenv("KG_HOSTILE_NODE_SECRET", secret)
+    monkeypatch.setenv("NODE_OPTIONS", f"--require={required}")
+    pipe_r, pipe_w = os.pipe()
+    os.set_inheritable(pipe_w, True)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.set_inheritable(True)
+    try:
+        host_links = {os.readlink(f"/proc/self/fd/{fd}") for fd in (pipe_w, listener.fileno())}
+        env = dict(os.environ) if level is None else None
+        got = attack(hostile, level, warm, _INHERITED, {"secret": secret}, env=env)
+    finally:
+        os.close(pipe_r)
+        os.close(pipe_w)
+        listener.close()
+    if level is None:
+        assert got["env"].get("KG_HOSTILE_NODE_SECRET") == secret and got["loaded"] == "number", got
+        return
+    assert not host_links & set(got["links"].values()), (host_links, got["links"])
+    assert got["links"]["0"] == "/dev/null", got["links"]
+    assert secret not in json.dumps(got["env"]), got["env"]
+    assert not any(k.startswith("NODE_") for k in got["env"]), got["env"]
+    assert got["loaded"] == "undefined", got
+    assert got["seen"] == [], got
+
+
+# -- budgets: time ------------------------------------------------------------------------------
+
+BOTH_AT_EVERY_LEVEL = where(control=False)
+
+
+@BOTH_AT_EVERY_LEVEL
+def test_a_busy_loop_trapping_sigterm_ends_at_wall_seconds(hostile, level, warm):
+    src = (
+        "process.on('SIGTERM', () => {});\nprocess.on('SIGINT', () => {});\n"
+        "console.log('before');\nfor (;;) {}\n"
+    )
+    limits = Limits(wall_seconds=1.5, kill_grace_seconds=0.3, cpu_seconds=30)
+    r = ts(hostile, src, level, warm, limits)
+    assert r.status == "timeout" and "wall_seconds" in r.error.evalue, r.message
+    assert r.stdout == "before\n"
+    assert r.duration_s < 1.5 + SLACK
+
+
+@BOTH_AT_EVERY_LEVEL
+def test_a_busy_loop_trapping_sigxcpu_ends_at_cpu_seconds(hostile, level, warm):
+    src = "process.on('SIGXCPU', () => {});\nconsole.log('before');\nfor (;;) {}\n"
+    limits = Limits(wall_seconds=30, kill_grace_seconds=0.3, cpu_seconds=1)
+    r = ts(hostile, src, level, warm, limits)
+    assert r.status == "timeout" and "cpu" in r.error.evalue.lower(), r.message
+    assert r.stdout == "before\n"
+    assert r.duration_s < 30
+
+
+# -- budgets: processes -------------------------------------------------------------------------
+
+
+
+@NEEDS_PIDS_CGROUP
+@BOTH_AT_EVERY_LEVEL
+def test_an_exponential_fork_bomb_ends_and_nothing_survives(hostile, level, warm):
+    # setsid (detached) shell children that fork on: max_processes stops them, the run ends
+    # at wall_seconds, and nothing carrying the marker is left (the hostile fixture).
+    src = (
+        "const cp = require('child_process');\n"
+        "const bomb = 'f() { (f &) ; (f &) ; sleep 30; }; f';\n"
+        f"for (let i = 0; i < 4; i++) cp.spawn('/bin/sh', ['-c', bomb, {hostile.marker!r}],"
+        " {stdio: 'ignore', detached: true}).on('error', () => {});\n"
+        "console.log('before');\nawait new Promise(() => setInterval(() => {}, 1000));\n"
+    )
+    limits = Limits(wall_seconds=3, kill_grace_seconds=0.3, cpu_seconds=10, max_processes=16)
+    r = ts(hostile, src, level, warm, limits)
+    assert r.status == "timeout", r.message
+    assert r.stdout == "before\n"
+    assert r.duration_s < 3 + SLACK
+    assert processes_with(hostile.marker) == []
+
+
+@NEEDS_PIDS_CGROUP
+@BOTH_AT_EVERY_LEVEL
+def test_a_setsid_grandchild_holding_the_pipes_and_fd3_never_holds_the_run(hostile, level, warm):
+    src = (
+        "const cp = require('child_process');\n"
+        f"const c = cp.spawn('/bin/sleep', ['600', {hostile.marker!r}],"
+        " {stdio: ['ignore', 'inherit', 'inherit', 3], detached: true});\n"
+        "c.unref();\nconsole.log('started');\nc.pid\n"
+    )
+    r = ts(hostile, src, level, warm)
+    assert r.status == "ok" and isinstance(r.value, int), r.message
+    assert r.stdout == "started\n"
+    assert r.duration_s < SLACK  # settled without waiting for the grandchild's fds
+    # (the hostile fixture: no process with the marker is left once the gateway is closed)
+
+
+# -- budgets: memory, wherever Node holds it ----------------------------------------------------
+
+_MIB = 1 << 20
+MEMORY = {
+    # Buffers and ArrayBuffers live outside V8's heap: --max-old-space-size never sees them.
+    "buffer": "const held = []; for (let i = 0; i < N; i++) held.push(Buffer.alloc(32 << 20, 1));",
+    "arraybuffer": (
+        "const held = []; for (let i = 0; i < N; i++) "
+        "{ const a = new ArrayBuffer(32 << 20); new Uint8Array(a).fill(1); held.push(a); }"
+    ),
+    "sharedarraybuffer": (
+        "const held = []; for (let i = 0; i < N; i++) "
+        "{ const a = new SharedArrayBuffer(32 << 20); new Uint8Array(a).fill(1); held.push(a); }"
+    ),
+    # threads of the run's process, each with its own heap and buffers
+    "worker_threads": (
+        "const { Worker } = require('worker_threads');\n"
+        "const workers = [];\n"
+        "for (let i = 0; i < 4; i++) workers.push(new Promise((ok, no) => {\n"
+        "  const w = new Worker(`const {parentPort} = require('worker_threads'); const held = [];"
+        " for (let i = 0; i < ${Math.ceil(N / 4)}; i++) held.push(Buffer.alloc(32 << 20, 1));"
+        " parentPort.postMessage(held.length); setInterval(() => {}, 1000);`, {eval: true});\n"
+        "  w.on('message', (m) => ok(w)); w.on('error', no); }));\n"
+        "const started = await Promise.all(workers);"
+    ),
+    # WebAssembly memory grown page by page (64 KiB) and touched
+    "wasm": (
+        "const held = []; for (let i = 0; i < N; i++) {\n"
+        "  const m = new WebAssembly.Memory({initial: 512, maximum: 512});\n"
+        "  new Uint8Array(m.buffer).fill(1); held.push(m); }"
+    ),
+}
+
+
+def _memory_program(kind: str, mib: int) -> str:
+    return (
+        "console.log('before');\n"
+        + MEMORY[kind].replace("N", str(mib // 32))
+        + "\nconsole.log('held');\n'held'\n"
+    )
+
+
+@NEEDS_MEMORY_CGROUP
+@pytest.mark.parametrize("kind", list(MEMORY))
+@BOTH_AT_EVERY_LEVEL
+def test_memory_node_holds_outside_its_heap_is_bounded_by_memory_bytes(
+    hostile, level, warm, kind
+):
+    limits = Limits(wall_seconds=30, kill_grace_seconds=0.3, memory_bytes=256 * _MIB)
+    r = ts(hostile, _memory_program(kind, 768), level, warm, limits)
+    assert r.status in ("worker_exit", "exception"), (r.status, r.message, r.stderr[-500:])
+    if r.status == "worker_exit":
+        assert "memory_bytes" in r.error.evalue, r.message
+    assert r.stdout == "before\n", r.stdout
+    assert r.usage["peak_memory_bytes"] <= 256 * _MIB + 16 * _MIB, r.usage
+
+
+@NEEDS_MEMORY_CGROUP
+@pytest.mark.parametrize("kind", list(MEMORY))
+def test_the_memory_attacks_hold_what_they_say_under_a_looser_bound(hostile, kind):
+    # The control: the same programs do hold their memory when the bound allows it.
+    limits = Limits(wall_seconds=30, kill_grace_seconds=0.3, memory_bytes=1024 * _MIB)
+    r = ts(hostile, _memory_program(kind, 384), "process", False, limits)
+    assert r.status == "ok" and r.value == "held", (r.status, r.message, r.stderr[-500:])
+    assert r.usage["peak_memory_bytes"] >= 384 * _MIB, r.usage
+
+
+# -- budgets: files, descriptors, output ----------------------------------------------------------
+
+_FILE_BUDGETS = r"""
+for (const [where, path] of [['cwd', 'big.bin'], ['tmp', require('os').tmpdir() + '/big2.bin']]) {
+  const fd = fs.openSync(path, 'w');
+  attempt('fill_' + where, () => { for (;;) fs.writeSync(fd, Buffer.alloc(65536, 120)); });
+  fs.closeSync(fd);
+  out['size_' + where] = fs.statSync(path).size;
+}
+const fds = [];
+attempt('open_files', () => { for (let i = 0; i < 5000; i++) fds.push(fs.openSync('/dev/null', 'r')); return fds.length; });
+out.opened = fds.length;
+for (const fd of fds) fs.closeSync(fd);
+"""
+
+
+@BOTH_AT_EVERY_LEVEL
+def test_file_and_descriptor_budgets_hold_for_a_typescript_program(hostile, level, warm):
+    limits = Limits(
+        wall_seconds=20, kill_grace_seconds=0.3, max_file_bytes=1_000_000, max_open_files=64
+    )
+    got = attack(hostile, level, warm, _FILE_BUDGETS, limits=limits)
+    assert got["fill_cwd"] == got["fill_tmp"] == "err:EFBIG", got
+    assert got["size_cwd"] == got["size_tmp"] == 1_000_000, got
+    assert got["open_files"] == "err:EMFILE" and 0 < got["opened"] < 64, got
+
+
+@pytest.mark.parametrize(
+    "flood",
+    [
+        "for (let i = 0; i < 100000; i++) console.log('line', i);",
+        "for (let i = 0; i < 100000; i++) process.stdout.write('no newline ');",
+        "const fs = require('fs'); for (let i = 0; i < 10000; i++) fs.writeSync(1, 'raw bytes '.repeat(10));",
+        "const fs = require('fs'); for (let i = 0; i < 10000; i++) { console.error('e'.repeat(50)); fs.writeSync(1, 'o'.repeat(50)); }",
+    ],
+    ids=["console-lines", "no-newlines", "raw-fd1", "mixed"],
+)
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_an_output_flood_is_cut_once_with_the_marker_last(hostile, flood, warm):
+    limit = 10_000
+    r = ts(
+        hostile,
+        f"console.log('before');\n{flood}\n'survived'",
+        "process",
+        warm,
+        Limits(wall_seconds=30, kill_grace_seconds=0.3, max_output_bytes=limit),
+    )
+    assert r.status == "ok" and r.value == "survived", (r.status, r.message)
+    marker = truncation_marker(limit)
+    combined = r.stdout + r.stderr
+    assert combined.count(marker) == 1
+    streams = [o for o in r.outputs if o["output_type"] == "stream"]
+    assert streams[-1]["text"].endswith(marker)
+    assert len(combined.replace(marker, "").encode()) <= limit
+    assert r.stdout.startswith("before\n")
+
+
+# -- teardown: trees the program leaves ---------------------------------------------------------
+
+_TREE = r"""
+const path = require('path');
+let dir = process.cwd();
+const top = path.join(dir, 'deep');
+fs.mkdirSync(top);
+dir = top;
+for (let i = 0; i < ARGS.depth; i++) { process.chdir(dir); fs.mkdirSync('d'); dir = 'd'; }
+process.chdir(dir);
+fs.writeFileSync('leaf', 'x');
+fs.symlinkSync('/etc/passwd', 'to-host');
+attempt('fifo', () => cp.execFileSync('/usr/bin/mkfifo', ['fifo']).toString());
+if (ARGS.zero) { for (let d = process.cwd(); d !== path.dirname(top); d = path.dirname(d)) fs.chmodSync(d, 0); }
+out.made = ARGS.depth;
+"""
+
+
+@pytest.mark.parametrize("zero", [False, True], ids=["modes-kept", "mode-000"])
+@BOTH_AT_EVERY_LEVEL
+def test_a_deep_tree_a_typescript_program_leaves_is_gone_after_the_run(hostile, level, warm, zero):
+    limits = Limits(wall_seconds=60, kill_grace_seconds=0.3, cpu_seconds=30)
+    got = attack(hostile, level, warm, _TREE, {"depth": 3000, "zero": zero}, limits=limits)
+    assert got["made"] == 3000, got
+    # the hostile fixture: no run directory is left once the gateway is closed
+
+
+# -- the host is the authority --------------------------------------------------------------------
+
+
+def _frame(msg_type: str, content: dict[str, Any]) -> str:
+    return json.dumps(
+        {"header": {"msg_type": msg_type}, "parent_header": {}, "metadata": {}, "content": content}
+    )
+
+
+FORGERIES = {
+    "garbage": ("fs.writeSync(3, '\\u0000garbage\\n')", "not valid UTF-8 JSON"),
+    "partial-frame": ("fs.writeSync(3, '{\"partial\": ')", "not valid UTF-8 JSON"),
+    "host-message": (
+        f"fs.writeSync(3, {_frame('execute_request', {'code': '1'})!r} + '\\n')",
+        "unexpected message type 'execute_request'",
+    ),
+    "comm-open": (
+        f"fs.writeSync(3, {_frame('comm_open', {})!r} + '\\n')",
+        "unexpected message type 'comm_open'",
+    ),
+    "bad-stream": (
+        f"fs.writeSync(3, {_frame('stream', {'name': 'stdin', 'text': 'x'})!r} + '\\n')",
+        "stream name must be",
+    ),
+    "oversized": ("fs.writeSync(3, 'x'.repeat(300000))", "max_frame_bytes=200000"),
+    "deep-json": ("fs.writeSync(3, '['.repeat(150000) + '\\n')", "nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("name", list(FORGERIES))
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_forged_fd3_traffic_from_a_typescript_program_ends_the_run_as_protocol(
+    hostile, name, warm
+):
+    forge, expect = FORGERIES[name]
+    src = (
+        "const fs = require('fs');\nconsole.log('before');\nawait tools.add(1, 2);\n"
+        f"{forge};\nawait new Promise((ok) => setTimeout(ok, 30000));\n"
+    )
+    limits = Limits(
+        wall_seconds=30, kill_grace_seconds=0.3, max_frame_bytes=200_000, max_value_bytes=1000
+    )
+    r = ts(hostile, src, "process", warm, limits)
+    assert r.status == "protocol", (r.status, r.message)
+    assert expect in r.error.evalue and "fd 3" in r.error.evalue, r.error.evalue
+    assert r.duration_s < SLACK
+
+
+_FORGED_REPLY = r"""
+const fs = require('fs');
+console.log('ran');
+const end = process.cpuUsage().user + 300000;
+while (process.cpuUsage().user < end) {}
+const held = Buffer.alloc(64 << 20, 1);
+fs.writeSync(3, JSON.stringify({header: {msg_type: 'execute_reply'}, parent_header: {},
+  metadata: {kernelgate: ARGS.kernelgate}, content: ARGS.content}) + '\n');
+await new Promise((ok) => setTimeout(ok, 30000));
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_typescript_program_cannot_claim_sandbox_unavailable(hostile, warm):
+    content = {"status": "error", "ename": "SandboxUnavailable", "evalue": "forged", "traceback": []}
+    forged = {"content": content, "kernelgate": {"status": "sandbox_unavailable"}}
+    src = f"const ARGS = {json.dumps(forged)};\n" + _FORGED_REPLY
+    r = ts(hostile, src, "process", warm, FAST)
+    assert r.status == "protocol", (r.status, r.message)
+    assert r.stdout == "ran\n" and r.isolation == "process"
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_forged_usage_from_a_typescript_program_is_labelled_and_the_host_measures(hostile, warm):
+    usage = {"cpu_user_s": 0.0, "cpu_system_s": 0.0, "peak_memory_bytes": 1}
+    forged = {"content": {"status": "ok"}, "kernelgate": {"status": "ok", "usage": usage}}
+    src = f"const ARGS = {json.dumps(forged)};\n" + _FORGED_REPLY
+    r = ts(hostile, src, "process", warm, FAST)
+    assert r.status == "ok", (r.status, r.message)
+    assert r.usage["measured_by"] == "host"
+    assert r.usage.get("child_reported", {}).get("peak_memory_bytes", 1) == 1
+    assert r.usage["cpu_user_s"] + r.usage["cpu_system_s"] >= 0.25, r.usage
+    assert r.usage["peak_memory_bytes"] >= 64 << 20, r.usage
