@@ -624,7 +624,9 @@ def test_memory_node_holds_outside_its_heap_is_bounded_by_memory_bytes(
     if r.status == "worker_exit":
         assert "memory_bytes" in r.error.evalue, r.message
     assert r.stdout == "before\n", r.stdout
-    assert r.usage["peak_memory_bytes"] <= 256 * _MIB + 16 * _MIB, r.usage
+    # Far below the 768 MiB asked for. The peak is the larger of the cgroup's and the RSS,
+    # which counts Node's own mapped text (file pages charged elsewhere): up to ~290 MiB.
+    assert r.usage["peak_memory_bytes"] <= 320 * _MIB, r.usage
 
 
 @NEEDS_MEMORY_CGROUP
