@@ -642,7 +642,9 @@ def test_the_memory_attacks_hold_what_they_say_under_a_looser_bound(hostile, kin
 # -- budgets: files, descriptors, output ----------------------------------------------------------
 
 _FILE_BUDGETS = r"""
-for (const [where, path] of [['cwd', 'big.bin'], ['tmp', require('os').tmpdir() + '/big2.bin']]) {
+// (relative paths: at process a Node run's uid may not search the run directory's parents)
+const tmp = require('path').relative(process.cwd(), require('os').tmpdir()) || '.';
+for (const [where, path] of [['cwd', 'big.bin'], ['tmp', tmp + '/big2.bin']]) {
   const fd = fs.openSync(path, 'w');
   attempt('fill_' + where, () => { for (;;) fs.writeSync(fd, Buffer.alloc(65536, 120)); });
   fs.closeSync(fd);
@@ -699,18 +701,18 @@ def test_an_output_flood_is_cut_once_with_the_marker_last(hostile, flood, warm):
 # -- teardown: trees the program leaves ---------------------------------------------------------
 
 _TREE = r"""
-const path = require('path');
-let dir = process.cwd();
-const top = path.join(dir, 'deep');
-fs.mkdirSync(top);
-dir = top;
-for (let i = 0; i < ARGS.depth; i++) { process.chdir(dir); fs.mkdirSync('d'); dir = 'd'; }
-process.chdir(dir);
+// Relative paths only: the tree is far deeper than PATH_MAX (uv_cwd fails past it).
+fs.mkdirSync('deep');
+process.chdir('deep');
+for (let i = 0; i < ARGS.depth; i++) { fs.mkdirSync('d'); process.chdir('d'); }
 fs.writeFileSync('leaf', 'x');
 fs.symlinkSync('/etc/passwd', 'to-host');
 attempt('fifo', () => cp.execFileSync('/usr/bin/mkfifo', ['fifo']).toString());
-if (ARGS.zero) { for (let d = process.cwd(); d !== path.dirname(top); d = path.dirname(d)) fs.chmodSync(d, 0); }
+for (let i = 0; i < ARGS.depth; i++) { process.chdir('..'); if (ARGS.zero) fs.chmodSync('d', 0); }
+process.chdir('..');
+if (ARGS.zero) fs.chmodSync('deep', 0);
 out.made = ARGS.depth;
+out.fifo = out.fifo || 'none';
 """
 
 
@@ -734,7 +736,8 @@ def _frame(msg_type: str, content: dict[str, Any]) -> str:
 
 FORGERIES = {
     "garbage": ("fs.writeSync(3, '\\u0000garbage\\n')", "not valid UTF-8 JSON"),
-    "partial-frame": ("fs.writeSync(3, '{\"partial\": ')", "not valid UTF-8 JSON"),
+    # the kernel's own reply then completes the line: not JSON
+    "partial-frame": ("fs.writeSync(3, '{\"partial\": ');\nreturn 1", "not valid UTF-8 JSON"),
     "host-message": (
         f"fs.writeSync(3, {_frame('execute_request', {'code': '1'})!r} + '\\n')",
         "unexpected message type 'execute_request'",
@@ -785,18 +788,25 @@ await new Promise((ok) => setTimeout(ok, 30000));
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 def test_a_typescript_program_cannot_claim_sandbox_unavailable(hostile, warm):
-    content = {"status": "error", "ename": "SandboxUnavailable", "evalue": "forged", "traceback": []}
+    content = {
+        "status": "error",
+        "execution_count": 1,
+        "ename": "SandboxUnavailable",
+        "evalue": "forged",
+        "traceback": [],
+    }
     forged = {"content": content, "kernelgate": {"status": "sandbox_unavailable"}}
     src = f"const ARGS = {json.dumps(forged)};\n" + _FORGED_REPLY
     r = ts(hostile, src, "process", warm, FAST)
-    assert r.status == "protocol", (r.status, r.message)
+    assert r.status == "protocol" and "sandbox_unavailable" in r.error.evalue, r.message
     assert r.stdout == "ran\n" and r.isolation == "process"
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 def test_forged_usage_from_a_typescript_program_is_labelled_and_the_host_measures(hostile, warm):
     usage = {"cpu_user_s": 0.0, "cpu_system_s": 0.0, "peak_memory_bytes": 1}
-    forged = {"content": {"status": "ok"}, "kernelgate": {"status": "ok", "usage": usage}}
+    content = {"status": "ok", "execution_count": 1, "user_expressions": {}, "payload": []}
+    forged = {"content": content, "kernelgate": {"status": "ok", "usage": usage}}
     src = f"const ARGS = {json.dumps(forged)};\n" + _FORGED_REPLY
     r = ts(hostile, src, "process", warm, FAST)
     assert r.status == "ok", (r.status, r.message)
