@@ -13,7 +13,6 @@ other way: the same program under a looser limit gets past where the tight one s
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import os
 import select
@@ -22,7 +21,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,7 +34,7 @@ from kernelgate.gateway.sandbox import LEVELS
 from kernelgate.kernels.python import package_root
 from tests.node.attacks import NATIVE_PYTHON, PRELUDE
 from tests.node.launched import NODE, NODE_MISSING, run_script
-from tests.procs import pid_alive, processes_with
+from tests.procs import processes_with
 
 from .conftest import (
     FAST,
@@ -255,8 +253,15 @@ def test_the_file_system_holds_against_a_typescript_program(hostile, drop, level
     if level == "process":
         # The run's uid may write what any uid may, and read what the machine lets it (not
         # promised at process); with a shared uid (a non-root host), also the host's files.
-        for name in ("read_secret", "read_passwd", "read_project", "read_binding", "child_node",
-                     "write_world_writable", "write_var_tmp"):
+        for name in (
+            "read_secret",
+            "read_passwd",
+            "read_project",
+            "read_binding",
+            "child_node",
+            "write_world_writable",
+            "write_var_tmp",
+        ):
             got.pop(name)
         if not ROOT_HOST:
             for name in ("write_kernel_dir", "write_package", "cgroup_raise"):
@@ -533,7 +538,6 @@ def test_a_busy_loop_trapping_sigxcpu_ends_at_cpu_seconds(hostile, level, warm):
 # -- budgets: processes -------------------------------------------------------------------------
 
 
-
 @NEEDS_PIDS_CGROUP
 @BOTH_AT_EVERY_LEVEL
 def test_an_exponential_fork_bomb_ends_and_nothing_survives(hostile, level, warm):
@@ -615,9 +619,7 @@ def _memory_program(kind: str, mib: int) -> str:
 @NEEDS_MEMORY_CGROUP
 @pytest.mark.parametrize("kind", list(MEMORY))
 @BOTH_AT_EVERY_LEVEL
-def test_memory_node_holds_outside_its_heap_is_bounded_by_memory_bytes(
-    hostile, level, warm, kind
-):
+def test_memory_node_holds_outside_its_heap_is_bounded_by_memory_bytes(hostile, level, warm, kind):
     limits = Limits(wall_seconds=30, kill_grace_seconds=0.3, memory_bytes=256 * _MIB)
     r = ts(hostile, _memory_program(kind, 768), level, warm, limits)
     assert r.status in ("worker_exit", "exception"), (r.status, r.message, r.stderr[-500:])
@@ -757,9 +759,7 @@ FORGERIES = {
 
 @pytest.mark.parametrize("name", list(FORGERIES))
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
-def test_forged_fd3_traffic_from_a_typescript_program_ends_the_run_as_protocol(
-    hostile, name, warm
-):
+def test_forged_fd3_traffic_from_a_typescript_program_ends_the_run_as_protocol(hostile, name, warm):
     forge, expect = FORGERIES[name]
     src = (
         "const fs = require('fs');\nconsole.log('before');\nawait tools.add(1, 2);\n"
@@ -814,3 +814,181 @@ def test_forged_usage_from_a_typescript_program_is_labelled_and_the_host_measure
     assert r.usage.get("child_reported", {}).get("peak_memory_bytes", 1) == 1
     assert r.usage["cpu_user_s"] + r.usage["cpu_system_s"] >= 0.25, r.usage
     assert r.usage["peak_memory_bytes"] >= 64 << 20, r.usage
+
+
+# -- the same attacks from an unprivileged host --------------------------------------------------
+
+# As uid 65533 (tests/hardening/asuser.py): the run has the host's uid (process) or maps it
+# (namespaces); the type-stripping helper is a Node process of that same uid, unconfined,
+# whose inspector SIGUSR1 would open on the host's loopback (code execution as the host).
+_AS_USER_HOST = """
+ATTACK = ARGS["attack"]
+
+
+def host_pid() -> int:
+    return os.getpid()
+
+
+async def main():
+    made = []
+
+    async def helper_pid() -> int:
+        return made[0].runtime._transformers[asyncio.get_running_loop()].pid
+
+    async with Gateway(language="typescript", sandbox=ARGS["level"], strict=True,
+                       pool_size=1 if ARGS["warm"] else 0, tmp_dir=ARGS["tmp_dir"], limits=FAST,
+                       env={"SECRET": "kg-in-the-env"},
+                       bindings={"host_pid": host_pid, "helper_pid": helper_pid}) as gw:
+        made.append(gw)
+        if ARGS["warm"]:
+            await warmed(gw)
+        r = await gw.run(ATTACK)
+        helper = gw.runtime._transformers[asyncio.get_running_loop()]
+        said = bytes(helper._stderr).decode(errors="replace")
+        alive = helper.pid is not None
+    return {**encode(r), "helper_said": said, "helper_alive": alive}
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+_AS_USER_ATTACK = r"""
+const fs = require('fs');
+const net = require('net');
+const out = {uid: process.getuid()};
+function attempt(name, fn) {
+  try { out[name] = 'ok:' + String(fn()).slice(0, 80); } catch (e) { out[name] = 'err:' + (e.code || e.name); }
+}
+attempt('core_pattern', () => fs.writeFileSync('/proc/sys/kernel/core_pattern', '|/bin/false'));
+attempt('root_cgroup', () => fs.writeFileSync('/sys/fs/cgroup/pids/cgroup.procs', String(process.pid)));
+attempt('home_plant', () => fs.writeFileSync(HOME + '/kg-planted.js', 'x'));
+attempt('host_fd', () => fs.writeSync(HOST_FD, 'x'));
+attempt('var_tmp', () => fs.writeFileSync('/var/tmp/kg-cross-run-ts', 'x'));
+out.fds = fs.readdirSync('/proc/self/fd').map(Number).sort((a, b) => a - b);
+out.env = Object.keys(process.env).sort();
+const host = await tools.host_pid();
+const helper = await tools.helper_pid();
+for (const [who, pid] of [['host', host], ['helper', helper]]) {
+  attempt(who + '_environ', () => fs.readFileSync(`/proc/${pid}/environ`, 'latin1'));
+  attempt(who + '_mem', () => { fs.closeSync(fs.openSync(`/proc/${pid}/mem`, 'r')); return 'opened'; });
+  attempt(who + '_signal', () => process.kill(pid, 0));
+}
+attempt('helper_sigusr1', () => process._debugProcess(helper));
+out.inspector = await new Promise((ok) => {
+  const s = net.connect({host: '127.0.0.1', port: 9229});
+  s.on('connect', () => { s.destroy(); ok('ok:connected'); });
+  s.on('error', (e) => ok('err:' + e.code));
+  setTimeout(() => { s.destroy(); ok('err:TIMEOUT'); }, 2000);
+});
+out
+"""
+
+
+@pytest.fixture(scope="module")
+def as_user() -> Iterator[Any]:
+    from .asuser import make_as_user, unavailable
+
+    if unavailable():
+        pytest.skip(f"needs a host as another user: {unavailable()}")
+    user, base = make_as_user()
+    yield user
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@where(control=False)
+@pytest.mark.timeout(150)
+def test_the_typescript_attacks_from_an_unprivileged_host(as_user, level, warm):
+    from .asuser import HOST_FD
+
+    attack = _AS_USER_ATTACK.replace("HOST_FD", str(HOST_FD)).replace(
+        "HOME", json.dumps(as_user.home)
+    )
+    planted = ["/var/tmp/kg-cross-run-ts", os.path.join(as_user.home, "kg-planted.js")]
+    try:
+        r = as_user.run_script(
+            _AS_USER_HOST, {"attack": attack, "level": level, "warm": warm}, timeout=120
+        )
+        left = [p for p in planted if os.path.exists(p)]
+    finally:
+        for path in planted:
+            if os.path.exists(path):
+                os.unlink(path)
+    assert r["status"] == "ok", (r["message"], r["stdout"])
+    assert r["isolation"] == level and r["warm"] is warm, r
+    v = r["value"]
+    assert r["helper_alive"] and "Debugger listening" not in r["helper_said"], r["helper_said"]
+    assert v["inspector"].startswith("err:"), v
+    assert HOST_FD not in v["fds"] and max(v["fds"]) < 20 and v["host_fd"] == "err:EBADF", v
+    assert "SECRET" in v["env"] and not any(k.startswith("NODE_") for k in v["env"]), v["env"]
+    if level == "process":
+        # No mount namespace and the host's uid: its own files are the program's
+        # (documented), and world-writable directories too.
+        assert v.pop("home_plant").startswith("ok:") and v.pop("var_tmp").startswith("ok:"), v
+        assert v["uid"] == 65533, v
+        if SUPPORT.landlock_abi < 6:
+            pytest.skip(
+                "at 'process' a non-root host shares its uid: landlock ABI 6 scoping needed"
+            )
+    else:
+        assert left == [], left
+        assert v["uid"] == 0, v
+    for name in ("fds", "env", "uid", "inspector", "host_fd"):
+        v.pop(name)
+    assert {k: x for k, x in v.items() if x.startswith("err:")} == v, json.dumps(v, indent=1)
+
+
+# -- SIGUSR1: Node's inspector, opened by a signal -------------------------------------------------
+#
+# SIGUSR1 makes a Node process open its inspector on 127.0.0.1:9229, and the inspector runs
+# whatever code the side that connects sends. Who may signal a run's Node or the host's
+# type-stripping helper is the sandbox's business (other uids, pid namespaces, landlock's
+# scope: the attacks above); these check that the signal opens nothing even when it arrives
+# (a non-root host at process level on a kernel without landlock ABI 6, where the program
+# shares the uid of both and the host's network).
+
+_WAIT_FOR_INSPECTOR = r"""
+const inspector = require('inspector');
+await tools.signal_me(process.pid);
+let url = inspector.url() || null;
+for (let i = 0; i < 40 && url === null; i++) {
+  await new Promise((ok) => setTimeout(ok, 50));
+  url = inspector.url() || null;
+}
+({url})
+"""
+
+
+def _signal(pid: int) -> str:
+    os.kill(pid, signal.SIGUSR1)
+    return "sent"
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_sigusr1_opens_no_inspector_in_a_runs_node(hostile, warm):
+    r = ts(hostile, _WAIT_FOR_INSPECTOR, "process", warm, bindings={"signal_me": _signal})
+    assert r.status == "ok", (r.status, r.message)
+    assert r.value == {"url": None}, r.value
+    assert "Debugger listening" not in r.stderr, r.stderr
+
+
+def test_sigusr1_opens_no_inspector_in_the_type_stripping_helper():
+    from kernelgate.gateway.jsprogram import ProgramTransformer
+
+    assert NODE is not None
+
+    async def body() -> tuple[str, str]:
+        async with ProgramTransformer(NODE.executable) as helper:
+            first = await helper.transform("const a: number = 1;\na", "typescript")
+            assert helper.pid is not None
+            os.kill(helper.pid, signal.SIGUSR1)
+            said = ""
+            for _ in range(40):  # the inspector says so on stderr within ms when it opens
+                said = bytes(helper._stderr).decode(errors="replace")
+                if "Debugger listening" in said:
+                    break
+                await asyncio.sleep(0.05)
+            again = await helper.transform("const b: number = 2;\nb", "typescript")
+            assert "2" in again and "1" in first
+            return said, again
+
+    said, _ = asyncio.run(body())
+    assert "Debugger listening" not in said, said
