@@ -992,3 +992,132 @@ def test_sigusr1_opens_no_inspector_in_the_type_stripping_helper():
 
     said, _ = asyncio.run(body())
     assert "Debugger listening" not in said, said
+
+
+# -- another run's files and processes ---------------------------------------------------------------
+
+_RUN_A = r"""
+require('fs').writeFileSync('secret.txt', 'run A secret');
+await tools.hold(process.cwd());
+'A done'
+"""
+
+_RUN_B = (
+    r"""
+const t = await tools.targets();
+out.step_targets = JSON.stringify(t);
+attempt('a_file', () => fs.readFileSync(t.dir + '/secret.txt', 'utf8'));
+attempt('a_dir', () => fs.readdirSync(t.dir).join(','));
+attempt('a_plant', () => { fs.writeFileSync(t.dir + '/planted.js', 'x'); return 'planted'; });
+attempt('a_environ', () => fs.readFileSync(`/proc/${t.pid}/environ`, 'latin1'));
+attempt('a_mem', () => { fs.closeSync(fs.openSync(`/proc/${t.pid}/mem`, 'r')); return 'opened'; });
+attempt('a_fd3', () => fs.readlinkSync(`/proc/${t.pid}/fd/3`));
+attempt('a_signal', () => process.kill(t.pid, 0));
+attempt('a_sigstop', () => { process.kill(t.pid, 'SIGSTOP'); process.kill(t.pid, 'SIGCONT'); return 'stopped'; });
+"""
+    + native_to_out(
+        """
+pid = ${t.pid}
+res["a_ptrace_seize"] = sc(101, 0x4206, pid, 0, 0)
+buf = ctypes.create_string_buffer(8)
+local = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)
+remote = (ctypes.c_void_p * 2)(0x400000, 8)
+res["a_process_vm_readv"] = sc(310, pid, ctypes.addressof(local), 1, ctypes.addressof(remote), 1, 0)
+pidfd = libc.syscall(ctypes.c_long(434), ctypes.c_long(pid), ctypes.c_long(0))
+res["step_pidfd_open"] = "ok" if pidfd >= 0 else errno.errorcode[ctypes.get_errno()]
+res["a_pidfd_getfd"] = sc(438, pidfd, 3, 0) if pidfd >= 0 else "ESRCH"
+"""
+    )
+    + "await tools.done();\n"
+)
+
+
+class _Rendezvous:
+    """Run A waits in ``hold`` (its run directory known) until run B is ``done``; B asks
+    for A's ``targets``: its run directory and the host pid of its Node (by its cwd)."""
+
+    def __init__(self) -> None:
+        self.a_dir: str | None = None
+        self.a_ready = asyncio.Event()
+        self.b_done = asyncio.Event()
+
+    async def hold(self, cwd: str) -> str:
+        self.a_dir = cwd
+        self.a_ready.set()
+        await asyncio.wait_for(self.b_done.wait(), 60)
+        return "released"
+
+    async def targets(self) -> dict[str, Any]:
+        await asyncio.wait_for(self.a_ready.wait(), 60)
+        return {"dir": self.a_dir, "pid": self.node_pid()}
+
+    def node_pid(self) -> int:
+        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                if os.readlink(f"/proc/{pid}/cwd") == self.a_dir and "node" in os.readlink(
+                    f"/proc/{pid}/exe"
+                ):
+                    return pid
+            except OSError:
+                continue
+        raise AssertionError(f"no node process in {self.a_dir}")
+
+    async def done(self) -> str:
+        self.b_done.set()
+        return "done"
+
+    def bindings(self) -> dict[str, Any]:
+        return {"hold": self.hold, "targets": self.targets, "done": self.done}
+
+
+@where(process_needs_root=True)
+def test_a_concurrent_typescript_run_cannot_reach_another_runs_files_or_processes(
+    hostile, level, warm
+):
+    meet = _Rendezvous()
+    b_program = script(_RUN_B, {}) + "\nout"
+
+    async def control() -> dict[str, Any]:
+        # Run B as a plain Node script outside every sandbox, against a live run A.
+        t = await meet.targets()
+        body = _RUN_B.replace("await tools.targets()", json.dumps(t))
+        body = body.replace("await tools.done();", "")
+        try:
+            return await asyncio.to_thread(attack, hostile, None, False, body)
+        finally:
+            await meet.done()
+
+    async def both() -> tuple[RunResult, Any]:
+        gw = hostile.gateway(
+            language="typescript",
+            sandbox=level or "process",
+            strict=True,
+            pool_size=2 if warm else 0,
+            bindings=meet.bindings(),
+        )
+        try:
+            if warm:
+                first = hostile.record(await gw.run("'warm-up'"))
+                assert first.ok, first.message
+                await gw._pool.filled()  # type: ignore[union-attr]
+            a_run = asyncio.ensure_future(gw.run(_RUN_A))
+            b = await (control() if level is None else gw.run(b_program))
+            a = hostile.record(await a_run)
+            if isinstance(b, RunResult):
+                hostile.record(b)
+            return a, b
+        finally:
+            await gw.runtime.end_loop()
+
+    a, b = asyncio.run(both())
+    assert a.status == "ok" and a.value == "A done", (a.status, a.message)
+    assert a.usage["warm"] is warm and (level is None or b.usage["warm"] is warm)
+    if level is None:
+        for key in ("a_file", "a_plant", "a_environ", "a_mem", "a_pidfd_getfd", "a_sigstop"):
+            assert b[key].startswith("ok:"), (key, b)
+        return
+    assert b.status == "ok", (b.status, b.message, b.stderr[-1000:])
+    got = b.value
+    assert {k: v for k, v in attempts(got).items() if not refused(v)} == {}, json.dumps(
+        got, indent=1
+    )
