@@ -13,6 +13,7 @@ other way: the same program under a looser limit gets past where the tight one s
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import select
@@ -20,7 +21,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,6 +45,7 @@ from .conftest import (
     ROOT_HOST,
     SUPPORT,
     Hostile,
+    kernelgate_cgroups,
     needs_level,
 )
 
@@ -1121,3 +1125,96 @@ def test_a_concurrent_typescript_run_cannot_reach_another_runs_files_or_processe
     assert {k: v for k, v in attempts(got).items() if not refused(v)} == {}, json.dumps(
         got, indent=1
     )
+
+
+# -- a killed host takes its TypeScript runs with it ------------------------------------------------
+
+_HOST_THAT_DIES = """
+import asyncio, json, sys
+from kernelgate import Gateway, Limits
+
+warm, tmp_dir, marker, level = sys.argv[1] == "warm", sys.argv[2], sys.argv[3], sys.argv[4]
+# Each sleeper says when it is up (its new command line is readable from /proc only then).
+sleeper = f"['-c', 'echo 1; sleep 600', {marker!r}]"
+program = (
+    "const cp = require('child_process');\\n"
+    "const up = (c) => new Promise((ok) => c.stdout.once('data', ok));\\n"
+    f"const a = cp.spawn('/bin/sh', {sleeper}, {{stdio: ['ignore', 'pipe', 'ignore']}});\\n"
+    f"const b = cp.spawn('/bin/sh', {sleeper}, {{stdio: ['ignore', 'pipe', 'ignore'], detached: true}});\\n"
+    "await Promise.all([up(a), up(b)]);\\n"
+    "console.log('up');\\n"
+    "for (;;) {}\\n"
+)
+
+
+async def main():
+    limits = Limits(wall_seconds=60, cpu_seconds=60)
+    gw = Gateway(language="typescript", tmp_dir=tmp_dir, pool_size=1 if warm else 0,
+                 limits=limits, sandbox=level, strict=True)
+    if warm:
+        await gw.run("1")
+        await gw._pool.filled()
+    up = asyncio.get_running_loop().create_future()
+    task = asyncio.ensure_future(
+        gw.run(program, on_output=lambda o: up.done() or up.set_result(o))
+    )
+    await up
+    run_id = next(iter(gw._runs)).run_id
+    pool = f"nodepool-{gw._pool._token}-" if gw._pool is not None else "no-pool"
+    print(json.dumps({"run_id": run_id, "pool": pool}), flush=True)
+    await task
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+@pytest.mark.parametrize(
+    "level",
+    [pytest.param(level, marks=needs_level(level), id=level) for level in LEVELS[1:]],
+)
+def test_killing_the_host_takes_its_typescript_run_with_it(hostile, tmp_path, level, warm):
+    # At process only the child has the death signal (docs/security.md): namespace levels.
+    base = tmp_path / "host-runs"
+    base.mkdir()
+    host = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _HOST_THAT_DIES,
+            "warm" if warm else "cold",
+            str(base),
+            hostile.marker,
+            level,
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert host.stdout is not None
+        line = host.stdout.readline()  # the program is up, with its two grandchildren
+        assert line, "the host script ended before the program was up"
+        names = json.loads(line)
+        # the two shells (and, for a moment, a fork of one about to exec sleep)
+        assert len(set(processes_with(hostile.marker)) - {host.pid}) >= 2
+    finally:
+        host.kill()  # SIGKILL: no cleanup of any kind in the host
+        host.wait()
+        if host.stdout is not None:
+            host.stdout.close()
+    deadline = time.monotonic() + 10
+    while processes_with(hostile.marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(hostile.marker) == []
+    # What the dead host would have removed: its cgroups, once the killed processes are gone.
+    for path in kernelgate_cgroups({names["run_id"], names["pool"]}):
+        while True:
+            try:
+                os.rmdir(path)  # EBUSY while a process is still inside
+                break
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    break
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
