@@ -1218,3 +1218,122 @@ def test_killing_the_host_takes_its_typescript_run_with_it(hostile, tmp_path, le
                 if exc.errno != errno.EBUSY or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+
+
+# -- the host is the authority, against a program that took the kernel's own client ----------------
+#
+# The Node kernel keeps its fd-3 client in closures, but the inspector module opens them: a
+# program walks [[Scopes]] from a binding to the CallClient and then writes call frames that
+# are numbered and addressed as the kernel's own, past every check the child makes.
+
+_TAKE_THE_CLIENT = r"""
+const fs = require('fs');
+const inspector = require('inspector');
+const session = new inspector.Session();
+session.connect();
+function post(method, params) {
+  let result, error;
+  session.post(method, params, (e, r) => { error = e; result = r; });
+  if (error) throw error;
+  return result;
+}
+globalThis.__kgProbe = tools.add;
+const seen = new Set();
+let clientId = null;
+function walk(objectId, depth) {
+  if (depth > 6 || seen.has(objectId) || clientId) return;
+  seen.add(objectId);
+  const r = post('Runtime.getProperties', {objectId, ownProperties: true});
+  for (const p of [...(r.internalProperties || []), ...(r.result || [])]) {
+    const v = p.value;
+    if (!v || !v.objectId) continue;
+    if (p.name === 'client' && v.className === 'CallClient') { clientId = v.objectId; return; }
+    if (!/^(__proto__|prototype|constructor)$/.test(p.name)) walk(v.objectId, depth + 1);
+  }
+}
+walk(post('Runtime.evaluate', {expression: 'globalThis.__kgProbe'}).result.objectId, 0);
+if (clientId === null) throw new Error('the kernel client was not found');
+post('Runtime.callFunctionOn', {objectId: clientId, functionDeclaration: 'function () { globalThis.__kgClient = this; }'});
+const client = globalThis.__kgClient;
+session.disconnect();
+function frame(name, args, kwargs) {
+  const id = client.conn.nextCallId;
+  return [id, client.conn.send('comm_msg call', {
+    comm_id: client.conn.commId, data: {method: 'call', id, namespace: 'tools', name, args, kwargs}})];
+}
+function forged(name, args, kwargs) {
+  const [id, bytes] = frame(name, args, kwargs);
+  return new Promise((ok) => { client.pending[id] = {settle: ok}; client.write(bytes); });
+}
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_forged_calls_that_do_not_fit_never_reach_policy_or_binding(hostile, warm):
+    seen: list[object] = []
+
+    def add(a: int, b: int) -> int:
+        seen.append(("binding", a, b))
+        return a + b
+
+    def policy(namespace: str, name: str, args: Any, kwargs: Any) -> bool:
+        seen.append(("policy", args, kwargs))
+        return True
+
+    src = _TAKE_THE_CLIENT + (
+        "const out = [];\n"
+        "try { await tools.add(1, 2, 3); } catch (e) { out.push('child refused: ' + e.name); }\n"
+        "for (const [a, k] of [[[1, 2, 3], {}], [[1], {c: 2}], [[], {}]]) {\n"
+        "  const reply = await forged('add', a, k);\n"
+        "  out.push(reply.ok ? 'answered' : 'host refused: ' + reply.ename + ' ' + reply.evalue);\n"
+        "}\n"
+        "out.push(await tools.add(2, 3));\nout\n"
+    )
+    gw = hostile.gateway(
+        language="typescript", bindings={"add": add}, policy=policy, pool_size=1 if warm else 0
+    )
+    r = hostile.run(src, FAST, gateway=gw, warm=warm)
+    assert r.status == "ok", (r.status, r.message, r.stderr[-1000:])
+    lines = r.value
+    assert lines[0] == "child refused: TypeError", lines
+    assert all(line.startswith("host refused: TypeError tools.add()") for line in lines[1:4]), lines
+    assert lines[4] == 5
+    assert seen == [("policy", [2, 3], {}), ("binding", 2, 3)]  # the forged ones: neither
+    assert [c.error.ename for c in r.calls if not c.ok] == ["TypeError"] * 3
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_forged_call_flood_past_max_calls_ends_as_protocol_and_is_not_kept(hostile, warm):
+    # 250 call frames of 4 MiB each, numbered as the kernel's own, with max_calls=5.
+    src = _TAKE_THE_CLIENT + (
+        "const big = 'x'.repeat(4 << 20);\nlet sent = 0;\n"
+        "for (let i = 0; i < 250; i++) {\n"
+        "  const [, bytes] = frame('echo', [big], {});\n"
+        "  try { client.write(bytes); } catch (e) { break; }\n"
+        "  sent += 1;\n"
+        "}\n"
+        "console.log('sent', sent);\nsent\n"
+    )
+    limits = Limits(
+        wall_seconds=30,
+        kill_grace_seconds=0.3,
+        cpu_seconds=20,
+        max_calls=5,
+        max_frame_bytes=5 << 20,
+        memory_bytes=2 << 30,
+    )
+    before = _rss_bytes()
+    r = ts(hostile, src, "process", warm, limits)
+    grown = _rss_bytes() - before
+    assert r.status == "protocol", (r.status, r.message)
+    assert "past max_calls=5" in r.error.evalue, r.error.evalue
+    assert len(r.calls) <= 5
+    assert grown < 200 << 20, f"the host grew by {grown >> 20} MiB"
