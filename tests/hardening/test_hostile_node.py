@@ -1337,3 +1337,133 @@ def test_a_forged_call_flood_past_max_calls_ends_as_protocol_and_is_not_kept(hos
     assert "past max_calls=5" in r.error.evalue, r.error.evalue
     assert len(r.calls) <= 5
     assert grown < 200 << 20, f"the host grew by {grown >> 20} MiB"
+
+
+# -- other architectures' system calls, from what Node execs ----------------------------------------
+
+_I386 = (
+    "import ctypes, mmap\n"
+    "CODE = bytes([0x53, 0xB8, 0x67, 0x01, 0, 0, 0xBB, 1, 0, 0, 0, 0xB9, 1, 0, 0, 0,\n"
+    "              0x31, 0xD2, 0xCD, 0x80, 0x5B, 0xC3])\n"
+    "m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+    "m.write(CODE)\n"
+    "print(ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))())\n"
+)
+_X32 = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    "print(libc.syscall(ctypes.c_long(0x40000000 | 41), ctypes.c_long(1), ctypes.c_long(1), "
+    "ctypes.c_long(0)))\n"
+)
+_FOREIGN = r"""
+for (const [name, code] of Object.entries(ARGS.codes)) {
+  const r = cp.spawnSync('/usr/bin/python3', ['-I', '-S', '-c', code], {encoding: 'utf8'});
+  out[name] = r.signal ? 'killed:' + r.signal : 'exit:' + r.status + ':' + String(r.stdout).trim();
+}
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the i386 and x32 ABIs are x86_64's")
+@where()
+def test_foreign_abi_system_calls_kill_what_node_execs(hostile, level, warm):
+    got = attack(hostile, level, warm, _FOREIGN, {"codes": {"i386": _I386, "x32": _X32}})
+    if level is None:  # the kernel runs them: int 0x80 socket(AF_UNIX) gives an fd
+        assert got["i386"].startswith("exit:0:") and int(got["i386"].split(":")[2]) >= 0, got
+        assert got["x32"].startswith("exit:0:"), got  # ENOSYS where x32 is off: not killed
+        return
+    assert got == {"i386": "killed:SIGSYS", "x32": "killed:SIGSYS"}, got
+
+
+# -- waits survive a stopped program ----------------------------------------------------------------
+
+
+@BOTH_AT_EVERY_LEVEL
+def test_a_self_stopping_typescript_program_ends_at_wall_seconds(hostile, level, warm):
+    src = (
+        "const cp = require('child_process');\n"
+        f"cp.spawn('/bin/sh', ['-c', 'kill -STOP $$; sleep 600', {hostile.marker!r}],"
+        " {stdio: 'ignore'});\n"
+        "console.log('stopping');\nprocess.kill(process.pid, 'SIGSTOP');\n'resumed'\n"
+    )
+    limits = Limits(wall_seconds=2, kill_grace_seconds=0.3, cpu_seconds=10)
+    r = ts(hostile, src, level, warm, limits)
+    assert r.status == "timeout" and "wall_seconds" in r.error.evalue, (r.status, r.message)
+    assert r.duration_s < 2 + SLACK
+
+
+# -- SysV IPC: refused at process, private at the namespace levels ----------------------------------
+
+_SYSV = native_to_out(
+    """
+key = 0x6B6A0000 + ${ARGS.tag}
+shm = libc.shmget(key, 4096, 0o1000 | 0o666)
+res["shmget"] = "ok" if shm >= 0 else errno.errorcode[ctypes.get_errno()]
+mq = libc.syscall(ctypes.c_long(240), b"kg-hostile-node", 0o100 | 0o2, 0o600, None)  # the kernel takes no "/"
+res["mq_open"] = "ok" if mq >= 0 else errno.errorcode[ctypes.get_errno()]
+"""
+)
+
+
+def _sysv_keys() -> set[int]:
+    with open("/proc/sysvipc/shm") as f:
+        return {int(line.split()[0]) for line in f.readlines()[1:] if line.strip()}
+
+
+@where()
+def test_sysv_ipc_is_refused_at_process_and_private_at_namespace_levels(hostile, level, warm):
+    tag = os.getpid() & 0xFFFF
+    key = 0x6B6A0000 + tag
+    try:
+        got = attack(hostile, level, warm, _SYSV, {"tag": tag})
+        during = key in _sysv_keys()
+    finally:
+        if key in _sysv_keys():  # the control's, on the host: remove it
+            subprocess.run(["ipcrm", "-M", str(key)], check=False, capture_output=True)
+        if os.path.exists("/dev/mqueue/kg-hostile-node"):
+            os.unlink("/dev/mqueue/kg-hostile-node")
+    if level is None:
+        assert got["shmget"] == got["mq_open"] == "ok:" and during, got
+        return
+    if level == "process":  # no IPC namespace there: the filter refuses
+        assert got["shmget"] == got["mq_open"] == "err:EPERM", got
+    else:  # the run's own IPC namespace: made there, gone with it, never the host's
+        assert got["shmget"] == "ok:", got
+        # landlock keeps the namespace's mqueue file system out of reach too
+        assert got["mq_open"] == ("ok:" if level == "namespaces" else "err:EACCES"), got
+    assert key not in _sysv_keys() and not os.path.exists("/dev/mqueue/kg-hostile-node")
+
+
+# -- /tmp and /dev/shm are the run's own; read_paths do grant reading -------------------------------
+
+_SHARED = r"""
+for (const dir of ['/tmp', '/dev/shm', '/var/tmp']) {
+  attempt('write_' + dir, () => { fs.writeFileSync(dir + '/' + ARGS.name, 'from the run'); return 'written'; });
+}
+attempt('read_granted', () => fs.readFileSync(ARGS.granted, 'utf8'));
+"""
+
+
+@where(("namespaces", "namespaces+landlock"))
+def test_shared_writable_directories_are_the_runs_own_and_read_paths_grant_reading(
+    hostile, drop, level, warm
+):
+    name = f"kg-hostile-node-shared-{os.getpid()}"
+    granted = os.path.join(drop, "secret.txt")
+    try:
+        got = attack(
+            hostile, level, warm, _SHARED, {"name": name, "granted": granted}, read_paths=[drop]
+        )
+        on_host = [d for d in ("/tmp", "/dev/shm", "/var/tmp") if os.path.exists(f"{d}/{name}")]
+    finally:
+        for d in ("/tmp", "/dev/shm", "/var/tmp"):
+            if os.path.exists(f"{d}/{name}"):
+                os.unlink(f"{d}/{name}")
+    assert got["read_granted"] == "ok:host secret\n", got
+    if level is None:
+        assert on_host == ["/tmp", "/dev/shm", "/var/tmp"], (on_host, got)
+        return
+    # /tmp and /dev/shm: private tmpfs, written and gone; /var/tmp: read-only.
+    assert got["write_/tmp"] == got["write_/dev/shm"] == "ok:written", got
+    assert refused(got["write_/var/tmp"]), got
+    assert on_host == [], on_host
