@@ -1467,3 +1467,52 @@ def test_shared_writable_directories_are_the_runs_own_and_read_paths_grant_readi
     assert got["write_/tmp"] == got["write_/dev/shm"] == "ok:written", got
     assert refused(got["write_/var/tmp"]), got
     assert on_host == [], on_host
+
+
+# -- the host's per-user counts are not the run's ----------------------------------------------------
+
+_INOTIFY_HOLDER = (
+    "import ctypes, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "made = []\n"
+    "while len(made) < 512:\n"
+    "    fd = libc.inotify_init1(0)\n"
+    "    if fd < 0:\n"
+    "        break\n"
+    "    made.append(fd)\n"
+    "print(len(made), flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+def _host_inotify() -> str:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        return f"errno {ctypes.get_errno()}"
+    os.close(fd)
+    return "made"
+
+
+@pytest.mark.skipif(not ROOT_HOST, reason="a root host's runs each have a uid of their own")
+@where(control=False)
+def test_a_typescript_run_cannot_use_up_the_hosts_per_user_counts(hostile, level, warm):
+    # A process the program execs takes every inotify instance its user may have, and holds
+    # them while the host makes one of its own (root's, charged machine-wide).
+    src = (
+        "const cp = require('child_process');\n"
+        "const holder = cp.spawn('/usr/bin/python3', ['-I', '-S', '-c', CODE],"
+        " {stdio: ['pipe', 'pipe', 'inherit']});\n"
+        "const made = await new Promise((ok) => holder.stdout.once('data', (d) => ok(Number(String(d).trim()))));\n"
+        "const host = await tools.host_inotify();\n"
+        "holder.stdin.end();\n"
+        "await new Promise((ok) => holder.on('exit', ok));\n"
+        "[made, host]\n"
+    ).replace("CODE", json.dumps(_INOTIFY_HOLDER))
+    r = ts(hostile, src, level, warm, bindings={"host_inotify": _host_inotify})
+    assert r.status == "ok", (r.status, r.message, r.stderr[-500:])
+    made, host = r.value
+    assert made >= 100, made  # the run reached its own limit
+    assert host == "made", "the run used up the host's inotify instances"
