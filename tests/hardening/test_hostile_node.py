@@ -201,6 +201,15 @@ if (ARGS.cgroups) {
   });
   attempt('cgroup_leave', () => { fs.writeFileSync(ARGS.cgroups + '/cgroup.procs', String(process.pid)); return 'left'; });
 }
+// the run's own memory cgroup: raise its bound, or leave it for the root one (never tried by
+// the unconfined control, whose cgroup is not the test's)
+if (ARGS.memcg) {
+  const line = fs.readFileSync('/proc/self/cgroup', 'utf8').split('\n').find((l) => /(^|,)memory(,|$)/.test(l.split(':')[1] || ''));
+  const mine = '/sys/fs/cgroup/memory' + line.split(':').slice(2).join(':');
+  out.step_memcg = mine;
+  attempt('memcg_raise', () => { fs.writeFileSync(mine + '/memory.limit_in_bytes', String(8 << 30)); return 'raised'; });
+  attempt('memcg_leave', () => { fs.writeFileSync('/sys/fs/cgroup/memory/cgroup.procs', String(process.pid)); return 'left'; });
+}
 // setuid and setgid modes, on a copy of a binary the run owns
 attempt('step_copy', () => { fs.copyFileSync(process.execPath, 'suid'); return 'copied'; });
 attempt('chmod_setuid', () => { fs.chmodSync('suid', 0o4755); return (fs.statSync('suid').mode & 0o7777).toString(8); });
@@ -232,6 +241,7 @@ def _files_args(drop: str, level: str | None) -> dict[str, Any]:
             "usr_bin": f"/usr/bin/kg-hostile-node-{tag}",
         },
         "sysctl": "/proc/sys/kernel/core_pattern",
+        "memcg": level is not None and CGROUPS is not None and CGROUPS.memory is not None,
         "cgroups": pids.pids if pids is not None and pids.pids is not None else "",
     }
 
@@ -268,12 +278,14 @@ def test_the_file_system_holds_against_a_typescript_program(hostile, drop, level
         ):
             got.pop(name)
         if not ROOT_HOST:
-            for name in ("write_kernel_dir", "write_package", "cgroup_raise"):
+            for name in ("write_kernel_dir", "write_package", "cgroup_raise", "memcg_raise"):
                 got.pop(name, None)
     elif level == "namespaces":
         # Reading is not promised there; writing anywhere but the run directory is.
         for name in ("read_secret", "read_passwd", "read_project", "read_binding", "child_node"):
             got.pop(name)
+    if CGROUPS is not None and CGROUPS.memory is not None:
+        assert "kernelgate-" in got["step_memcg"], got  # its own per-run cgroup: the target
     bad = {k: v for k, v in attempts(got).items() if not refused(v)}
     assert bad == {}, json.dumps(got, indent=1)
 
