@@ -241,12 +241,17 @@ class Hostile:
             return self.record(gw.run_sync(program, limits=limits))
 
         async def warm_then_run() -> RunResult:
-            first = self.record(await gw.run("'warm-up'"))
-            assert first.ok, first.message
-            filler = getattr(getattr(gw, "_pool", None), "_filler", None)
-            if filler is not None:
-                await asyncio.shield(filler)  # the pool holds a booted child now
-            return await gw.run(program, limits=limits)
+            try:
+                first = self.record(await gw.run("'warm-up'"))
+                assert first.ok, first.message
+                filler = getattr(getattr(gw, "_pool", None), "_filler", None)
+                if filler is not None:
+                    await asyncio.shield(filler)  # the pool holds a booted child now
+                return await gw.run(program, limits=limits)
+            finally:
+                # As run_sync does: what the runtime holds on this loop (a Node gateway's
+                # type-stripping helper) goes with the loop.
+                await gw.runtime.end_loop()
 
         result = self.record(asyncio.run(warm_then_run()))
         assert result.usage.get("warm") is True, "the program did not run in a warm child"

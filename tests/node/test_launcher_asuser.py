@@ -165,8 +165,13 @@ print(json.dumps(got))
     strict=True,
     reason="known gap: execve makes the Node child dumpable again and JavaScript cannot clear "
     "it, so on a non-root host any unconfined process of the host's uid reads its environ and "
-    "memory (a Python child is not dumpable). Other runs are kept out (landlock scope, pid "
-    "namespaces: test_the_node_attacks_from_an_unprivileged_host).",
+    "memory (a Python child is not dumpable). At the namespace levels dumpability is not even "
+    "the whole story: node is exec'd inside the run's user namespace, which the host's uid "
+    "owns, so that uid holds CAP_SYS_PTRACE over it (a Python child's memory was made outside "
+    "it, before the namespaces). An execute-only copy of node (mode 0111) does make the "
+    "process-level child non-dumpable, but the copy would be a code path every process-level "
+    "program of that uid can rewrite for later runs. Other runs are kept out (landlock scope, "
+    "pid namespaces: test_the_node_attacks_from_an_unprivileged_host).",
 )
 @pytest.mark.timeout(150)
 def test_a_same_uid_host_process_cannot_read_a_node_childs_environ(as_user, level):

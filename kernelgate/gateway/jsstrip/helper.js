@@ -12,6 +12,13 @@
 // starts a new one for the next program. It also exits when stdin closes (the host is gone).
 "use strict";
 
+// SIGUSR1 makes Node open its inspector on 127.0.0.1:9229, which runs any code the side that
+// connects sends: this helper is unconfined and runs as the host's user, so whoever could
+// signal it (a process-level run sharing that uid on a kernel without landlock's signal scope)
+// would get the host's rights. A listener of our own takes the signal instead (Node 20 has no
+// --disable-sigusr1).
+process.on("SIGUSR1", () => {});
+
 const readline = require("node:readline");
 const { transformSync } = require("./amaro/internal.js");
 const acorn = require("./acorn/acorn.js");

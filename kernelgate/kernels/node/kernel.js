@@ -18,6 +18,13 @@
 // (1 GiB by default: the host is trusted).
 
 const S = require('./safe'); // first: before anything else can change a builtin
+
+// SIGUSR1 makes Node open its inspector on 127.0.0.1:9229, which runs any code the side
+// that connects sends: whoever could signal this child would get a debugger in it (another
+// run sharing its uid at process level, on a kernel without landlock's signal scope). A
+// listener of our own takes the signal instead (Node 20 has no --disable-sigusr1); signal
+// listeners are unref'd, so it keeps nothing alive.
+process.on('SIGUSR1', () => {});
 const { CallClient } = require('./client');
 const { Child } = require('./runner');
 
