@@ -88,7 +88,43 @@ class Definitions:
         # A definition that points at others is the same only if they are too.
         defs = root.get(parts[0]) if "$ref" in text else None
         canonical = text + json.dumps(defs, sort_keys=True, default=str)
-        base = safe_name(parts[1].replace("~1", "/").replace("~0", "~"))
+        return self._named(
+            key, node, root, parts[1].replace("~1", "/").replace("~0", "~"), canonical
+        )
+
+    def name_root(self, schema: Any) -> str | None:
+        """The name of a whole schema that is itself a named model (an object with a
+        ``title``, ``properties`` and ``$defs``: what pydantic makes of a model an MCP tool
+        returns), so ``-> Issue`` is shown rather than its fields; None for any other."""
+        if (
+            not (
+                isinstance(schema, Mapping)
+                and isinstance(schema.get("title"), str)
+                and isinstance(schema.get("properties"), Mapping)
+                and isinstance(schema.get("$defs"), Mapping)
+            )
+            or len(self.order) >= MAX_DEFINITIONS
+        ):
+            return None
+        key = (id(schema), "#")
+        known = self._names.get(key)
+        if known is not None:
+            return known
+        body = {k: v for k, v in schema.items() if k != "$defs"}
+        text = json.dumps(body, sort_keys=True, default=str)
+        defs = schema["$defs"] if "$ref" in text else None
+        canonical = text + json.dumps(defs, sort_keys=True, default=str)
+        return self._named(key, body, schema, str(schema["title"]), canonical)
+
+    def _named(
+        self,
+        key: tuple[int, str],
+        node: Mapping[str, Any],
+        root: Mapping[str, Any],
+        wanted: str,
+        canonical: str,
+    ) -> str:
+        base = safe_name(wanted)
         name, n = base, 2
         while name in self._taken and self._taken[name] != canonical:
             name, n = f"{base}_{n}", n + 1

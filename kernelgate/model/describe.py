@@ -47,6 +47,15 @@ __all__ = [
 ]
 
 
+_HOW_TO_CALL = """\
+# Bindings are async: `x = await tools.name(...)`; run several at once with
+# `a, b = await asyncio.gather(tools.f(...), tools.g(...))`. The program is the body of an
+# async function: top-level `await`, and `return value` ends it with its result (JSON:
+# dict, list, str, int, float, bool, None). Arguments and answers are JSON too.
+# A binding that fails raises ToolError (`exc.tool`, `exc.ename`, `str(exc)`): catch it to
+# recover. Arguments that do not fit raise TypeError at your line before the call is made."""
+
+
 def how_to_call(namespaces: Sequence[str] = ("tools",)) -> str:
     """The lines above the stub: how a program calls bindings (in the namespaces it
     really has), and how they fail.
@@ -55,21 +64,10 @@ def how_to_call(namespaces: Sequence[str] = ("tools",)) -> str:
     # Bindings are async: `x = await tracker.name(...)`; run several at once with
     """
     names = [n for n in namespaces if n] or ["tools"]
-    ns = names[0]
-    lines = [
-        f"# Bindings are async: `x = await {ns}.name(...)`; run several at once with",
-        f"# `a, b = await asyncio.gather({ns}.f(...), {ns}.g(...))`. The program is the body of "
-        "an",
-        "# async function: top-level `await`, and `return value` ends it with its result (JSON:",
-        "# dict, list, str, int, float, bool, None). Arguments and answers are JSON too.",
-        "# A binding that fails raises ToolError (`exc.tool`, `exc.ename`, `str(exc)`): catch it "
-        "to",
-        "# recover. Arguments that do not fit raise TypeError at your line before the call is "
-        "made.",
-    ]
+    text = _HOW_TO_CALL.replace("tools.", f"{names[0]}.")
     if len(names) > 1:
-        lines.append(f"# The namespaces (globals of the program): {', '.join(names)}.")
-    return "\n".join(lines)
+        text += f"\n# The namespaces (globals of the program): {', '.join(names)}."
+    return text
 
 
 #: The lines above a stub of the one namespace ``tools``.
@@ -214,7 +212,10 @@ def render_definitions(defs: Definitions) -> str:
         blocks.append(_definition(name, schema, root, defs))
     if not blocks:
         return ""
-    head = "# Types the bindings take and return (a TypedDict is a plain dict: build and read them as dicts)."
+    head = (
+        "# Types the bindings take and return "
+        "(a TypedDict is a plain dict: build and read them as dicts)."
+    )
     return head + "\n" + "\n\n".join(blocks)
 
 
@@ -260,7 +261,9 @@ def _definition(
     hint = type_hint({k: v for k, v in schema.items() if k != "title"}, root, 1, defs)
     if hint == name:
         hint = "Any"
-    return f"{name} = {hint}" + (f"  # {shorten(description, MAX_PARAM_DOC)}" if description else "")
+    return f"{name} = {hint}" + (
+        f"  # {shorten(description, MAX_PARAM_DOC)}" if description else ""
+    )
 
 
 _PREFIX = {"VAR_POSITIONAL": "*", "VAR_KEYWORD": "**"}
@@ -309,7 +312,7 @@ def _signature(
         new.append(p)
     ret = parsed.return_annotation
     if _has_ref(returns):
-        ret = Source(type_hint(returns, None, 0, defs))
+        ret = Source(defs.name_root(returns) or type_hint(returns, None, 0, defs))
     return str(parsed.replace(parameters=new, return_annotation=ret))
 
 
@@ -376,9 +379,11 @@ def render_binding(
     odd = _unspellable(spec, schema, defs)
     if odd:
         example = ", ".join(f"{k!r}: ..." for k, _, _ in odd)
+        several = len(odd) > 1
         lines.append(
-            f"{indent}# {', '.join(repr(k) for k, _, _ in odd)}: not Python names, so pass "
-            f"{'them' if len(odd) > 1 else 'it'} as `await {call}(..., **{{{example}}})`"
+            f"{indent}# {', '.join(repr(k) for k, _, _ in odd)} "
+            f"{'are not Python names' if several else 'is not a Python name'}, so pass "
+            f"{'them' if several else 'it'} as `await {call}(..., **{{{example}}})`"
         )
     lines.append(f"{indent}async def {name if _identifier(name) else _py_name(name)}{signature}:")
     parsed = parse_docstring(str(spec.get("doc") or ""))
@@ -467,9 +472,7 @@ def render_stub(
     for entry in described:
         by_name.setdefault(str(entry.get("namespace")), {})[str(entry.get("name"))] = entry
     defs = Definitions(reserved=set(_TYPING_NAMES) | set(namespaces))
-    rendered = [
-        render_namespace(ns, namespaces[ns], defs, by_name.get(ns)) for ns in namespaces
-    ]
+    rendered = [render_namespace(ns, namespaces[ns], defs, by_name.get(ns)) for ns in namespaces]
     parts = [how_to_call(list(namespaces))]
     definitions = render_definitions(defs)
     if definitions:

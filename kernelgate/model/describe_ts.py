@@ -44,25 +44,25 @@ __all__ = [
 ]
 
 
+_HOW_TO_CALL_TS = """\
+// Bindings are async: `const x = await tools.name(...)`; run several at once with
+// `const [a, b] = await Promise.all([tools.f(...), tools.g(...)])`. The program is the body
+// of an async function: top-level `await`, and `return value` ends it with its result; so
+// does a last expression. Arguments and answers are JSON (objects, arrays, strings, numbers,
+// booleans, null): `undefined`, functions, Map, Set, Date, BigInt and NaN are refused.
+// Keyword arguments go in one last plain object: `tools.search("q", {limit: 2})`.
+// A binding that fails throws ToolError (`err.tool`, `err.ename`, `err.message`): catch it
+// to recover. Arguments that do not fit throw TypeError at your line before the call."""
+
+
 def how_to_call_ts(namespaces: Sequence[str] = ("tools",)) -> str:
     """The lines above the declarations: how a program calls bindings (in the namespaces
     it really has), and how they fail."""
     names = [n for n in namespaces if n] or ["tools"]
-    ns = names[0]
-    lines = [
-        f"// Bindings are async: `const x = await {ns}.name(...)`; run several at once with",
-        f"// `const [a, b] = await Promise.all([{ns}.f(...), {ns}.g(...)])`. The program is the "
-        "body",
-        "// of an async function: top-level `await`, and `return value` ends it with its result; so",
-        "// does a last expression. Arguments and answers are JSON (objects, arrays, strings, numbers,",
-        "// booleans, null): `undefined`, functions, Map, Set, Date, BigInt and NaN are refused.",
-        f"// Keyword arguments go in one last plain object: `{ns}.search(\"q\", {{limit: 2}})`.",
-        "// A binding that fails throws ToolError (`err.tool`, `err.ename`, `err.message`): catch it",
-        "// to recover. Arguments that do not fit throw TypeError at your line before the call.",
-    ]
+    text = _HOW_TO_CALL_TS.replace("tools.", f"{names[0]}.")
     if len(names) > 1:
-        lines.append(f"// The namespaces (globals of the program): {', '.join(names)}.")
-    return "\n".join(lines)
+        text += f"\n// The namespaces (globals of the program): {', '.join(names)}."
+    return text
 
 
 #: The lines above declarations of the one namespace ``tools``.
@@ -278,7 +278,9 @@ def render_binding_ts(
         needed = set(required) if isinstance(required, list) else set()
         names = list(props) if isinstance(props, Mapping) else []
         params = [[n, "POSITIONAL_OR_KEYWORD", n not in needed] for n in names]
-    returns = ts_type(entry.get("returns"), None, 0, defs)
+    answer = entry.get("returns")
+    named = defs.name_root(answer) if defs is not None else None
+    returns = named or ts_type(answer, None, 0, defs)
     lines = _jsdoc(str(entry.get("description") or ""), schema)
     lines.append(f"{_key(name)}({_arguments(params, schema, defs)}): Promise<{returns}>;")
     return "\n".join(lines)
@@ -298,7 +300,7 @@ def render_type_declarations(defs: Definitions) -> str:
         if isinstance(props, Mapping) and props and not isinstance(schema.get("enum"), list):
             required = schema.get("required")
             needed = set(required) if isinstance(required, list) else set()
-            lines = head + [f"interface {name} {{"]
+            lines = [*head, f"interface {name} {{"]
             for key, prop in props.items():
                 note = prop.get("description") if isinstance(prop, Mapping) else None
                 if note:
@@ -322,7 +324,7 @@ def render_type_declarations(defs: Definitions) -> str:
             alias = ts_type(body, root, 1, defs)
         if alias == name:
             alias = "unknown"
-        blocks.append("\n".join(head + [f"type {name} = {alias};"]))
+        blocks.append("\n".join([*head, f"type {name} = {alias};"]))
     if not blocks:
         return ""
     return "// Types the bindings take and return (plain JSON objects and values).\n" + "\n\n".join(

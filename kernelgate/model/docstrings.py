@@ -29,6 +29,7 @@ Returns:
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass, field
 
@@ -40,7 +41,9 @@ _GOOGLE_PARAMS = re.compile(
 _GOOGLE_ITEM = re.compile(r"^\*{0,2}([A-Za-z_][\w-]*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _NUMPY_PARAMS = {"parameters", "other parameters", "keyword arguments", "params"}
 _NUMPY_ITEM = re.compile(r"^\*{0,2}([A-Za-z_][\w-]*)\s*(?::.*)?$")
-_REST_PARAM = re.compile(r"^:(?:param|parameter|arg|argument|key|keyword)\s+(?:[^:]*\s)?([\w-]+)\s*:\s*(.*)$")
+_REST_PARAM = re.compile(
+    r"^:(?:param|parameter|arg|argument|key|keyword)\s+(?:[^:]*\s)?([\w-]+)\s*:\s*(.*)$"
+)
 _REST_OTHER = re.compile(r"^:(?:type|vartype)\s+[\w-]+\s*:")
 _UNDERLINE = re.compile(r"^\s*-{3,}\s*$")
 
@@ -130,9 +133,9 @@ def _numpy(lines: list[str], start: int, params: dict[str, str]) -> int:
 
 
 def parse_docstring(doc: str) -> Docstring:
-    """``doc`` (already dedented, as ``inspect.getdoc`` gives it) split into its text and
-    its parameters' descriptions. A docstring in none of the conventions is all text."""
-    lines = (doc or "").strip("\n").splitlines()
+    """``doc`` (dedented here as ``inspect.getdoc`` would) split into its text and its
+    parameters' descriptions. A docstring in none of the conventions is all text."""
+    lines = inspect.cleandoc(doc or "").splitlines()
     params: dict[str, str] = {}
     kept: list[str] = []
     i = 0
