@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload, runtime_checkable
 
@@ -16,7 +16,9 @@ from . import describe as _describe
 from . import tools as _tools
 from .bindings import BindingRegistry
 from .debug import RunDebugger
+from .discovery import Discovery, builtin_bindings, fitted_description, search_tool_schema
 from .outcome import Verdict, sandbox_unavailable
+from .rules import python_imports, run_rules
 from .run import CallListener, OutputListener, Policy, Run, RunPlan
 from .runtime import ChildPool, CodeRuntime, ProgramError, PythonRuntime
 from .runtimes import runtime_for
@@ -77,6 +79,11 @@ class Gateway:
     ``0`` spawns a cold interpreter per run. Synchronous bindings run in up to
     ``max_threads`` worker threads (default: 4 per CPU, between 8 and 32), coroutine
     functions and bindings marked :func:`kernelgate.inline` on the event loop.
+
+    ``tool_search=True`` gives programs the gateway's own namespace ``kernelgate``:
+    ``await kernelgate.search_tools("words")`` and ``await kernelgate.describe([...])``
+    answer with the stub of the matching bindings (see :meth:`search_tools`), for a model
+    whose description lists names only (``tool_schema(max_description_chars=...)``).
     """
 
     def __init__(
@@ -99,6 +106,7 @@ class Gateway:
         read_paths: tuple[str | os.PathLike[str], ...] = (),
         pool_size: int = 4,
         max_threads: int | None = None,
+        tool_search: bool = False,
     ) -> None:
         self._registry = BindingRegistry.from_arguments(bindings, namespace, namespaces)
         if limits is not None and not isinstance(limits, Limits):
@@ -158,6 +166,17 @@ class Gateway:
         if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
             raise ValueError(f"max_threads must be an integer >= 1, got {max_threads!r}")
         self.max_threads = max_threads
+        self._described: list[dict[str, Any]] | None = None
+        self._stub: str | None = None
+        self._discovery = Discovery(self._registry, self.runtime.render_stub, self._entries)
+        #: Programs may search the bindings (``kernelgate.search_tools``).
+        self.tool_search = bool(tool_search)
+        # What a run's child is given: the bindings, and the gateway's own when asked for.
+        self._run_registry = (
+            self._registry.with_builtin(builtin_bindings(self._discovery))
+            if self.tool_search
+            else self._registry
+        )
 
     @property
     def registry(self) -> BindingRegistry:
@@ -236,16 +255,26 @@ class Gateway:
         return result
 
     @overload
-    def describe(self, format: Literal["text"] = "text") -> str: ...
+    def describe(
+        self, format: Literal["text"] = "text", *, names: Sequence[str] | None = None
+    ) -> str: ...
     @overload
-    def describe(self, format: Literal["json"]) -> list[dict[str, Any]]: ...
+    def describe(
+        self, format: Literal["json"], *, names: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]: ...
     @overload
-    def describe(self, format: Literal["typescript"]) -> str: ...
-    def describe(self, format: str = "text") -> str | list[dict[str, Any]]:
+    def describe(
+        self, format: Literal["typescript"], *, names: Sequence[str] | None = None
+    ) -> str: ...
+    def describe(
+        self, format: str = "text", *, names: Sequence[str] | None = None
+    ) -> str | list[dict[str, Any]]:
         """The bindings as a model is told about them: a stub in the programs' language
         (for Python the text ``help(tools)`` prints in a program), or per binding JSON
         with a JSON Schema of its parameters (``format="json"``), or TypeScript
         declarations (``format="typescript"``). See :mod:`kernelgate.gateway.describe`.
+        ``names`` (``["tracker.create_issue", "files"]``: bindings or whole namespaces)
+        describes only those (``ValueError`` naming any that is not there).
 
         >>> def add(a: int, b: int) -> int:
         ...     return a + b
@@ -255,21 +284,103 @@ class Gateway:
                 ...
         <BLANKLINE>
         """
+        if names is not None:
+            specs, entries = self._discovery.select(names)
+            if format == "text":
+                return self.runtime.render_stub(specs, entries)
+            if format == "json":
+                return _describe.copy_json(entries)
+            if format == "typescript":
+                return _describe.render_declarations(entries, specs)
         if format == "text":
-            return self.runtime.render_stub(
-                self._registry.specs(), _describe.describe_json(self._registry)
-            )
+            if self._stub is None:
+                self._stub = self.runtime.render_stub(self._registry.specs(), self._entries())
+            return self._stub
         return _describe.describe(self._registry, format)  # type: ignore[call-overload,no-any-return]
 
-    def tool_schema(self, api: str = "anthropic") -> dict[str, Any]:
+    def _entries(self) -> list[dict[str, Any]]:
+        """``describe(format="json")``, made once (the registry never changes); callers
+        get copies."""
+        if self._described is None:
+            self._described = _describe.describe_json(self._registry)
+        return self._described
+
+    def sandbox_level(self) -> str:
+        """The sandbox level this gateway's runs get: ``sandbox``, or the strongest this
+        machine allows (probed once per interpreter, the first time it is asked)."""
+        support = self._support or self.runtime.probe()
+        level = self.sandbox or support.strongest
+        if support.missing(level) and not self.strict:
+            level = support.strongest  # what _plan falls back to
+        return level
+
+    def run_rules(self) -> str:
+        """The rules of a run as the ``run_code`` description states them: this gateway's
+        limits, whether its sandbox level cuts the network off, what programs can import
+        (:mod:`kernelgate.gateway.rules`)."""
+        found = python_imports(self.python) if self.python is not None else None
+        return run_rules(self.limits, self.sandbox_level(), self.language, python_imports=found)
+
+    def tool_schema(
+        self,
+        api: str = "anthropic",
+        *,
+        max_description_chars: int | None = None,
+        stub_in: str = "description",
+    ) -> dict[str, Any]:
         """The ``run_code`` tool for ``api`` (``"anthropic"``, ``"openai"``, ``"mcp"``):
-        one required string ``code``; the description explains the program model and
-        embeds :meth:`describe`.
+        one required string ``code``; the description explains the program model, the
+        rules of a run (:meth:`run_rules`) and embeds :meth:`describe`.
+
+        ``max_description_chars`` bounds the description (some OpenAI-compatible endpoints
+        refuse more than 1,024 characters): past it the description lists the binding
+        names (or their number) and points at the search (:meth:`search_tool_schema`,
+        and ``kernelgate.search_tools`` in programs with ``tool_search=True``).
+        ``stub_in="system"`` leaves the stub out of the description, for
+        :meth:`system_prompt` to carry.
 
         >>> Gateway().tool_schema("anthropic")["input_schema"]["required"]
         ['code']
         """
-        return _tools.tool_schema(self.describe(), api, self.language)
+        description = fitted_description(
+            self.describe(),
+            self._discovery.names(),
+            self.language,
+            self.run_rules(),
+            max_description_chars,
+            in_programs=self.tool_search,
+            stub_in=stub_in,
+        )
+        return _tools.tool_schema("", api, self.language, description=description)
+
+    def system_prompt(self) -> str:
+        """The bindings for a system prompt (with ``tool_schema(stub_in="system")``): a line
+        saying what they are, then :meth:`describe`."""
+        kind = "a Python stub" if self.language == "python" else f"{self.language} declarations"
+        return f"The bindings run_code programs can call, as {kind}:\n\n{self.describe()}"
+
+    def search_bindings(self, query: str, limit: int = 5) -> list[str]:
+        """The bindings whose names, docstrings and parameters best match ``query`` (BM25:
+        :mod:`kernelgate.model.search`), as ``namespace.name``, best first.
+
+        >>> gw = Gateway(namespaces={"tracker": {"create_issue": lambda title: 1},
+        ...                          "files": {"read_file": lambda path: ""}})
+        >>> gw.search_bindings("issue")
+        ['tracker.create_issue']
+        """
+        return self._discovery.search(query, limit)
+
+    def search_tools(self, query: str, limit: int = 5) -> str:
+        """The answer to a model's ``search_tools`` call (:meth:`search_tool_schema`): the
+        stub of the best matches, or why there is none. Never raises for what the model
+        sent: a bad query is answered with what was wrong."""
+        return self._discovery.answer(query, limit)
+
+    def search_tool_schema(self, api: str = "anthropic") -> dict[str, Any]:
+        """The ``search_tools`` tool for ``api`` (the shapes of :meth:`tool_schema`): a
+        second tool beside ``run_code`` for a model with many bindings; answer its calls
+        with :meth:`search_tools`."""
+        return search_tool_schema(api, self.language)
 
     async def run_tool(
         self, code: str, *, max_chars: int = _tools.MAX_CHARS, limits: Limits | None = None
@@ -336,7 +447,7 @@ class Gateway:
         sandbox = plan_sandbox(level, limits, support, self.read_paths, self.runtime.own_tasks)
         pool = self._pool_for(level, support) if unavailable is None else None
         return RunPlan(
-            registry=self._registry,
+            registry=self._run_registry,
             limits=limits,
             runtime=self.runtime,
             env=self.env,

@@ -183,7 +183,7 @@ def shorten(text: str, limit: int) -> str:
     cut = text[: max(0, limit - 3)]
     for sep in ("\n", " "):
         at = cut.rfind(sep)
-        if at >= limit // 2:
+        if at >= limit // 3:
             cut = cut[:at]
             break
     return cut.rstrip() + "..."
