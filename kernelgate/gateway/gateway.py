@@ -168,6 +168,7 @@ class Gateway:
         self.max_threads = max_threads
         self._described: list[dict[str, Any]] | None = None
         self._stub: str | None = None
+        self._imports: tuple[list[str] | None] | None = None
         self._discovery = Discovery(self._registry, self.runtime.render_stub, self._entries)
         #: Programs may search the bindings (``kernelgate.search_tools``).
         self.tool_search = bool(tool_search)
@@ -318,8 +319,11 @@ class Gateway:
         """The rules of a run as the ``run_code`` description states them: this gateway's
         limits, whether its sandbox level cuts the network off, what programs can import
         (:mod:`kernelgate.gateway.rules`)."""
-        found = python_imports(self.python) if self.python is not None else None
-        return run_rules(self.limits, self.sandbox_level(), self.language, python_imports=found)
+        if self._imports is None:
+            # Read once per gateway: listing an environment's distributions takes ~0.3 s.
+            self._imports = (python_imports(self.python) if self.python is not None else None,)
+        level = self.sandbox_level()
+        return run_rules(self.limits, level, self.language, python_imports=self._imports[0])
 
     def tool_schema(
         self,

@@ -26,7 +26,6 @@ async def search(query: str, limit: int = 3) -> list[dict]:
 
 from __future__ import annotations
 
-import json
 import keyword
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -269,8 +268,15 @@ def _definition(
 _PREFIX = {"VAR_POSITIONAL": "*", "VAR_KEYWORD": "**"}
 
 
-def _has_ref(schema: Any) -> bool:
-    return isinstance(schema, Mapping) and '"$ref"' in json.dumps(schema, default=str)
+def _has_ref(schema: Any, depth: int = 0) -> bool:
+    """Whether ``schema`` points at a definition (``$ref``) anywhere within it."""
+    if depth > 32:
+        return False
+    if isinstance(schema, Mapping):
+        return "$ref" in schema or any(_has_ref(v, depth + 1) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_ref(v, depth + 1) for v in schema)
+    return False
 
 
 def _props(schema: Any) -> Mapping[str, Any]:
