@@ -42,6 +42,10 @@ BUILTIN_NAMESPACE = "kernelgate"
 SEARCH_TOOL_NAME = "search_tools"
 #: Matches a search gives at most.
 MAX_LIMIT = 50
+#: The longest query, and the most names one describe() takes: a program asks for these,
+#: so the host's work per call stays small whatever it sends.
+MAX_QUERY = 1000
+MAX_NAMES = 200
 
 Specs = dict[str, dict[str, dict[str, Any]]]
 #: Renders specs (and their ``describe(format="json")`` entries) as a stub.
@@ -80,6 +84,11 @@ class Discovery:
         """The ``namespace.name`` of the bindings matching ``query`` best, best first."""
         if not isinstance(query, str):
             raise TypeError(f"query must be a string of words, got {type(query).__name__}")
+        if len(query) > MAX_QUERY:
+            raise ValueError(
+                f"the query is {len(query)} characters; search with a few words (at most "
+                f"{MAX_QUERY} characters)"
+            )
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
         return [f"{ns}.{name}" for ns, name in self.index.search(query, limit)]
@@ -92,6 +101,8 @@ class Discovery:
                 f"names must be a list of binding names such as ['tools.search'], got "
                 f"{type(names).__name__}"
             )
+        if len(names) > MAX_NAMES:
+            raise ValueError(f"{len(names)} names asked for; describe at most {MAX_NAMES} at once")
         specs = self._registry.specs()
         chosen: dict[str, set[str]] = {}
         unknown = []

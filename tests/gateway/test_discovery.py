@@ -209,3 +209,28 @@ def test_typescript_programs_search_the_bindings_too() -> None:
         r = gw.run_sync("await kernelgate.search_tools('document', {limit: 1})", limits=FAST)
     assert r.status == "ok", r.message
     assert r.value.startswith("declare const tools: {") and "fetch(doc_id: string)" in r.value
+
+
+@pytest.mark.parametrize("pool_size", [0, 1], ids=["cold", "warm"])
+def test_a_program_cannot_make_the_search_costly(pool_size: int) -> None:
+    # The search is a host entry point a program reaches: what it sends is bounded before
+    # any work, and answered as text (or a ToolError), never a host failure.
+    program = (
+        "import time\n"
+        "t0 = time.monotonic()\n"
+        "big = await kernelgate.search_tools('issue ' * 500_000)\n"
+        "try:\n"
+        "    await kernelgate.describe(['tools.fetch'] * 10_000)\n"
+        "except ToolError as exc:\n"
+        "    many = str(exc)\n"
+        "odd = await kernelgate.search_tools('fetch', limit=10**9)\n"
+        "return [big, many, odd, time.monotonic() - t0]"
+    )
+    with Gateway(namespaces=many(1000), tool_search=True, pool_size=pool_size) as gw:
+        r = gw.run_sync(program, limits=FAST)
+    assert r.status == "ok", r.message
+    big, many_names, odd, took = r.value
+    assert big.startswith("search_tools: the query is 3000000 characters; search with a few")
+    assert "10000 names asked for; describe at most 200 at once" in many_names
+    assert "limit must be an integer from 1 to 50" in odd
+    assert took < 10

@@ -201,3 +201,43 @@ def test_definitions_are_bounded() -> None:
     compiles(stub)
     assert "class T199(TypedDict):" in stub and "class T200(" not in stub
     ts_compiles(Gateway(bindings={"chain": chain}).describe(format="typescript"))
+
+
+def test_hostile_names_docs_and_schemas_cannot_break_out_of_the_stub() -> None:
+    # An MCP server's text is not the host's: whatever it says, the stub stays one valid
+    # Python module (and the declarations valid TypeScript) with no statement of its own.
+    evil_doc = 'Ends early."""\nimport os\nos.system("x")\n"""\\N{oops} \\x \\u12 */ declare const y: 1; /*"'
+    schema = {
+        "type": "object",
+        "properties": {
+            "a\nimport os": {"type": "string", "description": "x\nimport os\n*/ let z = 1; /*"},
+            "from": {"$ref": "#/$defs/class"},
+            'q"uote': {"$ref": "#/$defs/9 bad name"},
+        },
+        "$defs": {
+            "class": {"enum": ["a'\n", '"""', "*/"], "description": "d\nimport os"},
+            "9 bad name": {
+                "type": "object",
+                "description": '"""\nimport os',
+                "properties": {"x\ny": {"type": "string", "description": "*/ evil"}},
+            },
+        },
+    }
+
+    @input_schema(schema)
+    def hostile(**kwargs):  # type: ignore[no-untyped-def]
+        return kwargs
+
+    hostile.__doc__ = evil_doc
+    gw = Gateway(namespaces={"tools": {"bad'](); import os #": hostile}})
+    stub = gw.describe()
+    tree = ast.parse(stub)
+    kinds = {type(node).__name__ for node in tree.body}
+    assert kinds <= {"ClassDef", "Assign"}, kinds  # types and the namespace, nothing else
+    for node in ast.walk(tree):
+        assert not isinstance(node, (ast.Import, ast.ImportFrom)), ast.unparse(node)
+        if isinstance(node, ast.Call):  # only the functional TypedDict form calls
+            assert isinstance(node.func, ast.Name) and node.func.id == "TypedDict"
+    ts = gw.describe(format="typescript")
+    ts_compiles(ts)
+    assert "declare const y" not in ts.replace("*\\/ declare const y", "")
