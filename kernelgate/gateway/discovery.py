@@ -141,9 +141,12 @@ class Discovery:
         specs, entries = self.select(names)
         return self._render(specs, entries)
 
-    def answer(self, query: str, limit: int = 5) -> str:
+    def answer(self, query: str, limit: int | None = 5) -> str:
         """What the search tool answers: the stub of the best matches, without the lines
-        on how to call (the ``run_code`` description has them), or why there is none."""
+        on how to call (the ``run_code`` description has them), or why there is none.
+        ``limit`` None is 5 (a strict tool call sends null for "the default")."""
+        if limit is None:
+            limit = 5
         try:
             found = self.search(query, limit)
         except (TypeError, ValueError) as exc:
@@ -223,9 +226,25 @@ def search_tool_schema(api: str = "anthropic", language: str = "python") -> dict
                 "parameters": schema,
             },
         }
+    if api == "openai-responses":
+        # Strict mode wants every property required: ``limit`` may be null (the default).
+        schema["properties"]["limit"] = {
+            "type": ["integer", "null"],
+            "description": "How many bindings to show at most (1 to 50; null: 5).",
+        }
+        schema["required"] = ["query", "limit"]
+        return {
+            "type": "function",
+            "name": SEARCH_TOOL_NAME,
+            "description": description,
+            "parameters": schema,
+            "strict": True,
+        }
     if api == "mcp":
         return {"name": SEARCH_TOOL_NAME, "description": description, "inputSchema": schema}
-    raise ValueError(f"search_tool_schema(api={api!r}): use one of anthropic, openai, mcp")
+    raise ValueError(
+        f"search_tool_schema(api={api!r}): use one of anthropic, openai, openai-responses, mcp"
+    )
 
 
 def _pointer(language: str, in_programs: bool) -> str:

@@ -374,7 +374,7 @@ class Gateway:
         """
         return self._discovery.search(query, limit)
 
-    def search_tools(self, query: str, limit: int = 5) -> str:
+    def search_tools(self, query: str, limit: int | None = 5) -> str:
         """The answer to a model's ``search_tools`` call (:meth:`search_tool_schema`): the
         stub of the best matches, or why there is none. Never raises for what the model
         sent: a bad query is answered with what was wrong."""

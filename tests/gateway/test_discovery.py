@@ -100,6 +100,7 @@ def test_search_over_a_thousand_bindings_finds_the_one_asked_for() -> None:
     # A model's bad call is answered, not raised.
     assert gw.search_tools(None, 2).startswith("search_tools: query must be a string")  # type: ignore[arg-type]
     assert "limit must be an integer from 1 to 50" in gw.search_tools("x", 0)
+    assert gw.search_tools("export shipment", None) == gw.search_tools("export shipment", 5)
     with pytest.raises(ValueError, match="limit must be an integer from 1 to 50"):
         gw.search_bindings("x", limit=500)
 
@@ -159,6 +160,18 @@ def test_a_description_budget_lists_names_and_points_at_the_search(api: str) -> 
     search = gw.search_tool_schema(api)
     _validate(search, api)
     assert (search.get("name") or search["function"]["name"]) == "search_tools"
+
+
+def test_the_search_tool_in_the_responses_api_shape_is_strict() -> None:
+    from openai.types.responses import FunctionToolParam
+
+    tool = Gateway(bindings=BINDINGS).search_tool_schema("openai-responses")
+    TypeAdapter(FunctionToolParam).validate_python(tool)
+    schema = tool["parameters"]
+    META.check_schema(schema)
+    assert tool["strict"] is True and schema["additionalProperties"] is False
+    assert sorted(schema["required"]) == sorted(schema["properties"])  # strict: all required
+    assert META(schema).is_valid({"query": "issue", "limit": None})
 
 
 def test_the_stub_can_go_in_the_system_prompt() -> None:
