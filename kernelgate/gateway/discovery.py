@@ -308,21 +308,44 @@ def fitted_description(
         if budget is None or len(whole) <= budget:
             return whole
         pointer = _pointer(language, in_programs)
-        tails = [
-            f"The bindings ({len(names)}): {', '.join(names)}.\n{pointer}",
-            f"There are {len(names)} bindings. {pointer}",
-        ]
-    else:
-        tails = ["The bindings are described in the system prompt."]
-    candidates = [
-        "\n\n".join(part for part in (_intro(language, short), with_rules, tail) if part) + "\n"
+    heads = [
+        "\n\n".join(part for part in (_intro(language, short), with_rules) if part)
         for short, with_rules in ((False, rules), (True, rules), (True, ""))
-        for tail in tails
     ]
-    for text in candidates:
-        if budget is None or len(text) <= budget:
-            return text
+    shortest = ""
+    for head in heads:
+        if stub_in == "system":
+            tails = ["The bindings are described in the system prompt."]
+        else:
+            room = (budget if budget is not None else len(whole)) - len(head) - len(pointer) - 4
+            listed = _listed(names, room)
+            tails = [f"{listed}\n{pointer}"] if listed else []
+            tails.append(f"There are {len(names)} bindings. {pointer}")
+        for tail in tails:
+            text = f"{head}\n\n{tail}\n"
+            if budget is None or len(text) <= budget:
+                return text
+            shortest = text if not shortest or len(text) < len(shortest) else shortest
     raise ValueError(
         f"max_description_chars={budget} is too small for any run_code description: the "
-        f"shortest is {min(len(c) for c in candidates)} characters"
+        f"shortest is {len(shortest)} characters"
     )
+
+
+def _listed(names: Sequence[str], room: int) -> str:
+    """``The bindings (N): a, b, ...`` in at most about ``room`` characters: as many names
+    as fit, then how many more there are."""
+    head = f"The bindings ({len(names)}): "
+    shown: list[str] = []
+    used = len(head)
+    for i, name in enumerate(names):
+        more = len(names) - i - 1
+        tail = f", ... and {more} more." if more else "."
+        if used + len(name) + 2 + (len(tail) if more else 1) > room:
+            break
+        shown.append(name)
+        used += len(name) + 2
+    if len(shown) < min(3, len(names)):
+        return ""  # a name or two says little: their number, and the search, then
+    rest = len(names) - len(shown)
+    return head + ", ".join(shown) + (f", ... and {rest} more." if rest else ".")
