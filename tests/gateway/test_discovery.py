@@ -5,6 +5,7 @@ in the system prompt (issue 21)."""
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -152,6 +153,9 @@ def test_a_description_budget_lists_names_and_points_at_the_search(api: str) -> 
         assert "call the search_tools tool" in text
         assert "await kernelgate.search_tools(query)" in text
     assert "svc0.create_issue_0" in _description(gw.tool_schema(api, max_description_chars=4000))
+    partial = _description(gw.tool_schema(api, max_description_chars=1500))
+    assert "The bindings (100): svc0.create_issue_0, " in partial
+    assert re.search(r", \.\.\. and \d+ more\.\n", partial)
     assert "There are 100 bindings." in _description(
         gw.tool_schema(api, max_description_chars=1024)
     )
