@@ -18,6 +18,7 @@ BM25 over the schemas), here for a gateway's bindings:
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -65,15 +66,19 @@ class Discovery:
         self._render = render
         self._described = described
         self._index: BindingIndex | None = None
+        # Programs search from the binding threads: one builds the index, the others wait.
+        self._building = threading.Lock()
 
     @property
     def index(self) -> BindingIndex:
         if self._index is None:  # built on the first search: most gateways never search
-            self._index = BindingIndex(
-                (ns, name, binding_words(ns, name, spec))
-                for ns, table in self._registry.specs().items()
-                for name, spec in table.items()
-            )
+            with self._building:
+                if self._index is None:
+                    self._index = BindingIndex(
+                        (ns, name, binding_words(ns, name, spec))
+                        for ns, table in self._registry.specs().items()
+                        for name, spec in table.items()
+                    )
         return self._index
 
     def names(self) -> list[str]:
