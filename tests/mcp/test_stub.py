@@ -19,21 +19,28 @@ SERVER = [sys.executable, str(Path(__file__).with_name("describe_server.py"))]
 FAST = Limits(wall_seconds=30, kill_grace_seconds=0.5)
 
 
-def described() -> tuple[str, str, object]:
-    async def main() -> tuple[str, str, object]:
+def described() -> tuple[str, str, object, object]:
+    async def main() -> tuple[str, str, object, object]:
         async with kernelgate.mcp.connect(SERVER) as tracker:
             async with Gateway(namespaces={"tracker": tracker}, pool_size=0) as gw:
                 run = await gw.run(
                     'return await tracker.send(to="ann", **{"from": "bob"})', limits=FAST
                 )
-                return gw.describe(), gw.describe(format="typescript"), run.value
+            ts_value: object = None
+            if shutil.which("node"):  # the declared keywords object works as declared
+                async with Gateway(
+                    namespaces={"tracker": tracker}, pool_size=0, language="typescript"
+                ) as ts_gw:
+                    program = 'await tracker.send("ann", {from: "bob"})'
+                    ts_value = (await ts_gw.run(program, limits=FAST)).value
+            return gw.describe(), gw.describe(format="typescript"), run.value, ts_value
 
     return asyncio.run(main())
 
 
 @pytest.mark.timeout(60)
 def test_an_mcp_servers_named_types_and_unspellable_parameter() -> None:
-    stub, ts, value = described()
+    stub, ts, value, ts_value = described()
     ast.parse(stub)
     # pydantic's $defs: each defined once, on top; the tools use them by name.
     assert stub.count("Color = Literal['red', 'green']") == 1
@@ -56,3 +63,4 @@ def test_an_mcp_servers_named_types_and_unspellable_parameter() -> None:
     assert "send(to: string, keywords: { from: string; [key: string]: unknown })" in ts
     if shutil.which("node"):
         transform_program(ts + "\n1", "typescript")
+        assert ts_value == value
