@@ -241,3 +241,65 @@ def test_hostile_names_docs_and_schemas_cannot_break_out_of_the_stub() -> None:
     ts = gw.describe(format="typescript")
     ts_compiles(ts)
     assert "declare const y" not in ts.replace("*\\/ declare const y", "")
+
+
+def _random_schema(rng: Any, depth: int = 0) -> Any:
+    """A JSON value shaped like a schema, valid or not: what a server might send."""
+    if depth > 4 or rng.random() < 0.2:
+        return rng.choice(
+            [
+                {"type": rng.choice(["string", "integer", "object", "array", "null", "bogus"])},
+                {"$ref": rng.choice(["#/$defs/A", "#/$defs/B", "#/definitions/C", "#", "#/x/y"])},
+                {"$ref": "http://example.com/s.json"},
+                {"enum": [rng.random(), "x", None, [1], {"k": 1}]},
+                {"const": {"a": [1]}},
+                None,
+                "string",
+                [1, 2],
+                {},
+            ]
+        )
+    props = {
+        rng.choice(["a", "from", "x-y", "class", "9", "ok", "'q'", "*/"]): _random_schema(
+            rng, depth + 1
+        )
+        for _ in range(rng.randint(0, 4))
+    }
+    node: dict[str, Any] = {
+        "type": rng.choice(["object", ["object", "null"], "array"]),
+        "properties": props,
+        "required": rng.sample(sorted(props), k=len(props) // 2) if props else [],
+        "items": _random_schema(rng, depth + 1),
+        "anyOf": [_random_schema(rng, depth + 1) for _ in range(rng.randint(0, 2))],
+        "description": rng.choice(["", '"""', "*/", "a\nb", None, 3]),
+    }
+    if rng.random() < 0.5:
+        node["$defs"] = {
+            name: _random_schema(rng, depth + 1)
+            for name in rng.sample(["A", "B", "bad name", "class"], k=2)
+        }
+    return node
+
+
+def test_any_schema_a_server_sends_renders_as_valid_python_and_typescript() -> None:
+    import random
+
+    rng = random.Random(21)
+    for i in range(150):
+        schema = _random_schema(rng)
+        if not isinstance(schema, dict):
+            continue
+        schema["type"] = "object"
+
+        def f(**kwargs):  # type: ignore[no-untyped-def]
+            return kwargs
+
+        f.__kernelgate_schema__ = schema  # type: ignore[attr-defined]  # as input_schema does
+        f.__kernelgate_output_schema__ = _random_schema(rng)  # type: ignore[attr-defined]
+        gw = Gateway(namespaces={"tools": {"f": f}, "more": {"g": f}})
+        stub = gw.describe()
+        try:
+            ast.parse(stub)
+        except SyntaxError as exc:  # pragma: no cover - the failure's message
+            raise AssertionError(f"schema {i}: {schema!r}\n{stub}") from exc
+        gw.describe(format="typescript")
