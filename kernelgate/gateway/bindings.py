@@ -19,8 +19,12 @@ __all__ = ["Binding", "BindingRegistry", "RESERVED_NAMES", "inline"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Globals every program has; a namespace may not shadow them.
-RESERVED_NAMES = frozenset({"ToolError", "display", "__builtins__", "__name__", "__doc__"})
+#: Globals every program has; a namespace may not shadow them. ``kernelgate`` is the
+#: namespace of the gateway's own built-in bindings (``Gateway(tool_search=True)``: the
+#: search over bindings a program can call), so no user binding can take its place.
+RESERVED_NAMES = frozenset(
+    {"ToolError", "display", "__builtins__", "__name__", "__doc__", "kernelgate"}
+)
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,12 @@ class BindingRegistry:
     ValueError: namespace 'my-tools' is not a valid Python identifier; ...
     """
 
-    def __init__(self, namespaces: Mapping[str, Mapping[str, Callable[..., Any]]]) -> None:
+    def __init__(
+        self,
+        namespaces: Mapping[str, Mapping[str, Callable[..., Any]]],
+        *,
+        builtin: Mapping[str, Mapping[str, Callable[..., Any]]] | None = None,
+    ) -> None:
         if not isinstance(namespaces, Mapping):
             raise TypeError(
                 f"namespaces must be a mapping of namespace -> {{name: callable}}, "
@@ -197,8 +206,9 @@ class BindingRegistry:
         self._bindings: dict[str, dict[str, Binding]] = {}
         self._specs: dict[str, dict[str, dict[str, Any]]] | None = None
         self._signatures: dict[str, dict[str, str]] | None = None
-        for ns, bindings in namespaces.items():
-            _check_namespace_name(ns)
+        for ns, bindings in [*namespaces.items(), *(builtin or {}).items()]:
+            if ns not in (builtin or {}) or ns in namespaces:
+                _check_namespace_name(ns)  # the gateway's own may use a reserved name
             if not isinstance(bindings, Mapping):
                 raise TypeError(
                     f"bindings of namespace {ns!r} must be a mapping of name -> callable, "
@@ -229,6 +239,16 @@ class BindingRegistry:
         if namespaces is None:
             namespaces = {namespace: bindings or {}}
         return cls(namespaces)
+
+    def with_builtin(
+        self, builtin: Mapping[str, Mapping[str, Callable[..., Any]]]
+    ) -> BindingRegistry:
+        """This registry's bindings and the gateway's own ``builtin`` namespaces (which
+        may have a reserved name, such as ``kernelgate``): what a run's child is given."""
+        own = {
+            ns: {name: b.fn for name, b in table.items()} for ns, table in self._bindings.items()
+        }
+        return BindingRegistry(own, builtin=builtin)
 
     def lookup(self, namespace: str, name: str) -> Binding | None:
         table = self._bindings.get(namespace)

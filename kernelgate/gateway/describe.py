@@ -29,7 +29,15 @@ from kernelgate.model.describe_ts import render_declarations
 
 from .bindings import Binding, BindingRegistry
 
-__all__ = ["describe", "describe_json", "annotation_schema", "signature_schema", "OUTPUT_ATTR"]
+__all__ = [
+    "describe",
+    "describe_json",
+    "annotation_schema",
+    "signature_schema",
+    "copy_json",
+    "render_declarations",
+    "OUTPUT_ATTR",
+]
 
 #: A callable may carry a JSON Schema of what it returns here (MCP tools' ``outputSchema``).
 OUTPUT_ATTR = "__kernelgate_output_schema__"
@@ -177,6 +185,12 @@ def describe_binding(binding: Binding) -> dict[str, Any]:
         "parameters": parameters,
         "returns": returns,
     }
+
+
+def copy_json(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A deep copy of ``describe(format="json")`` entries (the caller may edit it)."""
+    copied: list[dict[str, Any]] = json.loads(json.dumps(entries, default=repr))
+    return copied
 
 
 def describe_json(registry: BindingRegistry) -> list[dict[str, Any]]:

@@ -7,18 +7,19 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Literal, Protocol, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import RunResult
 
-from . import describe as _describe
 from . import tools as _tools
+from .agent import AgentSurface
 from .bindings import BindingRegistry
 from .debug import RunDebugger
+from .discovery import Discovery, builtin_bindings
 from .outcome import Verdict, sandbox_unavailable
 from .run import CallListener, OutputListener, Policy, Run, RunPlan
-from .runtime import ChildPool, CodeRuntime, ProgramError, PythonRuntime
+from .runtime import ChildPool, CodeRuntime, ProgramError
 from .runtimes import runtime_for
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox
 from .teardown import sweep_leftovers
@@ -46,7 +47,7 @@ def _default_threads() -> int:
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
-class Gateway:
+class Gateway(AgentSurface):
     """Runs programs, each in a fresh child process, with host bindings as async calls.
 
     >>> def add(a: int, b: int) -> int:
@@ -82,6 +83,10 @@ class Gateway:
     ``tracing`` (off by default: OpenTelemetry is not imported) traces each run and its
     binding calls as spans: ``True`` with the global tracer provider, or give a
     ``TracerProvider`` or ``Tracer`` (:mod:`~kernelgate.gateway.tracing`).
+    ``tool_search=True`` gives programs the gateway's own namespace ``kernelgate``:
+    ``await kernelgate.search_tools("words")`` and ``await kernelgate.describe([...])``
+    answer with the stub of the matching bindings (see :meth:`search_tools`), for a model
+    whose description lists names only (``tool_schema(max_description_chars=...)``).
     """
 
     def __init__(
@@ -105,6 +110,7 @@ class Gateway:
         pool_size: int = 4,
         max_threads: int | None = None,
         tracing: TracingOption = None,
+        tool_search: bool = False,
     ) -> None:
         # long: one check per option, where it is taken (a Gateway has many options)
         self._registry = BindingRegistry.from_arguments(bindings, namespace, namespaces)
@@ -166,21 +172,22 @@ class Gateway:
         if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
             raise ValueError(f"max_threads must be an integer >= 1, got {max_threads!r}")
         self.max_threads = max_threads
+        self._described: list[dict[str, Any]] | None = None
+        self._stub: str | None = None
+        self._imports: tuple[list[str] | None] | None = None
+        self._discovery = Discovery(self._registry, self.runtime.render_stub, self._entries)
+        #: Programs may search the bindings (``kernelgate.search_tools``).
+        self.tool_search = bool(tool_search)
+        # What a run's child is given: the bindings, and the gateway's own when asked for.
+        self._run_registry = (
+            self._registry.with_builtin(builtin_bindings(self._discovery))
+            if self.tool_search
+            else self._registry
+        )
 
     @property
     def registry(self) -> BindingRegistry:
         return self._registry
-
-    @property
-    def language(self) -> str:
-        """The language programs are written in (the runtime's name): ``"python"``,
-        ``"typescript"`` or ``"javascript"``."""
-        return self.runtime.name
-
-    @property
-    def python(self) -> str | None:
-        """The interpreter of a Python gateway's children (None for another language)."""
-        return self.runtime.python if isinstance(self.runtime, PythonRuntime) else None
 
     @property
     def closed(self) -> bool:
@@ -243,42 +250,6 @@ class Gateway:
             # A session log rewrites its notebook and fsyncs it: not on the event loop.
             await asyncio.to_thread(self.record_to.append, result)
         return result
-
-    @overload
-    def describe(self, format: Literal["text"] = "text") -> str: ...
-    @overload
-    def describe(self, format: Literal["json"]) -> list[dict[str, Any]]: ...
-    @overload
-    def describe(self, format: Literal["typescript"]) -> str: ...
-    def describe(self, format: str = "text") -> str | list[dict[str, Any]]:
-        """The bindings as a model is told about them: a stub in the programs' language
-        (for Python the text ``help(tools)`` prints in a program), or per binding JSON
-        with a JSON Schema of its parameters (``format="json"``), or TypeScript
-        declarations (``format="typescript"``). See :mod:`kernelgate.gateway.describe`.
-
-        >>> def add(a: int, b: int) -> int:
-        ...     return a + b
-        >>> print(Gateway(bindings={"add": add}).describe().split("\\n\\n")[-1])
-        class tools:
-            async def add(a: int, b: int) -> int:
-                ...
-        <BLANKLINE>
-        """
-        if format == "text":
-            return self.runtime.render_stub(
-                self._registry.specs(), _describe.describe_json(self._registry)
-            )
-        return _describe.describe(self._registry, format)  # type: ignore[call-overload,no-any-return]
-
-    def tool_schema(self, api: str = "anthropic") -> dict[str, Any]:
-        """The ``run_code`` tool for ``api`` (``"anthropic"``, ``"openai"``, ``"mcp"``):
-        one required string ``code``; the description explains the program model and
-        embeds :meth:`describe`.
-
-        >>> Gateway().tool_schema("anthropic")["input_schema"]["required"]
-        ['code']
-        """
-        return _tools.tool_schema(self.describe(), api, self.language)
 
     async def run_tool(
         self,
@@ -353,7 +324,7 @@ class Gateway:
         sandbox = plan_sandbox(level, limits, support, self.read_paths, self.runtime.own_tasks)
         pool = self._pool_for(level, support) if unavailable is None else None
         return RunPlan(
-            registry=self._registry,
+            registry=self._run_registry,
             limits=limits,
             runtime=self.runtime,
             env=self.env,

@@ -267,4 +267,4 @@ class PythonRuntime(CodeRuntime):
         )
 
     def render_stub(self, specs: Specs, described: Sequence[Mapping[str, Any]] = ()) -> str:
-        return render_stub(specs)
+        return render_stub(specs, described)

@@ -93,19 +93,30 @@ _INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-def tool_description(stub: str, language: str = "python") -> str:
-    """The ``run_code`` description: how ``language`` programs run, then the bindings'
-    stub (in that language: ``describe()`` of the gateway that runs them)."""
+def tool_description(stub: str, language: str = "python", rules: str = "") -> str:
+    """The ``run_code`` description: how ``language`` programs run, the ``rules`` of a
+    run (limits, network, imports: :func:`kernelgate.gateway.rules.run_rules`, which
+    ``Gateway.tool_schema`` makes from the gateway), then the bindings' stub (in that
+    language: ``describe()`` of the gateway that runs them)."""
     intro = INTROS.get(language)
     if intro is None:
         raise ValueError(
             f"there is no run_code description for {language!r} programs yet; this "
             f"kernelgate describes {', '.join(sorted(INTROS))} programs"
         )
+    if rules:
+        intro = intro.replace("\n\nThe bindings, as ", f"\n\n{rules}\n\nThe bindings, as ", 1)
     return intro + stub
 
 
-def tool_schema(stub: str, api: str = "anthropic", language: str = "python") -> dict[str, Any]:
+def tool_schema(
+    stub: str,
+    api: str = "anthropic",
+    language: str = "python",
+    *,
+    rules: str = "",
+    description: str | None = None,
+) -> dict[str, Any]:
     """The ``run_code`` tool definition in ``api``'s shape (``anthropic``: ``name``,
     ``description``, ``input_schema``; ``openai``: a Chat Completions ``function`` tool;
     ``mcp``: an MCP ``Tool`` with ``inputSchema``), for programs in ``language``.
@@ -113,7 +124,8 @@ def tool_schema(stub: str, api: str = "anthropic", language: str = "python") -> 
     >>> tool_schema("class tools: ...", "openai")["function"]["parameters"]["required"]
     ['code']
     """
-    description = tool_description(stub, language)
+    if description is None:  # else the caller made it (Gateway.tool_schema, within a budget)
+        description = tool_description(stub, language, rules)
     schema = json.loads(json.dumps(_INPUT_SCHEMA))  # a fresh copy the caller may edit
     schema["properties"]["code"]["description"] = _CODE_HELP[language]
     if api == "anthropic":

@@ -15,7 +15,11 @@ MODULES = [
     "kernelgate.gateway.runtime",
     "kernelgate.gateway.plan",
     "kernelgate.gateway.tools",
-    *(f"kernelgate.model.{m}" for m in ("limits", "result", "text")),
+    "kernelgate.gateway.rules",
+    *(
+        f"kernelgate.model.{m}"
+        for m in ("limits", "result", "text", "search", "defs", "docstrings")
+    ),
 ]
 
 
