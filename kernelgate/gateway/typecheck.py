@@ -25,7 +25,7 @@ from kernelgate.model.signatures import Source, signature_of
 
 from .conversion import Hint, Mismatch, UnsupportedHint, compile_hint
 
-__all__ = ["BindingTypes", "Mismatch", "binding_types", "evaluated_signature"]
+__all__ = ["BindingTypes", "Mismatch", "binding_types", "display_only", "evaluated_signature"]
 
 _EMPTY = inspect.Parameter.empty
 _P = inspect.Parameter
@@ -89,6 +89,19 @@ class BindingTypes:
         """The binding's result as JSON, by its return hint; :class:`Mismatch` if it does
         not fit."""
         return value if self.returns is None else self.returns.dump(value, "")
+
+
+def display_only(signature: inspect.Signature) -> inspect.Signature:
+    """``signature`` with its annotations as text (:class:`Source`): shown the same, not
+    enforced. For a wrapper around a binding that checks and converts for itself."""
+
+    def text(annotation: Any) -> Any:
+        if annotation is _EMPTY or isinstance(annotation, (str, Source)):
+            return annotation
+        return Source(inspect.formatannotation(annotation))
+
+    params = [p.replace(annotation=text(p.annotation)) for p in signature.parameters.values()]
+    return signature.replace(parameters=params, return_annotation=text(signature.return_annotation))
 
 
 def _is_proxy(fn: Callable[..., Any]) -> bool:

@@ -491,3 +491,20 @@ def test_a_typescript_program_gets_the_same_refusals_and_conversions(base: str, 
     assert seen["p"] == ["Point", 1, 0] and seen["color"] == ["State", "CLOSED"]
     assert point == {"x": 3, "y": 6} and next_day == "2024-02-29"
     assert len(SEEN) == 1  # only the call that fitted ran
+
+
+def test_replay_with_live_bindings_converts_as_the_gateway_does(base: str, tmp_path: Any) -> None:
+    from kernelgate.notebooks import replay
+
+    code = (
+        'p = await tools.plot({"x": 1}, "2024-02-28", "closed", [3, 4])\n'
+        'return [p, await tools.next_day("2024-02-28"), await tools.make_point(2)]'
+    )
+    recorded = run(base, code)
+    assert recorded.ok, recorded.error
+    path = recorded.save(tmp_path / "typed.ipynb")
+    SEEN.clear()
+    report = replay(path, live=BINDINGS, limits=FAST)
+    assert report.diverged is False, report.format()
+    assert report.result.value == recorded.value
+    assert SEEN == [Point(1, 0)]  # the live binding got a Point, the gate matched the JSON
