@@ -112,6 +112,8 @@ class Binding:
         types = self.types
         if types is None:
             return args, kwargs
+        if not kwargs and tuple(map(type, args)) in types.fast_types:
+            return args, kwargs  # simple hints (int, str...), all by position: one test
         try:
             return types.load(args, kwargs)
         except Mismatch as exc:
@@ -124,7 +126,7 @@ class Binding:
         its ISO 8601 string...) and checked against its return annotation. Raises
         ``TypeError`` saying the binding broke its own annotation."""
         types = self.types
-        if types is None or types.returns is None:
+        if types is None or types.returns is None or type(value) in types.returns_exact:
             return value
         try:
             return types.dump(value)

@@ -136,6 +136,9 @@ class Hint:
     expected = "anything JSON"
     #: ``load`` returns JSON values unchanged and refuses none: callers skip it.
     passthrough = False
+    #: Types whose values ``load`` and ``dump`` return unchanged (``type(v) in exact``):
+    #: the per-call fast path of simple hints (int, str...) skips the method call.
+    exact: tuple[type, ...] = ()
 
     def load(self, value: Any, path: str) -> Any:
         """The JSON ``value`` as the binding gets it; :class:`Mismatch` if it does not fit."""
@@ -158,6 +161,7 @@ class _Exact(Hint):
 
     def __init__(self, kind: type, expected: str, json_type: str) -> None:
         self.kind = kind
+        self.exact = (kind,)
         self.expected = expected
         self.json_type = json_type
 
@@ -179,6 +183,7 @@ class _Exact(Hint):
 
 class _Int(Hint):
     expected = "int"
+    exact = (int,)
 
     def load(self, value: Any, path: str) -> Any:
         if type(value) is int:
@@ -198,6 +203,7 @@ class _Int(Hint):
 
 class _Float(Hint):
     expected = "float"
+    exact = (float, int)
 
     def load(self, value: Any, path: str) -> Any:
         kind = type(value)

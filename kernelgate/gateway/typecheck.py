@@ -45,6 +45,30 @@ class BindingTypes:
     returns: Hint | None
     #: The name of ``*args`` (for errors: ``args[2]``).
     var_name: str = "args"
+    #: The fast path, when every hint is a simple one (see ``Hint.exact``): the types that
+    #: pass unchanged, per positional parameter and per name (None: not checked).
+    fast_positional: tuple[tuple[type, ...] | None, ...] | None = None
+    fast_by_name: dict[str, tuple[type, ...] | None] | None = None
+    #: The return hint's ``exact`` types.
+    returns_exact: tuple[type, ...] = ()
+    #: Every tuple of argument types that passes unchanged when all arguments come by
+    #: position (``tuple(map(type, args)) in fast_types``: one test in C for the usual call).
+    fast_types: frozenset[tuple[type, ...]] = frozenset()
+
+    def __post_init__(self) -> None:
+        hints = [h for _, h in self.positional] + list(self.by_name.values())
+        if (
+            self.var_positional is None
+            and self.var_keyword is None
+            and all(h is None or h.exact for h in hints)
+        ):
+            fast = tuple(None if h is None else h.exact for _, h in self.positional)
+            by_name = {n: None if h is None else h.exact for n, h in self.by_name.items()}
+            object.__setattr__(self, "fast_positional", fast)
+            object.__setattr__(self, "fast_by_name", by_name)
+            object.__setattr__(self, "fast_types", _type_tuples(fast))
+        if self.returns is not None:
+            object.__setattr__(self, "returns_exact", self.returns.exact)
 
     @property
     def checks_arguments(self) -> bool:
@@ -59,6 +83,23 @@ class BindingTypes:
         """The arguments converted for the binding (new containers where any changed; the
         call's own, which the record keeps as JSON, are never edited). Raises
         :class:`Mismatch` naming the argument. The call fits the signature already."""
+        fast = self.fast_positional
+        if fast is not None:
+            # Simple hints (int, str, float, bool, None): a type test each, no call.
+            for value, exact in zip(args, fast):  # noqa: B905 - args fit the signature
+                if exact is not None and type(value) not in exact:
+                    break
+            else:
+                if not kwargs:
+                    return args, kwargs
+                fast_by_name = self.fast_by_name
+                assert fast_by_name is not None
+                for name, value in kwargs.items():
+                    exact = fast_by_name.get(name)
+                    if exact is not None and type(value) not in exact:
+                        break
+                else:
+                    return args, kwargs
         positional = self.positional
         out_args = args
         for i, value in enumerate(args):
@@ -74,9 +115,9 @@ class BindingTypes:
                     out_args[i] = loaded
         out_kwargs = kwargs
         if kwargs:
-            by_name = self.by_name
+            hints = self.by_name
             for name, value in kwargs.items():
-                hint = by_name[name] if name in by_name else self.var_keyword
+                hint = hints[name] if name in hints else self.var_keyword
                 if hint is not None:
                     loaded = hint.load(value, name)
                     if loaded is not value:
@@ -88,7 +129,25 @@ class BindingTypes:
     def dump(self, value: Any) -> Any:
         """The binding's result as JSON, by its return hint; :class:`Mismatch` if it does
         not fit."""
-        return value if self.returns is None else self.returns.dump(value, "")
+        if self.returns is None or type(value) in self.returns_exact:
+            return value
+        return self.returns.dump(value, "")
+
+
+def _type_tuples(fast: tuple[tuple[type, ...] | None, ...]) -> frozenset[tuple[type, ...]]:
+    """The tuples of types ``fast`` lets through, for each number of arguments (fewer:
+    defaults); none when a parameter takes any type or there would be too many."""
+    if any(exact is None for exact in fast):
+        return frozenset()
+    out: set[tuple[type, ...]] = {()}
+    level: set[tuple[type, ...]] = {()}
+    for exact in fast:
+        assert exact is not None
+        level = {(*t, kind) for t in level for kind in exact}
+        out |= level
+        if len(out) > 256:
+            return frozenset()
+    return frozenset(out)
 
 
 def display_only(signature: inspect.Signature) -> inspect.Signature:
