@@ -120,6 +120,14 @@ class Binding:
             raise TypeError(
                 f"{self.label}() {exc.message()}; its signature is {self.name}{self.signature_text}"
             ) from None
+        except RecursionError:
+            # A recursive hint (a tree of dataclasses) converts by recursion; the wire lets
+            # values nest 500 deep, which can be deeper than Python's stack.
+            raise TypeError(
+                f"{self.label}() the arguments nest too deeply to convert by the binding's "
+                f"type hints (a recursive type); flatten them. Its signature is "
+                f"{self.name}{self.signature_text}"
+            ) from None
 
     def dump_result(self, value: Any) -> Any:
         """The binding's result as JSON, converted (a dataclass to an object, a ``date`` to
@@ -130,6 +138,12 @@ class Binding:
             return value
         try:
             return types.dump(value)
+        except RecursionError:
+            raise TypeError(
+                f"the binding {self.label} returned a value that contains itself or nests too "
+                "deeply to convert by its return annotation (its result). This is a fault of "
+                "the host's binding, not of the program"
+            ) from None
         except Mismatch as exc:
             raise TypeError(
                 f"the binding {self.label} returned a value its own return annotation "

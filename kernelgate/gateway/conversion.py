@@ -106,7 +106,13 @@ def join(path: str, key: Any) -> str:
     """``path[0]``, ``path['key']``: where a nested value is."""
     if isinstance(key, int):
         return f"{path}[{key}]"
-    return f"{path}[{key!r}]"
+    return f"{path}[{_key(key)}]"
+
+
+def _key(key: Any) -> str:
+    """A key as an error shows it: a program's keys may be long."""
+    text = repr(key)
+    return text if len(text) <= 42 else text[:39] + "..."
 
 
 class Defs:
@@ -364,7 +370,7 @@ class _Dict(Hint):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise Mismatch(path, self.expected, value, f"key {k!r} is not a string")
+                raise Mismatch(path, self.expected, value, f"key {_key(k)} is not a string")
             out[k] = self.value.dump(v, join(path, k))
         return out
 
@@ -542,7 +548,8 @@ class _Fields(Named):
                     path,
                     self.expected,
                     value,
-                    f"unexpected key {key!r} (a {self.cls.__name__} has {self.describe_keys()})",
+                    f"unexpected key {_key(key)} "
+                    f"(a {self.cls.__name__} has {self.describe_keys()})",
                 )
             out[key] = item if hint.passthrough else hint.load(item, join(path, key))
         return out
@@ -599,7 +606,7 @@ class _TypedDict(_Fields):
         for key, item in value.items():
             hint = self.fields.get(key)
             if hint is None:
-                raise Mismatch(path, self.expected, value, f"unexpected key {key!r}")
+                raise Mismatch(path, self.expected, value, f"unexpected key {_key(key)}")
             out[key] = hint.dump(item, join(path, key))
         return out
 

@@ -508,3 +508,50 @@ def test_replay_with_live_bindings_converts_as_the_gateway_does(base: str, tmp_p
     assert report.diverged is False, report.format()
     assert report.result.value == recorded.value
     assert SEEN == [Point(1, 0)]  # the live binding got a Point, the gate matched the JSON
+
+
+def grow(tree: Tree) -> int:
+    """How deep the tree is."""
+    depth = 0
+    while tree.children:
+        tree, depth = tree.children[0], depth + 1
+    return depth
+
+
+def cyclic(n: int) -> Tree:
+    tree = Tree(n)
+    tree.children.append(tree)  # the binding's own bug: a tree that contains itself
+    return tree
+
+
+def test_a_value_as_deep_as_the_wire_allows_through_a_recursive_hint_is_answered(
+    base: str,
+) -> None:
+    """A recursive dataclass converts by recursion: a program's 245-deep tree (490 JSON levels: the wire
+    allows 500) must get an answer, converted or refused, and the host go on; so must a
+    binding's result that contains itself."""
+    code = """
+tree = {"value": 0, "children": []}
+for i in range(245):
+    tree = {"value": i, "children": [tree]}
+out = []
+for call in [lambda: tools.grow(tree), lambda: tools.cyclic(1)]:
+    try:
+        out.append(await call())
+    except ToolError as e:
+        out.append([e.ename, str(e)])
+out.append(await tools.grow({"value": 0, "children": [{"value": 1}]}))
+out
+"""
+    gateway = Gateway(
+        bindings={"grow": grow, "cyclic": cyclic}, limits=FAST, tmp_dir=base, pool_size=0
+    )
+    with gateway as gw:
+        result = gw.run_sync(code)
+        assert result.ok, result.error
+        deep, cycle, shallow = result.value
+        assert deep == 245 or (deep[0] == "TypeError" and "too deep" in deep[1]), deep
+        assert cycle[0] == "TypeError" and "its result" in cycle[1], cycle
+        assert "contains itself or nests too deeply" in cycle[1], cycle
+        assert shallow == 1
+        assert gw.run_sync("1 + 1").value == 2  # the host goes on
