@@ -258,6 +258,12 @@ class _Text(Hint):
         return {"type": "string", "format": self.fmt}
 
 
+def _zulu(text: str) -> str:
+    """A trailing ``Z`` (JavaScript's ``toISOString()``) as ``+00:00``: Python 3.10's
+    ``fromisoformat`` does not read it."""
+    return text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+
+
 def _parse_date(text: str) -> datetime.date:
     if len(text) != 10:  # fromisoformat also takes 20240102; JSON Schema's date does not
         raise ValueError(text)
@@ -272,7 +278,7 @@ _TEXTS: dict[Any, _Text] = {
         datetime.datetime,
         "a date and time as an ISO 8601 string (YYYY-MM-DDTHH:MM:SS[+HH:MM])",
         "date-time",
-        datetime.datetime.fromisoformat,
+        lambda text: datetime.datetime.fromisoformat(_zulu(text)),
     ),
     datetime.time: _Text(
         datetime.time,

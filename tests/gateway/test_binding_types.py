@@ -91,6 +91,10 @@ def next_day(day: datetime.date) -> datetime.date:
     return day + datetime.timedelta(days=1)
 
 
+def later(when: datetime.datetime) -> datetime.datetime:
+    return when + datetime.timedelta(hours=1)
+
+
 def states() -> list[State]:
     return [State.OPEN, State.CLOSED]
 
@@ -110,6 +114,7 @@ BINDINGS: dict[str, Callable[..., Any]] = {
     "make_point": make_point,
     "next_day": next_day,
     "states": states,
+    "later": later,
     "liar": liar,
     "anything": anything,
 }
@@ -470,6 +475,7 @@ for (const call of [
 }
 out.push(await tools.plot({x: 1}, "2024-02-28", "closed", [3, 4]));
 out.push(await tools.make_point(3), await tools.next_day("2024-02-28"));
+out.push(await tools.later(new Date(Date.UTC(2024, 1, 28, 23, 30)).toISOString()));
 out
 """
 
@@ -480,7 +486,7 @@ out
 def test_a_typescript_program_gets_the_same_refusals_and_conversions(base: str, level: str) -> None:
     result = run(base, TS_PROGRAM, level=level, language="typescript")
     assert result.ok, result.error
-    literal, integer, day, seen, point, next_day = result.value
+    literal, integer, day, seen, point, next_day, later_on = result.value
     assert literal[0] == integer[0] == day[0] == "TypeError"
     assert (
         "tools.file_issue() argument state: expected 'open' or 'closed', got str 'merged'"
@@ -490,6 +496,7 @@ def test_a_typescript_program_gets_the_same_refusals_and_conversions(base: str, 
     assert "tools.plot() argument when: expected a date as an ISO 8601 string" in day[1]
     assert seen["p"] == ["Point", 1, 0] and seen["color"] == ["State", "CLOSED"]
     assert point == {"x": 3, "y": 6} and next_day == "2024-02-29"
+    assert later_on == "2024-02-29T00:30:00+00:00"  # JavaScript's toISOString() read
     assert len(SEEN) == 1  # only the call that fitted ran
 
 
