@@ -26,7 +26,6 @@ from kernelgate.model.describe_ts import render_declarations
 
 from .bindings import Binding, BindingRegistry
 from .conversion import (
-    AnyHint,
     Defs,
     Hint,
     Mismatch,
@@ -35,6 +34,7 @@ from .conversion import (
     hint_schema,
     schema_with_defs,
 )
+from .hints import AnyHint
 from .schemas import OUTPUT_ATTR
 
 __all__ = ["describe", "describe_json", "annotation_schema", "signature_schema", "OUTPUT_ATTR"]
