@@ -424,10 +424,15 @@ class UnionHint(Hint):
         # X | None: a value that is not None goes to X, whose error is the precise one.
         rest = [h for h in options if not (isinstance(h, ExactHint) and h.kind is type(None))]
         self.optional = rest[0] if len(rest) == 1 and len(options) == 2 else None
+        # A value of a type an option takes as it is stays so (``int | float`` keeps 3.0 a
+        # float, as pydantic's smart mode does), before any option converts it.
+        self.exact = tuple(dict.fromkeys(t for h in options for t in h.exact))
 
     def load(self, value: Any, path: str) -> Any:
         if self.optional is not None:
             return None if value is None else self.optional.load(value, path)
+        if type(value) in self.exact:
+            return value
         for hint in self.options:
             try:
                 return hint.load(value, path)

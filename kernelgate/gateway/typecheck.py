@@ -3,9 +3,10 @@ its result converted back to JSON and checked after.
 
 Built once per binding when the registry is built (:func:`binding_types`), from the
 annotations evaluated (``from __future__ import annotations`` included); an annotation
-JSON cannot carry is refused there, naming the binding and the parameter. Per call,
-:meth:`BindingTypes.load` costs a function call per annotated argument of a simple type
-(``int``, ``str``...) and nothing for an unannotated or ``Any`` one.
+JSON cannot carry is refused there, naming the binding and the parameter. Per call, simple
+hints (``int``, ``str``...) given by position cost one set lookup of the argument types
+(:attr:`BindingTypes.fast_types`), an unannotated or ``Any`` parameter nothing; other hints
+a method call per value (docs/benchmarks.md).
 
 Two kinds of callable are not held to their annotations: one whose arguments a JSON
 Schema describes (:func:`kernelgate.input_schema`, an MCP tool: the schema is the

@@ -562,3 +562,18 @@ out
         assert "contains itself or nests too deeply" in cycle[1], cycle
         assert shallow == 1
         assert gw.run_sync("1 + 1").value == 2  # the host goes on
+
+
+def test_a_union_keeps_a_value_an_option_takes_as_it_is() -> None:
+    """``int | float`` keeps 3.0 a float (an option takes it as it is) before ``int``
+    would convert it; ``X | None`` reports X's own error."""
+
+    def f(x: int | float, p: Point | None = None) -> int | float:
+        return x
+
+    binding = BindingRegistry({"tools": {"f": f}}).lookup("tools", "f")
+    assert binding is not None
+    args, _ = binding.load_arguments([3.0], {})
+    assert type(args[0]) is float
+    with pytest.raises(TypeError, match=r"argument p: unexpected key 'z' \(a Point has x, y\)"):
+        binding.load_arguments([1, {"x": 1, "z": 0}], {})
