@@ -69,22 +69,26 @@ def _json_default(value: Any, hint: Hint | None = None) -> tuple[bool, Any]:
 def signature_schema(signature: inspect.Signature | None) -> dict[str, Any]:
     """The arguments object a signature takes, as a JSON Schema: a property per named
     parameter (typed from its annotation), ``required`` for those without defaults,
-    ``additionalProperties`` only for a ``**kwargs``, and the ``$defs`` of the named types
-    the parameters use, at the root."""
+    ``additionalProperties`` only for a ``**kwargs`` (its values' schema when annotated),
+    ``items`` of a ``*args`` when annotated, and the ``$defs`` of the named types the
+    parameters use, at the root."""
     if signature is None:
         return {"type": "object"}
     defs = Defs()
     props: dict[str, Any] = {}
     required: list[str] = []
-    extra = False
+    extra: bool | dict[str, Any] = False
     for p in signature.parameters.values():
+        hint = _hint(p.annotation)
+        item = hint.schema(defs) if hint is not None else {}
         if p.kind is inspect.Parameter.VAR_KEYWORD:
-            extra = True
+            extra = item or True  # ``**kw: str``: more keywords, each a string
             continue
         if p.kind is inspect.Parameter.VAR_POSITIONAL:
             props[p.name] = {"type": "array", "description": f"*{p.name}: positional values"}
+            if item:
+                props[p.name]["items"] = item
             continue
-        hint = _hint(p.annotation)
         prop = hint.schema(defs) if hint is not None else {}
         if p.default is inspect.Parameter.empty:
             required.append(p.name)

@@ -440,6 +440,7 @@ def test_describe_names_the_types_in_defs_with_their_docstrings() -> None:
     params = entry["parameters"]
     assert params["properties"]["p"] == {"$ref": "#/$defs/Point"}
     assert params["properties"]["when"] == {"type": "string", "format": "date"}
+    assert params["properties"]["more"]["items"] == {"type": "string", "format": "time"}
     assert params["properties"]["issue"] == {
         "anyOf": [{"$ref": "#/$defs/Issue"}, {"type": "null"}],
         "default": None,
