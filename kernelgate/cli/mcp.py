@@ -3,18 +3,24 @@
 ``--bindings mod:attr`` names the bindings (as ``kernelgate run`` does); ``--mcp
 NAME=COMMAND`` wraps an MCP server as the namespace ``NAME`` (a command line, or an
 http(s) URL), so kernelgate sits in front of existing servers and turns their many tools
-into one ``run_code`` tool. ``--record-to DIR`` keeps the session as one notebook there.
-``--http HOST:PORT`` serves streamable HTTP on a loopback address instead of stdio (port
-0: a free one; the URL is printed on stderr). Over HTTP every request needs
-``Authorization: Bearer <token>``: the token is kept in ``--token-file FILE`` (made, mode
-0600, if missing), else taken from ``$KERNELGATE_MCP_TOKEN``, else made afresh and printed
-once on stderr.
+into one ``run_code`` tool; ``--mcp-env NAME=VAR=VALUE`` (or ``NAME=VAR``, passing on
+kernelgate's own ``$VAR``) gives a command server an environment variable: it gets no
+other but the few the MCP SDK passes on, never kernelgate's whole environment (which
+holds secrets). A server that cannot be started or reached is one line on stderr and
+exit status 2, before anything is served. ``--record-to DIR`` keeps the session as one
+notebook there. ``--http HOST:PORT`` serves streamable HTTP on a loopback address instead
+of stdio (port 0: a free one; the URL is printed on stderr). Over HTTP every request
+needs ``Authorization: Bearer <token>``: the token is kept in ``--token-file FILE`` (made,
+mode 0600, if missing), else taken from ``$KERNELGATE_MCP_TOKEN``, else made afresh and
+printed once on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import shlex
 import sys
 import time
 from contextlib import AsyncExitStack
@@ -51,6 +57,18 @@ def _mcp_server(text: str) -> tuple[str, str]:
             f"--mcp {text!r}: the namespace {name!r} must be a Python identifier (e.g. files)"
         )
     return name, command.strip()
+
+
+def _mcp_env(text: str) -> tuple[str, str, str | None]:
+    """``NAME=VAR=VALUE``, or ``NAME=VAR`` (the value of kernelgate's own ``$VAR``)."""
+    name, sep, assignment = text.partition("=")
+    var, has_value, value = assignment.partition("=")
+    if not sep or not name or not var or "\0" in text:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VAR=VALUE or NAME=VAR (NAME a --mcp server's name; VAR alone "
+            f"passes on kernelgate's own $VAR), e.g. github=GITHUB_TOKEN, got {text!r}"
+        )
+    return name, var, value if has_value else None
 
 
 def _http_address(text: str) -> tuple[str, int]:
@@ -90,6 +108,25 @@ def _say(text: str) -> None:
     print(f"kernelgate mcp: {text}", file=sys.stderr, flush=True)
 
 
+class _StrayOutput(logging.Filter):
+    """The SDK logs every line a stdio server writes that is not JSON-RPC with a whole
+    traceback. While connecting, kernelgate's own error quotes the first such line, so
+    they are dropped; later, each is one line of stderr."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.connecting = True
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Failed to parse JSONRPC message"):
+            return True
+        if self.connecting:
+            return False
+        record.msg, record.args = "a --mcp server wrote a line that is not MCP's JSON-RPC", ()
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
 def _http_token(args: argparse.Namespace) -> tuple[str, str]:
     """The token ``--http`` requires, and what to tell the user about it on stderr."""
     # Lazy, pointing down: the SDK is slow to import and only serving needs it.
@@ -120,18 +157,30 @@ async def _serve(
     # Imported here: the SDK is the kernelgate[mcp] extra and slow to import; the rest of
     # the command line needs neither.
     try:
-        from kernelgate.mcp.client import connect
+        from kernelgate.mcp.client import McpServerError, connect
         from kernelgate.mcp.server import build_server, listen, serve_http, serve_stdio
     except ImportError as exc:
         raise UsageError(f"kernelgate mcp: {exc} (pip install 'kernelgate[mcp]')") from None
 
+    specs = _mcp_specs(args, namespaces)
+    stray = _StrayOutput()
+    sdk_log = logging.getLogger("mcp.client.stdio")
+    sdk_log.addFilter(stray)
     async with AsyncExitStack() as stack:
-        for name, command in args.mcp:
-            if name in namespaces:
-                raise UsageError(f"--mcp {name}=...: the namespace {name!r} is already taken")
-            namespaces[name] = await stack.enter_async_context(
-                connect(command, call_timeout=args.call_timeout)
-            )
+        stack.callback(sdk_log.removeFilter, stray)
+        for name, (command, env) in specs.items():
+            try:
+                namespaces[name] = await stack.enter_async_context(
+                    connect(
+                        command,
+                        env=env,
+                        call_timeout=args.call_timeout,
+                        connect_timeout=args.connect_timeout,
+                    )
+                )
+            except McpServerError as exc:
+                raise UsageError(f"--mcp {name}=...: {exc}") from None
+        stray.connecting = False
         try:
             gateway = Gateway(
                 namespaces=namespaces,
@@ -164,7 +213,50 @@ async def _serve(
     return 0
 
 
+def _mcp_specs(
+    args: argparse.Namespace, namespaces: dict[str, Any]
+) -> dict[str, tuple[str, dict[str, str] | None]]:
+    """Each --mcp server's command and --mcp-env environment, every misuse of them a
+    UsageError before any server is started."""
+    specs: dict[str, tuple[str, dict[str, str] | None]] = {}
+    for name, command in args.mcp:
+        if name in namespaces or name in specs:
+            raise UsageError(f"--mcp {name}=...: the namespace {name!r} is already taken")
+        specs[name] = (command, None)
+    for name, var, value in args.mcp_env:
+        if name not in specs:
+            known = ", ".join(specs) or "none"
+            raise UsageError(
+                f"--mcp-env {name}={var}...: no --mcp server is named {name!r} (named: {known})"
+            )
+        command, env = specs[name]
+        if command.startswith(("http://", "https://")):
+            raise UsageError(
+                f"--mcp-env {name}={var}...: {name!r} is the URL {command}; a server kernelgate "
+                "does not start runs with its own environment"
+            )
+        if value is None:
+            value = os.environ.get(var)
+            if value is None:
+                raise UsageError(
+                    f"--mcp-env {name}={var}: ${var} is not set in kernelgate's environment "
+                    f"(give {name}={var}=VALUE, or set it)"
+                )
+        specs[name] = (command, {**(env or {}), var: value})
+    for name, (command, _env) in specs.items():
+        if not command.startswith(("http://", "https://")):
+            try:
+                shlex.split(command)
+            except ValueError as exc:
+                raise UsageError(f"--mcp {name}={command!r}: not a command line: {exc}") from None
+    return specs
+
+
 def _cmd_mcp(args: argparse.Namespace) -> int:
+    if args.mcp_env and not args.mcp:
+        raise UsageError(
+            "--mcp-env goes with --mcp NAME=COMMAND (it sets that server's environment)"
+        )
     if not args.bindings and not args.mcp:
         raise UsageError("give --bindings MODULE:ATTR, --mcp NAME=COMMAND, or both")
     if args.http is None and args.token_file is not None:
@@ -219,6 +311,17 @@ def register(subparsers: Any) -> None:
         "over stdio, or a streamable HTTP URL",
     )
     mcp.add_argument(
+        "--mcp-env",
+        type=_mcp_env,
+        action="append",
+        default=[],
+        metavar="NAME=VAR=VALUE",
+        help="set the environment variable VAR of the --mcp server NAME (repeatable); NAME=VAR "
+        "passes on kernelgate's own $VAR (a secret then stays off the command line, which "
+        "other users can read). A server gets no other variables but HOME, LOGNAME, PATH, "
+        "SHELL, TERM and USER: kernelgate's environment holds secrets it has no business with",
+    )
+    mcp.add_argument(
         "--record-to",
         metavar="DIR",
         help="keep the whole session as one notebook in DIR (a directory that exists)",
@@ -252,6 +355,14 @@ def register(subparsers: Any) -> None:
         default=60.0,
         metavar="S",
         help="seconds a call to a --mcp server's tool may take (default 60)",
+    )
+    mcp.add_argument(
+        "--connect-timeout",
+        type=positive_seconds,
+        default=30.0,
+        metavar="S",
+        help="seconds a --mcp server may take to start, shake hands and list its tools "
+        "(default 30)",
     )
     add_limit_arguments(mcp, what="each run")
     mcp.set_defaults(func=_cmd_mcp)

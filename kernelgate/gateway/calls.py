@@ -42,6 +42,7 @@ from .channel import ChildChannel
 from .outcome import Verdicts
 from .output import RunOutput
 from .plan import CallListener, RunPlan
+from .tracing import RunTrace
 
 __all__ = ["CallDispatcher"]
 
@@ -71,6 +72,7 @@ class CallDispatcher:
         t0: float,
         on_call: CallListener | None,
         on_violation: Callable[[str], None],
+        trace: RunTrace | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._registry = plan.registry
@@ -93,6 +95,11 @@ class CallDispatcher:
         self.calls: list[CallRecord] = []
         #: Failures of the host's own hooks (on_call), kept for the result's note.
         self.hook_errors: list[str] = []
+        # Traced, each call is admitted inside its span (kernelgate.gateway.tracing): this
+        # instance's start is wrapped, so a run without tracing pays nothing for it.
+        self._trace = trace
+        if trace is not None:
+            self.start = functools.partial(trace.admit, self.start)  # type: ignore[method-assign]
 
     # -- 1. admit ------------------------------------------------------------------------
 
@@ -306,6 +313,8 @@ class CallDispatcher:
                 self._channel.send(
                     CallReply(record.id, False, ename="TypeError", evalue=record.error.evalue)
                 )
+        if self._trace is not None:
+            self._trace.call_ended(record)
         if self._on_call is not None:
             try:
                 self._on_call(record)

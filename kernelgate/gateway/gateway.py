@@ -22,6 +22,7 @@ from .runtime import ChildPool, CodeRuntime, ProgramError, PythonRuntime
 from .runtimes import runtime_for
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox
 from .teardown import sweep_leftovers
+from .tracing import Tracing, TracingOption
 
 __all__ = ["Gateway", "Recorder"]
 
@@ -77,6 +78,10 @@ class Gateway:
     ``0`` spawns a cold interpreter per run. Synchronous bindings run in up to
     ``max_threads`` worker threads (default: 4 per CPU, between 8 and 32), coroutine
     functions and bindings marked :func:`kernelgate.inline` on the event loop.
+
+    ``tracing`` (off by default: OpenTelemetry is not imported) traces each run and its
+    binding calls as spans: ``True`` with the global tracer provider, or give a
+    ``TracerProvider`` or ``Tracer`` (:mod:`~kernelgate.gateway.tracing`).
     """
 
     def __init__(
@@ -99,8 +104,11 @@ class Gateway:
         read_paths: tuple[str | os.PathLike[str], ...] = (),
         pool_size: int = 4,
         max_threads: int | None = None,
+        tracing: TracingOption = None,
     ) -> None:
+        # long: one check per option, where it is taken (a Gateway has many options)
         self._registry = BindingRegistry.from_arguments(bindings, namespace, namespaces)
+        self._tracing = Tracing.from_option(tracing)
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be a kernelgate.Limits, got {type(limits).__name__}")
         self.limits = limits or Limits()
@@ -218,7 +226,8 @@ class Gateway:
         plan = await self._prepared(program, self._plan(limits, self._support))
         if debug is not None:
             debug.claim()  # one run per RunDebugger: refused before any child is taken
-        run = Run(program, plan, on_output=on_output, on_call=on_call, debug=debug)
+        trace = self._tracing.start_run(plan) if self._tracing is not None else None
+        run = Run(program, plan, on_output=on_output, on_call=on_call, debug=debug, trace=trace)
         self._runs.add(run)
         try:
             result = await run.execute()
@@ -272,10 +281,18 @@ class Gateway:
         return _tools.tool_schema(self.describe(), api, self.language)
 
     async def run_tool(
-        self, code: str, *, max_chars: int = _tools.MAX_CHARS, limits: Limits | None = None
+        self,
+        code: str,
+        *,
+        max_chars: int = _tools.MAX_CHARS,
+        limits: Limits | None = None,
+        on_output: OutputListener | None = None,
+        on_call: CallListener | None = None,
     ) -> _tools.ToolOutput:
         """Run ``code`` (a model's ``run_code`` call) and return it as model-ready text:
         ``.text`` (cut to ``max_chars`` with a marker), ``.is_error``, ``.result``.
+        ``on_output`` and ``on_call`` see the run live, as for :meth:`run` (the agent's
+        developer watches a long run while the model waits for its text).
 
         >>> async def main():
         ...     async with Gateway() as gw:
@@ -288,7 +305,7 @@ class Gateway:
         """
         if not isinstance(code, str):
             raise TypeError(f"code must be str (the program's source), got {type(code).__name__}")
-        result = await self.run(code, limits=limits)
+        result = await self.run(code, limits=limits, on_output=on_output, on_call=on_call)
         return _tools.tool_output(result, max_chars)
 
     def _check_run(self, program: str, limits: Limits | None) -> Limits:

@@ -61,6 +61,7 @@ from .plan import CallHandler, CallListener, Policy, RunPlan
 from .process import ChildProcess
 from .sandbox import SandboxPlan
 from .teardown import Teardown, discard
+from .tracing import RunTrace
 from .usage import descendants, measure_usage
 
 __all__ = [
@@ -96,9 +97,11 @@ class Run:
         on_output: OutputListener | None = None,
         on_call: CallListener | None = None,
         debug: RunDebugger | None = None,
+        trace: RunTrace | None = None,
     ) -> None:
         self.program = program
         self.debug = debug
+        self.trace = trace  # the run's OpenTelemetry spans (None: not traced)
         self.plan = plan
         self.run_id = run_id or new_run_id()
         self.on_call = on_call
@@ -169,6 +172,8 @@ class Run:
 
     async def execute(self) -> RunResult:
         try:
+            if self.trace is not None:  # its span around it
+                return await self.trace.run(self._execute)
             return await self._execute()
         finally:
             if self.debug is not None:
@@ -252,6 +257,7 @@ class Run:
             t0=self._t0,
             on_call=self.on_call,
             on_violation=self._protocol_violation,
+            trace=self.trace,
         )
         pool = self.plan.pool if self.pooled else None
         end = self._end = Teardown(

@@ -23,7 +23,7 @@ import inspect
 import logging
 import secrets
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import zmq
@@ -31,6 +31,7 @@ import zmq.asyncio
 
 from kernelgate.gateway.bindings import BindingRegistry
 from kernelgate.gateway.run import CallListener, OutputListener
+from kernelgate.gateway.tracing import RunTrace, Tracing, TracingOption
 from kernelgate.model.language import DEFAULT_LANGUAGE, LANGUAGES
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import ErrorInfo, RunResult
@@ -73,6 +74,10 @@ class RemoteGateway:
 
     It is a :class:`kernelgate.CodeGateway`, as :class:`kernelgate.Gateway` is: a caller
     written against that protocol runs its programs here or locally alike.
+
+    ``tracing`` is :class:`kernelgate.Gateway`'s: each run a ``kernelgate.run`` span, and
+    each call this client answers a ``kernelgate.call`` span under it (the kernel's own
+    bindings run in the kernel, untraced here).
     """
 
     def __init__(
@@ -83,8 +88,10 @@ class RemoteGateway:
         namespace: str = "tools",
         namespaces: Mapping[str, Mapping[str, Callable[..., Any]]] | None = None,
         ready_timeout: float = 60.0,
+        tracing: TracingOption = None,
     ) -> None:
         self._registry = BindingRegistry.from_arguments(bindings, namespace, namespaces)
+        self._tracing = Tracing.from_option(tracing)
         self.kernel_client = kernel_client
         self.ready_timeout = ready_timeout
         self.comm_id = uuid.uuid4().hex
@@ -304,6 +311,19 @@ class RemoteGateway:
         two). Cancelling the awaiting task interrupts the kernel's running cell, then raises
         ``CancelledError``.
         """
+        if self._tracing is None:
+            return await self._run(program, limits, on_output, on_call, None)
+        trace = self._tracing.start(self._language, self._registry)
+        return await trace.run(lambda: self._run(program, limits, on_output, on_call, trace))
+
+    async def _run(
+        self,
+        program: str,
+        limits: Limits | None,
+        on_output: OutputListener | None,
+        on_call: CallListener | None,
+        trace: RunTrace | None,
+    ) -> RunResult:
         if not isinstance(program, str):
             raise TypeError(f"program must be str (Python source), got {type(program).__name__}")
         if limits is not None and not isinstance(limits, Limits):
@@ -315,6 +335,7 @@ class RemoteGateway:
         kc = self.kernel_client
         msg = self._message("execute_request", content, ours)
         run = RemoteRun(program, on_output, on_call)
+        run.trace = trace
         msg_id = msg["header"]["msg_id"]
         self._runs[msg_id] = run
         failure: ErrorInfo | None = None
@@ -497,7 +518,11 @@ class RemoteGateway:
                 log.debug("ignored call %r: it was asked before", call_id[:40])
                 return
             run.call_ids.add(call_id)
-            task = asyncio.create_task(self._answer(call_id, data))
+            answer: Coroutine[Any, Any, Any] = self._answer(call_id, data)
+            if run.trace is not None:
+                names = str(data.get("namespace")), str(data.get("name"))
+                answer = run.trace.answer(call_id, *names, answer)
+            task = asyncio.create_task(answer)
             self._answers[call_id] = task
             task.add_done_callback(lambda _t: self._answers.pop(call_id, None))
         elif method == "cancel" and parent in self._runs:
@@ -505,7 +530,9 @@ class RemoteGateway:
             if answering is not None:
                 answering.cancel()
 
-    async def _answer(self, call_id: str, data: dict[str, Any]) -> None:
+    async def _answer(self, call_id: str, data: dict[str, Any]) -> dict[str, Any] | None:
+        """Answer a kernel's call of a binding of this client's: the reply sent (None:
+        the kernel no longer waits for it)."""
         namespace = str(data.get("namespace"))
         name = str(data.get("name"))
         binding = self._registry.lookup(namespace, name)
@@ -533,13 +560,14 @@ class RemoteGateway:
             except NotJSONError as exc:
                 raise TypeError(f"the binding returned a value that is not JSON: {exc}") from None
         except asyncio.CancelledError:
-            return  # the kernel no longer waits for this answer
+            return None  # the kernel no longer waits for this answer
         except Exception as exc:
             reply = call_reply_data(call_id, False, ename=type(exc).__name__, evalue=str(exc))
         else:
             reply = call_reply_data(call_id, True, value)
         if not self._closed:
             self._send_shell("comm_msg", {"comm_id": self.comm_id, "data": reply})
+        return reply
 
     def __repr__(self) -> str:
         names = {ns: sorted(t) for ns, t in self._registry.namespaces.items()}

@@ -14,6 +14,7 @@ from typing import Any
 
 from kernelgate.gateway.run import CallListener, OutputListener
 from kernelgate.gateway.sanitize import sanitize_output
+from kernelgate.gateway.tracing import RunTrace
 from kernelgate.model.codec import (
     NotARunError,
     decode_metadata,
@@ -47,6 +48,8 @@ class RemoteRun:
         #: The kernel's calls of this run seen so far (each is answered once).
         self.call_ids: set[str] = set()
         self.started = False
+        #: The run's OpenTelemetry spans (None: not traced).
+        self.trace: RunTrace | None = None
         self.idle = False
         self.done = asyncio.Event()
         self.started_at = iso_now()

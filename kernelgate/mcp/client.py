@@ -3,88 +3,44 @@
 Each tool becomes an async callable named as the tool, whose signature and docstring come
 from its ``inputSchema`` and description, and which carries that schema (the child checks
 every call against it before the call leaves, the host again). A call goes to the server
-through the SDK's client session: structured content comes back as JSON, text content as a
+through the SDK's client session: structured content comes back as JSON (a plain value an
+SDK server wrapped as ``{"result": ...}`` unwrapped, :mod:`.results`), text content as a
 string, a tool error as :class:`McpToolError` (``ToolError`` with ``ename``
-``McpToolError`` in the program). A server that dies or does not answer within
-``call_timeout`` gives :class:`McpServerError`; the run goes on and ends cleanly.
+``McpToolError`` in the program). A server that cannot be reached, dies or does not answer
+within ``call_timeout`` gives :class:`McpServerError`; the run goes on and ends cleanly,
+and the next call connects again (:mod:`.link`).
 """
 
 from __future__ import annotations
 
 import inspect
 import keyword
-import shlex
 import warnings
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx2
-from mcp import Client, MCPError, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, Tool
+import anyio
+from mcp import MCPError
+from mcp.types import CONNECTION_CLOSED, Tool
 
 from kernelgate.gateway.describe import OUTPUT_ATTR
 from kernelgate.gateway.schemas import SCHEMA_ATTR
 from kernelgate.model.describe import type_hint
 from kernelgate.model.schema import arguments_object, schema_error
 
+from .errors import McpServerError, McpToolError
+from .link import Link, server_spec
+from .results import answer, is_wrapped, return_schema
+
 __all__ = ["McpServerError", "McpToolError", "connect", "tool_binding"]
 
 #: Seconds a tool call may take before it fails with :class:`McpServerError`.
 CALL_TIMEOUT = 60.0
+#: Seconds a failed call waits for its connection's end, to say why it ended.
+_SETTLE = 5.0
 #: Seconds starting a server, its handshake and its tool listing may take.
 CONNECT_TIMEOUT = 30.0
-#: Pages of ``tools/list`` read at most (a server that pages forever cannot hang us).
-_MAX_PAGES = 100
-
-
-class McpToolError(Exception):
-    """The MCP tool ran and reported an error (``isError``); the message is its text."""
-
-
-class McpServerError(Exception):
-    """The MCP server did not answer: it is gone, it timed out, or it broke the protocol."""
-
-
-def _server_params(
-    server: str | Sequence[str], env: Mapping[str, str] | None, cwd: str | None
-) -> tuple[StdioServerParameters | str, str]:
-    """What :class:`mcp.Client` takes for ``server``, and a name for messages."""
-    if isinstance(server, str) and server.startswith(("http://", "https://")):
-        return server, server
-    argv = shlex.split(server) if isinstance(server, str) else [str(a) for a in server]
-    if not argv:
-        raise ValueError("connect(server=...) needs a command (or an http(s) URL), got nothing")
-    params = StdioServerParameters(
-        command=argv[0], args=argv[1:], env=dict(env) if env else None, cwd=cwd
-    )
-    label = shlex.join(argv)
-    return params, label if len(label) <= 80 else label[:77] + "..."
-
-
-def _text_of(result: CallToolResult) -> str:
-    texts = [getattr(block, "text", "") for block in result.content]
-    return "\n".join(t for t in texts if t) or "(the tool gave no message)"
-
-
-def _answer(result: CallToolResult) -> Any:
-    """A tool result as the program gets it: structured content, else the text, else
-    the content blocks as JSON."""
-    if result.is_error:
-        raise McpToolError(_text_of(result))
-    if result.structured_content is not None:
-        return result.structured_content
-    out = [
-        block.text
-        if block.type == "text"
-        else block.model_dump(mode="json", by_alias=True, exclude_none=True)
-        for block in result.content
-    ]
-    if not out:
-        return None
-    return out[0] if len(out) == 1 else out
-
 
 def _signature(schema: Mapping[str, Any], output: Any) -> inspect.Signature:
     """Python parameters for an input schema: the required properties, then the optional
@@ -120,51 +76,78 @@ def _signature(schema: Mapping[str, Any], output: Any) -> inspect.Signature:
 
 
 def tool_binding(
-    client: Client, tool: Tool, *, server: str = "", call_timeout: float = CALL_TIMEOUT
+    link: Link, tool: Tool, *, call_timeout: float = CALL_TIMEOUT
 ) -> Callable[..., Any]:
-    """One MCP tool as a binding: an async callable that calls it through ``client``."""
+    """One MCP tool as a binding: an async callable that calls it through ``link``."""
     schema = dict(tool.input_schema or {"type": "object"})
-    signature = _signature(schema, tool.output_schema)
+    returns = return_schema(tool.output_schema)
+    wrapped = is_wrapped(tool.output_schema)
+    signature = _signature(schema, returns)
     name = tool.name
-    where = f" of MCP server {server}" if server else ""
+    server = link.spec.label
+    where = f" of MCP server {server}"
+    again = "connects again" if link.spec.url else "starts the server again"
+    # A call that finds the connection gone is repeated once, on a new one, only for a
+    # tool that says repeating it is harmless (MCP's annotations).
+    hints = tool.annotations
+    repeatable = hints is not None and bool(hints.read_only_hint or hints.idempotent_hint)
 
     async def call(*args: Any, **kwargs: Any) -> Any:
         arguments = arguments_object(signature.bind(*args, **kwargs))
-        try:
-            result = await client.call_tool(name, arguments, read_timeout_seconds=call_timeout)
-        except MCPError as exc:
-            if "timed out" in exc.message:
-                raise McpServerError(
-                    f"the tool {name!r}{where} did not answer within {call_timeout:g} s "
-                    "(kernelgate.mcp.connect(call_timeout=...) sets the limit)"
-                ) from None
-            raise McpServerError(f"the tool {name!r}{where} failed: {exc.message}") from None
-        except (OSError, EOFError) as exc:
+        for _attempt in range(2 if repeatable else 1):
+            try:
+                client, seen = await link.session()
+            except McpServerError as exc:
+                raise McpServerError(f"the tool {name!r}{where} was not called: {exc}") from None
+            try:
+                result = await client.call_tool(
+                    name, arguments, read_timeout_seconds=call_timeout
+                )
+            except MCPError as exc:
+                if "timed out" in exc.message:
+                    raise McpServerError(
+                        f"the tool {name!r}{where} did not answer within {call_timeout:g} s "
+                        "(kernelgate.mcp.connect(call_timeout=...) sets the limit)"
+                    ) from None
+                if exc.message == "Session terminated":
+                    # The HTTP server no longer knows the session (it was restarted): this
+                    # connection is over, as if the server had gone away.
+                    seen.lose("the HTTP server no longer knows this session (was it restarted?)")
+                elif exc.code != CONNECTION_CLOSED:
+                    about = seen.about()
+                    about = f" ({about})" if about else ""
+                    raise McpServerError(
+                        f"the tool {name!r}{where} failed: {exc.message}{about}"
+                    ) from None
+                # The connection's own task knows why it ended (a transport's error): wait
+                # for it, briefly (its cleanup is bounded), to say so.
+                with anyio.move_on_after(_SETTLE):
+                    await seen.ended.wait()
+                seen.lose("it closed the connection during the call")
+            except (OSError, EOFError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                seen.lose(f"the connection broke: {type(exc).__name__}: {exc}")
+            else:
+                return answer(result, wrapped)
+        if repeatable:
             raise McpServerError(
-                f"the connection to the tool {name!r}{where} broke: {exc}"
-            ) from None
-        return _answer(result)
+                f"MCP server {server} went away during the call to {name!r} ({seen.closed}), "
+                "and again when it was repeated on a new connection (the tool is marked "
+                "read-only or idempotent)"
+            )
+        # Not repeated: the server may have done what was asked before it went away.
+        raise McpServerError(
+            f"MCP server {server} went away during the call to {name!r} ({seen.closed}). "
+            f"The call is not repeated (it may have taken effect); the next call {again}"
+        )
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = tool.description or tool.title or f"The MCP tool {name}{where}."
     call.__signature__ = signature  # type: ignore[attr-defined]
     if schema_error(schema) is None:
         setattr(call, SCHEMA_ATTR, schema)
-    if isinstance(tool.output_schema, dict):
-        setattr(call, OUTPUT_ATTR, dict(tool.output_schema))
+    if returns is not None:
+        setattr(call, OUTPUT_ATTR, returns)
     return call
-
-
-async def _list_tools(client: Client) -> list[Tool]:
-    tools: list[Tool] = []
-    cursor: str | None = None
-    for _ in range(_MAX_PAGES):
-        page = await client.list_tools(cursor=cursor)
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    return tools
 
 
 @asynccontextmanager
@@ -181,11 +164,25 @@ async def connect(
 
     ``server`` is a command line (``"python server.py"`` or ``["python", "server.py"]``,
     started as a subprocess and spoken to over stdio) or a streamable HTTP URL
-    (``"http://127.0.0.1:8000/mcp"``). ``call_timeout`` bounds each tool call,
-    ``connect_timeout`` the start, handshake and tool listing. ``headers`` go with every
-    HTTP request to a URL server (``{"Authorization": "Bearer ..."}`` for one that wants a
-    token, such as ``kernelgate mcp --http``). The server is stopped (its connection
-    closed) when the block ends::
+    (``"http://127.0.0.1:8000/mcp"``).
+
+    - ``env``: variables a command server gets, over the few the SDK passes on (``HOME``,
+      ``LOGNAME``, ``PATH``, ``SHELL``, ``TERM``, ``USER``). The rest of the host's
+      environment is never passed on: it holds secrets (API keys, tokens) a server has
+      no business with; give each server the ones it needs, e.g.
+      ``env={"GITHUB_TOKEN": os.environ["GITHUB_TOKEN"]}``. ``cwd``: its directory.
+    - ``headers`` go with every HTTP request to a URL server (``{"Authorization":
+      "Bearer ..."}`` for one that wants a token, such as ``kernelgate mcp --http``).
+    - ``connect_timeout`` bounds starting the server, the handshake and the tool listing
+      (a server that does not stop when its stdin closes takes up to 2 s more to be
+      stopped); ``call_timeout`` each tool call.
+
+    Any failure to connect is :class:`McpServerError`, naming the server, what was tried
+    and what to do. After a connection is lost (the server exited, the HTTP server went
+    away), the call in flight fails with :class:`McpServerError` (it is not repeated:
+    it may have taken effect; a tool annotated ``readOnlyHint`` or ``idempotentHint`` is
+    called once more, on a new connection) and the next call connects again, starting a
+    command server anew. The server is stopped (its connection closed) when the block ends::
 
         async with kernelgate.mcp.connect("python files_server.py") as files, \\
                    kernelgate.mcp.connect("http://127.0.0.1:8000/mcp") as web:
@@ -196,57 +193,20 @@ async def connect(
     for what, value in (("call_timeout", call_timeout), ("connect_timeout", connect_timeout)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
             raise ValueError(f"connect({what}=...) must be a positive number of seconds")
-    params, label = _server_params(server, env, cwd)
-    if headers is not None and not isinstance(params, str):
-        raise ValueError(f"connect(headers=...) is for an http(s) URL server, not {label!r}")
+    spec = server_spec(server, env=env, cwd=cwd, headers=headers)
+    link = Link(spec, connect_timeout=float(connect_timeout))
     try:
-        async with AsyncExitStack() as stack:
-            target: Any = params
-            if headers is not None and isinstance(params, str):
-                # The SDK's own HTTP client, with its timeouts (a stream may stay open).
-                http = await stack.enter_async_context(
-                    httpx2.AsyncClient(
-                        headers=dict(headers), timeout=httpx2.Timeout(30.0, read=300.0)
-                    )
+        tools = await link.start()
+        namespace: dict[str, Callable[..., Any]] = {}
+        for tool in tools:
+            if tool.name.startswith("_") or not tool.name.isprintable() or not tool.name:
+                warnings.warn(
+                    f"MCP server {spec.label}: tool {tool.name!r} left out (a binding name may "
+                    "not start with '_' or hold unprintable characters)",
+                    stacklevel=2,
                 )
-                target = streamable_http_client(params, http_client=http)
-            # The handshake and the listing use the client's timeout; each call its own.
-            client = await stack.enter_async_context(
-                Client(target, read_timeout_seconds=connect_timeout)
-            )
-            try:
-                tools = await _list_tools(client)
-            except MCPError as exc:
-                raise McpServerError(
-                    f"MCP server {label} did not list its tools: {exc.message}"
-                ) from None
-            namespace: dict[str, Callable[..., Any]] = {}
-            for tool in tools:
-                if tool.name.startswith("_") or not tool.name.isprintable() or not tool.name:
-                    warnings.warn(
-                        f"MCP server {label}: tool {tool.name!r} left out (a binding name may "
-                        "not start with '_' or hold unprintable characters)",
-                        stacklevel=2,
-                    )
-                    continue
-                namespace[tool.name] = tool_binding(
-                    client, tool, server=label, call_timeout=call_timeout
-                )
-            yield namespace
-    except Exception as exc:
-        # The SDK's task groups wrap what broke in exception groups: find the MCP error.
-        error = _mcp_error(exc)
-        if error is None:
-            raise
-        raise McpServerError(f"MCP server {label}: {error.message}") from None
-
-
-def _mcp_error(exc: BaseException) -> MCPError | None:
-    """The first :class:`MCPError` in ``exc`` (an exception group's leaves included)."""
-    if isinstance(exc, MCPError):
-        return exc
-    for inner in getattr(exc, "exceptions", ()):
-        found = _mcp_error(inner)
-        if found is not None:
-            return found
-    return None
+                continue
+            namespace[tool.name] = tool_binding(link, tool, call_timeout=call_timeout)
+        yield namespace
+    finally:
+        await link.aclose()

@@ -4,7 +4,10 @@ Any MCP client (a desktop assistant, an IDE agent, an agent framework) then writ
 program per task against the gateway's bindings, each run in a fresh isolated child,
 instead of calling many tools one by one. The tool's description embeds
 ``Gateway.describe()``; its answer is ``ToolOutput.text`` with ``isError`` set when the
-program failed. ``kernelgate mcp`` (:mod:`kernelgate.cli.mcp`) is the command.
+program failed, and the run as structured content (:mod:`.structured`, declared as the
+tool's ``outputSchema``). A client that asks for progress (a ``progressToken``) hears of
+each output and binding call while the program runs (:mod:`.progress`).
+``kernelgate mcp`` (:mod:`kernelgate.cli.mcp`) is the command.
 
 >>> from kernelgate import Gateway
 >>> server = build_server(Gateway(bindings={"add": lambda a, b: a + b}))
@@ -22,6 +25,7 @@ from typing import Any
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, TextContent, Tool
 
 from kernelgate import __version__
@@ -30,6 +34,8 @@ from kernelgate.gateway.tools import MAX_CHARS, TOOL_NAME, tool_output, tool_sch
 from kernelgate.model.language import check_language, title
 
 from .guard import HttpGuard
+from .progress import ProgressReporter
+from .structured import OUTPUT_SCHEMA, structured
 
 __all__ = ["build_server", "check_loopback", "listen", "serve_http", "serve_stdio"]
 
@@ -57,6 +63,7 @@ def build_server(
         name=definition["name"],
         description=definition["description"],
         input_schema=definition["inputSchema"],
+        output_schema=OUTPUT_SCHEMA,
     )
 
     async def on_list_tools(ctx: Any, params: Any) -> ListToolsResult:
@@ -72,11 +79,23 @@ def build_server(
                 f"{type(code).__name__}"
             )
         try:
-            out = tool_output(await gateway.run(code), max_chars)
+            if progress_token_from_params(ctx.params) is None:
+                result = await gateway.run(code)
+            else:
+                reporter = ProgressReporter(
+                    lambda progress, message: ctx.session.report_progress(progress, None, message)
+                )
+                async with reporter.running():
+                    result = await gateway.run(
+                        code, on_output=reporter.on_output, on_call=reporter.on_call
+                    )
+            out = tool_output(result, max_chars)
         except Exception as exc:  # the host's own trouble (closed, a recorder that failed)
             return _error(f"kernelgate could not run the program: {type(exc).__name__}: {exc}")
         return CallToolResult(
-            content=[TextContent(type="text", text=out.text)], is_error=out.is_error
+            content=[TextContent(type="text", text=out.text)],
+            structured_content=structured(result, max_chars),
+            is_error=out.is_error,
         )
 
     return Server(

@@ -33,11 +33,21 @@ def test_each_tool_is_a_binding_with_signature_doc_and_schema() -> None:
             return dict(t)
 
     t = asyncio.run(main())
-    assert sorted(t) == ["add", "die", "explode", "greet", "hang", "meet", "stats"]
+    assert sorted(t) == [
+        "add", "die", "environ", "explode", "greet", "hang", "history", "meet", "pid", "stats"
+    ]
     shown = BindingRegistry({"t": t}).signatures()["t"]
-    assert shown["add"] == "(a: int, b: int = 2) -> {'result': int}"
-    assert shown["greet"] == "(name: str, style: Literal['plain', 'loud'] = 'plain') -> {'result': str}"
-    assert shown["die"] == "() -> {'result': str}"
+    # The SDK wraps a plain return value as {"result": ...}: the binding shows what the
+    # program gets, the value itself.
+    assert shown["add"] == "(a: int, b: int = 2) -> int"
+    assert shown["greet"] == "(name: str, style: Literal['plain', 'loud'] = 'plain') -> str"
+    assert shown["die"] == "() -> str"
+    assert shown["environ"] == "(name: str) -> str | None"
+    assert shown["history"] == "(values: list[float]) -> list[{'count': int, 'mean': float}]"
+    assert shown["stats"] == "(values: list[float]) -> {'count': int, 'mean': float}"
+    returns = t["history"].__kernelgate_output_schema__
+    assert returns["type"] == "array" and returns["items"] == {"$ref": "#/$defs/Stats"}
+    assert returns["$defs"]["Stats"]["required"] == ["count", "mean"]
     assert list(inspect.signature(t["add"]).parameters) == ["a", "b"]
     assert inspect.getdoc(t["add"]).startswith("Add two integers.")
     schema = t["stats"].__kernelgate_schema__
@@ -55,9 +65,9 @@ def test_programs_call_tools_concurrently_and_get_json_back() -> None:
     )
     assert r.status == "ok", r.message
     assert r.value == {
-        "met": [{"result": 3}] * 3,
-        "add": {"result": 3},
-        "greet": {"result": "HELLO BOB"},
+        "met": [3] * 3,
+        "add": 3,
+        "greet": "HELLO BOB",
         "stats": {"count": 3, "mean": 2.0},
     }
     assert [c.name for c in r.calls[:3]] == ["meet"] * 3
@@ -103,28 +113,13 @@ def test_a_hung_server_gives_tool_errors_within_call_timeout_and_a_clean_result(
     (ename, message), after = r.value
     assert ename == "McpServerError"
     assert "did not answer within 1 s" in message and "call_timeout" in message
-    assert after == {"result": 3}  # the server still serves other calls
+    assert after == 3  # the server still serves other calls
 
 
 def test_a_run_that_times_out_during_a_hung_call_ends_cleanly() -> None:
     r = run("await t.hang('x')", limits=Limits(wall_seconds=2, kill_grace_seconds=0.5))
     assert r.status == "timeout"
     assert r.calls[0].name == "hang" and not r.calls[0].ok
-
-
-def test_a_server_that_dies_gives_tool_errors_and_the_host_goes_on() -> None:
-    r = run(
-        "out = []\n"
-        "for call in (t.die, lambda: t.add(1)):\n"
-        "    try:\n"
-        "        await call()\n"
-        "    except ToolError as exc:\n"
-        "        out.append([exc.ename, str(exc)])\n"
-        "return out"
-    )
-    assert r.status == "ok", r.message
-    assert [e for e, _ in r.value] == ["McpServerError", "McpServerError"]
-    assert all("Connection closed" in m for _, m in r.value)
 
 
 def test_streamable_http_server(http_tools_server: str) -> None:
@@ -134,22 +129,28 @@ def test_streamable_http_server(http_tools_server: str) -> None:
         server=http_tools_server,
     )
     assert r.status == "ok", r.message
-    assert r.value == [{"result": 7}, {"result": 2}, {"result": 2}]
+    assert r.value == [7, 2, 2]
 
 
-def test_a_server_that_cannot_start_fails_connect_at_once() -> None:
-    async def main() -> None:
-        async with kernelgate.mcp.connect(["/nonexistent/mcp-server"]):
-            raise AssertionError("connected to nothing")
+def test_env_reaches_a_command_server_and_the_host_environment_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KG_TEST_SECRET", "s3cret")
 
-    with pytest.raises(OSError):
-        asyncio.run(main())
+    async def main() -> list[Any]:
+        async with kernelgate.mcp.connect(TOOLS_SERVER, env={"KG_TEST_GIVEN": "a=b"}) as t:
+            return [await t["environ"](n) for n in ("KG_TEST_GIVEN", "KG_TEST_SECRET", "HOME")]
 
+    given, secret, home = asyncio.run(main())
+    assert given == "a=b" and secret is None and home is not None
 
-def test_a_server_that_exits_before_the_handshake_fails_connect() -> None:
-    async def main() -> None:
-        async with kernelgate.mcp.connect(["python3", "-c", "pass"], connect_timeout=10):
-            raise AssertionError("connected to nothing")
+    async def refused(server: Any, **kwargs: Any) -> None:
+        async with kernelgate.mcp.connect(server, **kwargs):
+            raise AssertionError("connected")
 
-    with pytest.raises(kernelgate.mcp.McpServerError, match="Connection closed"):
-        asyncio.run(main())
+    with pytest.raises(ValueError, match="not an environment variable name"):
+        asyncio.run(refused(TOOLS_SERVER, env={"A=B": "x"}))
+    with pytest.raises(TypeError, match="maps names to strings"):
+        asyncio.run(refused(TOOLS_SERVER, env={"A": 1}))
+    with pytest.raises(ValueError, match="for a server started as a command"):
+        asyncio.run(refused("http://127.0.0.1:9/mcp", env={"A": "1"}))

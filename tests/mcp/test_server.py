@@ -81,7 +81,7 @@ def test_it_sits_in_front_of_mcp_servers() -> None:
         tools[0].description
     )
     assert r.is_error is False, r.content[0].text
-    assert r.content[0].text == 'returned:\n[{"result": 42}, 3.0]'
+    assert r.content[0].text == 'returned:\n[42, 3.0]'
 
 
 def test_streamable_http_on_loopback() -> None:

@@ -1,7 +1,8 @@
 """An MCP server written with the official SDK, started by the tests as a subprocess.
 
 Tools with typed parameters, one that raises, one with structured content, one that hangs
-until released, one that kills its own process. ``python tools_server.py [http PORT]``.
+until released, one that kills its own process, one that reads its environment.
+``python tools_server.py [http [PORT]]``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Literal
 import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
 server = MCPServer("kernelgate-test-tools")
@@ -44,6 +46,24 @@ def greet(name: str, style: Literal["plain", "loud"] = "plain") -> str:
 def stats(values: list[float]) -> Stats:
     """Count and mean of the values (structured content)."""
     return Stats(count=len(values), mean=sum(values) / len(values) if values else 0.0)
+
+
+@server.tool()
+def history(values: list[float]) -> list[Stats]:
+    """Running statistics: a wrapped list of models (their schema in $defs)."""
+    return [stats(values[: i + 1]) for i in range(len(values))]
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def environ(name: str) -> str | None:
+    """The server's own environment variable ``name`` (None when unset)."""
+    return os.environ.get(name)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def pid() -> int:
+    """The server's process id."""
+    return os.getpid()
 
 
 @server.tool()
@@ -83,12 +103,14 @@ def die() -> str:
     os._exit(3)
 
 
-async def serve_http() -> None:
-    """Streamable HTTP on a free loopback port, printed on stdout once listening."""
+async def serve_http(port: int = 0) -> None:
+    """Streamable HTTP on loopback (a free port unless one is given), the port printed on
+    stdout once listening."""
     import uvicorn
 
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
     sock.listen(16)
     print(sock.getsockname()[1], flush=True)
     app = server.streamable_http_app(host="127.0.0.1")
@@ -96,7 +118,7 @@ async def serve_http() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["http"]:
-        anyio.run(serve_http)
+    if sys.argv[1:2] == ["http"]:
+        anyio.run(serve_http, int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     else:
         server.run()
