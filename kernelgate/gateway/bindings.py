@@ -13,7 +13,8 @@ from kernelgate.model.signatures import signature_of, spec_from_signature
 from kernelgate.model.signatures import signature_text as _signature_text
 from kernelgate.wire.messages import binding_label
 
-from .schemas import schema_of
+from .schemas import OUTPUT_ATTR, schema_of
+from .typecheck import BindingTypes, Mismatch, binding_types
 
 __all__ = ["Binding", "BindingRegistry", "RESERVED_NAMES", "inline"]
 
@@ -46,9 +47,14 @@ class Binding:
     inline: bool = field(default=False, init=False, repr=False, compare=False)
     #: A JSON Schema for the arguments (:func:`kernelgate.input_schema`), checked too.
     schema: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    #: The checks and conversions its type hints ask for (:mod:`.typecheck`); None: none.
+    types: BindingTypes | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schema", schema_of(self.fn))
+        has_output = isinstance(getattr(self.fn, OUTPUT_ATTR, None), dict)
+        types = binding_types(self.label, self.fn, self.schema is not None, has_output)
+        object.__setattr__(self, "types", types)
         if self.signature is not None:
             object.__setattr__(self, "_simple", _simple_parameters(self.signature))
         fn = self.fn
@@ -97,6 +103,58 @@ class Binding:
             raise TypeError(
                 f"{self.label}() {error}; its signature is {self.name}{self.signature_text}"
             )
+
+    def load_arguments(
+        self, args: list[Any], kwargs: dict[str, Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments as the binding takes them: checked against the signature (as
+        :meth:`check_arguments`) and the type hints, and converted (an ISO 8601 string to a
+        ``date``, an object to a dataclass...). Raises ``TypeError`` naming the argument,
+        where in it, what was expected and what came. ``args`` and ``kwargs`` are not
+        edited (the call's record keeps them as JSON)."""
+        self.check_arguments(args, kwargs)
+        types = self.types
+        if types is None:
+            return args, kwargs
+        if not kwargs and tuple(map(type, args)) in types.fast_types:
+            return args, kwargs  # simple hints (int, str...), all by position: one test
+        try:
+            return types.load(args, kwargs)
+        except Mismatch as exc:
+            raise TypeError(
+                f"{self.label}() {exc.message()}; its signature is {self.name}{self.signature_text}"
+            ) from None
+        except RecursionError:
+            # A recursive hint (a tree of dataclasses) converts by recursion; the wire lets
+            # values nest 500 deep, which can be deeper than Python's stack.
+            raise TypeError(
+                f"{self.label}() the arguments nest too deeply to convert by the binding's "
+                f"type hints (a recursive type); flatten them. Its signature is "
+                f"{self.name}{self.signature_text}"
+            ) from None
+
+    def dump_result(self, value: Any) -> Any:
+        """The binding's result as JSON, converted (a dataclass to an object, a ``date`` to
+        its ISO 8601 string...) and checked against its return annotation. Raises
+        ``TypeError`` saying the binding broke its own annotation."""
+        types = self.types
+        if types is None or types.returns is None or type(value) in types.returns_exact:
+            return value
+        try:
+            return types.dump(value)
+        except RecursionError:
+            raise TypeError(
+                f"the binding {self.label} returned a value that contains itself or nests too "
+                "deeply to convert by its return annotation (its result). This is a fault of "
+                "the host's binding, not of the program"
+            ) from None
+        except Mismatch as exc:
+            raise TypeError(
+                f"the binding {self.label} returned a value its own return annotation "
+                f"(-> {self.signature_text.rpartition(' -> ')[2]}) refuses: "
+                f"{exc.message('its result')}. "
+                "This is a fault of the host's binding, not of the program"
+            ) from None
 
 
 def inline(fn: F) -> F:

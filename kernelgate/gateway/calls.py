@@ -128,21 +128,25 @@ class CallDispatcher:
             label = binding_label(record.namespace, record.name)
             self._answer(record, now, error=LookupError(f"there is no binding {label}"))
             return
-        # Neither the policy nor the binding may see arguments that do not fit
-        # (Signature.bind: about 2 us per call, docs/benchmarks.md).
+        # Neither the policy nor the binding may see arguments that do not fit the
+        # signature or the type hints (Signature.bind: about 2 us per call,
+        # docs/benchmarks.md). The binding gets them converted (a date, a dataclass...);
+        # the record and the policy keep the JSON the program sent.
         try:
-            binding.check_arguments(record.args, record.kwargs)
+            args, kwargs = binding.load_arguments(record.args, record.kwargs)
         except TypeError as exc:
             self._answer(record, now, error=exc)
             return
         if self._direct and not self._slots.locked() and not self._channel.backlogged:
-            self._begin(record, binding)
+            self._begin(record, binding, args, kwargs)
         else:
-            self._spawn(self._queued(record, binding), None)
+            self._spawn(self._queued(record, binding, args, kwargs), None)
 
     # -- 2. and 3. a slot, the policy ----------------------------------------------------
 
-    async def _queued(self, record: CallRecord, binding: Binding) -> None:
+    async def _queued(
+        self, record: CallRecord, binding: Binding, args: list[Any], kwargs: dict[str, Any]
+    ) -> None:
         async with self._slots:
             started = time.monotonic()
             record.start_s = started - self._t0
@@ -152,9 +156,9 @@ class CallDispatcher:
                 if self._policy is not None:
                     await self._check_policy(record)
                 if self._handler is not None:
-                    pending = self._handler(binding, record.args, record.kwargs)
+                    pending = self._handler(binding, args, kwargs)
                 else:
-                    pending = self._invoke(binding, record.args, record.kwargs)
+                    pending = self._invoke(binding, args, kwargs)
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # SystemExit from a policy must not end the host
@@ -178,12 +182,14 @@ class CallDispatcher:
 
     # -- 4. the binding ------------------------------------------------------------------
 
-    def _begin(self, record: CallRecord, binding: Binding) -> None:
+    def _begin(
+        self, record: CallRecord, binding: Binding, args: list[Any], kwargs: dict[str, Any]
+    ) -> None:
         """Stage 4 in the read callback: answer a value that is ready at once, else await
         it in a task (which takes its slot)."""
         started = time.monotonic()
         try:
-            pending = self._invoke(binding, record.args, record.kwargs)
+            pending = self._invoke(binding, args, kwargs)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # SystemExit from a binding must not end the host
@@ -274,7 +280,15 @@ class CallDispatcher:
         """Check a call's result, record it, and send the child its answer."""
         # No second signature or JSON check of the arguments here: the child checked them
         # for good messages, the wire parsed them as strict JSON, and a forged call with
-        # arguments that do not fit was refused on admission, as a ToolError.
+        # arguments that do not fit was refused on admission, as a ToolError. The result
+        # is converted and checked by its return annotation, then as JSON.
+        if error is None:
+            binding = self._registry.lookup(record.namespace, record.name)
+            if binding is not None and binding.types is not None:
+                try:
+                    value = binding.dump_result(value)  # a dataclass, a date... as JSON
+                except TypeError as exc:
+                    error = exc
         if error is None:
             error = self._check_result(record, value)
         if error is not None:

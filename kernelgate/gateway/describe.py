@@ -17,17 +17,25 @@ signature) and ``returns`` (a JSON Schema of the return annotation, ``{}`` when 
 
 from __future__ import annotations
 
-import collections.abc
 import inspect
 import json
-import types
-import typing
 from typing import Any, Literal, overload
 
 from kernelgate.model.describe import render_stub
 from kernelgate.model.describe_ts import render_declarations
 
 from .bindings import Binding, BindingRegistry
+from .conversion import (
+    Defs,
+    Hint,
+    Mismatch,
+    UnsupportedHint,
+    compile_hint,
+    hint_schema,
+    schema_with_defs,
+)
+from .hints import AnyHint
+from .schemas import OUTPUT_ATTR
 
 __all__ = [
     "describe",
@@ -39,88 +47,26 @@ __all__ = [
     "OUTPUT_ATTR",
 ]
 
-#: A callable may carry a JSON Schema of what it returns here (MCP tools' ``outputSchema``).
-OUTPUT_ATTR = "__kernelgate_output_schema__"
-
-_SIMPLE: dict[Any, dict[str, Any]] = {
-    str: {"type": "string"},
-    int: {"type": "integer"},
-    float: {"type": "number"},
-    bool: {"type": "boolean"},
-    type(None): {"type": "null"},
-    None: {"type": "null"},
-    list: {"type": "array"},
-    tuple: {"type": "array"},
-    set: {"type": "array"},
-    frozenset: {"type": "array"},
-    dict: {"type": "object"},
-}
-_ARRAYS = (
-    list,
-    tuple,
-    set,
-    frozenset,
-    collections.abc.Sequence,
-    collections.abc.Iterable,
-    collections.abc.Set,
-)
-_OBJECTS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
-
 
 def annotation_schema(tp: Any, depth: int = 0) -> dict[str, Any]:
-    """A JSON Schema for a type annotation where it maps to JSON; ``{}`` (anything) where
-    it does not.
+    """A JSON Schema for a type annotation (what the gateway checks arguments against, see
+    :mod:`.conversion`), with ``$defs`` for named types (TypedDict, dataclass, Enum);
+    ``{}`` (anything) where it is not a type JSON can carry, or a name that did not
+    resolve. ``depth`` is kept for callers of the old signature and ignored.
 
     >>> annotation_schema(list[str] | None)
     {'anyOf': [{'type': 'array', 'items': {'type': 'string'}}, {'type': 'null'}]}
     """
-    if depth > 8 or tp is inspect.Parameter.empty or tp is Any:
-        return {}
-    if isinstance(tp, typing.ForwardRef) or isinstance(tp, str):
-        return {}  # a name that could not be resolved: say nothing rather than guess
-    simple = _SIMPLE.get(tp) if _hashable(tp) else None
-    if simple is not None:
-        return dict(simple)
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        return {"anyOf": [annotation_schema(a, depth + 1) for a in args]}
-    if origin is Literal:
-        return {"enum": list(args)}
-    if origin is typing.Annotated:
-        return annotation_schema(args[0], depth + 1)
-    if origin in _ARRAYS:
-        out: dict[str, Any] = {"type": "array"}
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            out["prefixItems"] = [annotation_schema(a, depth + 1) for a in args]
-            out["minItems"] = out["maxItems"] = len(args)
-        elif args:
-            out["items"] = annotation_schema(args[0], depth + 1)
-        return out
-    if origin in _OBJECTS:
-        out = {"type": "object"}
-        if len(args) == 2 and args[1] is not Any:
-            out["additionalProperties"] = annotation_schema(args[1], depth + 1)
-        return out
-    if typing.is_typeddict(tp):
-        hints = typing.get_type_hints(tp)
-        return {
-            "type": "object",
-            "properties": {k: annotation_schema(v, depth + 1) for k, v in hints.items()},
-            "required": sorted(getattr(tp, "__required_keys__", ())),
-        }
-    return {}
+    return hint_schema(tp)
 
 
-def _hashable(tp: Any) -> bool:
-    try:
-        hash(tp)
-    except TypeError:
-        return False
-    return True
-
-
-def _json_default(value: Any) -> tuple[bool, Any]:
+def _json_default(value: Any, hint: Hint | None = None) -> tuple[bool, Any]:
+    """A default value as JSON (an Enum member as its value, a date as its string...)."""
+    if hint is not None and not isinstance(hint, AnyHint):
+        try:
+            value = hint.dump(value, "")
+        except Mismatch:
+            return False, None  # ``x: int = None``: say nothing rather than something false
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
@@ -131,33 +77,52 @@ def _json_default(value: Any) -> tuple[bool, Any]:
 def signature_schema(signature: inspect.Signature | None) -> dict[str, Any]:
     """The arguments object a signature takes, as a JSON Schema: a property per named
     parameter (typed from its annotation), ``required`` for those without defaults,
-    ``additionalProperties`` only for a ``**kwargs``."""
+    ``additionalProperties`` only for a ``**kwargs`` (its values' schema when annotated),
+    ``items`` of a ``*args`` when annotated, and the ``$defs`` of the named types the
+    parameters use, at the root."""
     if signature is None:
         return {"type": "object"}
+    defs = Defs()
     props: dict[str, Any] = {}
     required: list[str] = []
-    extra = False
+    extra: bool | dict[str, Any] = False
     for p in signature.parameters.values():
+        hint = _hint(p.annotation)
+        item = hint.schema(defs) if hint is not None else {}
         if p.kind is inspect.Parameter.VAR_KEYWORD:
-            extra = True
+            extra = item or True  # ``**kw: str``: more keywords, each a string
             continue
         if p.kind is inspect.Parameter.VAR_POSITIONAL:
             props[p.name] = {"type": "array", "description": f"*{p.name}: positional values"}
+            if item:
+                props[p.name]["items"] = item
             continue
-        prop = annotation_schema(p.annotation)
+        prop = hint.schema(defs) if hint is not None else {}
         if p.default is inspect.Parameter.empty:
             required.append(p.name)
         else:
-            ok, default = _json_default(p.default)
+            ok, default = _json_default(p.default, hint)
             if ok:
-                prop["default"] = default
+                prop = {**prop, "default": default}
         props[p.name] = prop
-    return {
-        "type": "object",
-        "properties": props,
-        "required": required,
-        "additionalProperties": extra,
-    }
+    return schema_with_defs(
+        {
+            "type": "object",
+            "properties": props,
+            "required": required,
+            "additionalProperties": extra,
+        },
+        defs,
+    )
+
+
+def _hint(annotation: Any) -> Hint | None:
+    if annotation is inspect.Parameter.empty:
+        return None
+    try:
+        return compile_hint(annotation)
+    except UnsupportedHint:
+        return None  # a proxy's text annotation, or one no binding can have: anything
 
 
 def _evaluated(binding: Binding) -> inspect.Signature | None:

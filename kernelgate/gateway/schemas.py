@@ -16,12 +16,16 @@ from typing import Any, TypeVar
 
 from kernelgate.model.schema import check_schema
 
-__all__ = ["SCHEMA_ATTR", "input_schema", "schema_of"]
+__all__ = ["OUTPUT_ATTR", "SCHEMA_ATTR", "input_schema", "schema_of"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: The attribute a callable's argument schema is kept in.
 SCHEMA_ATTR = "__kernelgate_schema__"
+
+#: A callable may carry a JSON Schema of what it returns here (MCP tools' ``outputSchema``);
+#: its return annotation is then only shown, not enforced.
+OUTPUT_ATTR = "__kernelgate_output_schema__"
 
 
 def input_schema(schema: Mapping[str, Any]) -> Callable[[F], F]:

@@ -550,10 +550,11 @@ class RemoteGateway:
                 check_json(kwargs, f"{binding.label}() keyword arguments")
             except NotJSONError as exc:
                 raise TypeError(f"the call's arguments are not JSON: {exc}") from None
-            binding.check_arguments(args, kwargs)
+            args, kwargs = binding.load_arguments(args, kwargs)
             value = binding.fn(*args, **kwargs)
             if inspect.isawaitable(value):
                 value = await value
+            value = binding.dump_result(value)
             try:
                 check_json(value, f"{binding.label}() result")
             except NotJSONError as exc:

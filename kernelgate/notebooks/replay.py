@@ -29,7 +29,8 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kernelgate.gateway.bindings import BindingRegistry
+from kernelgate.gateway.bindings import Binding, BindingRegistry
+from kernelgate.gateway.typecheck import display_only
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord, RunResult
 from kernelgate.model.signatures import signature_from_text
@@ -218,26 +219,31 @@ class _LiveGate:
             "or --live-any, calls any)"
         )
 
-    def wrap(self, namespace: str, name: str, binding: Any) -> Callable[..., Any]:
+    def wrap(self, namespace: str, name: str, binding: Binding) -> Callable[..., Any]:
+        # The gate matches the JSON the program sent; the live binding gets its arguments
+        # converted by its type hints, and its result converted back, as a Gateway would
+        # (the wrapper's own annotations are only shown: see display_only).
         fn = binding.fn
         if binding.is_async:
 
             async def gated(*args: Any, **kwargs: Any) -> Any:
                 self.admit(namespace, name, list(args), kwargs)
-                return await fn(*args, **kwargs)
+                args_in, kwargs_in = binding.load_arguments(list(args), kwargs)
+                return binding.dump_result(await fn(*args_in, **kwargs_in))
 
             wrapped: Callable[..., Any] = gated
         else:
 
             def gated_sync(*args: Any, **kwargs: Any) -> Any:
                 self.admit(namespace, name, list(args), kwargs)
-                return fn(*args, **kwargs)
+                args_in, kwargs_in = binding.load_arguments(list(args), kwargs)
+                return binding.dump_result(fn(*args_in, **kwargs_in))
 
             wrapped = gated_sync
         wrapped.__name__ = wrapped.__qualname__ = name
         wrapped.__doc__ = inspect.getdoc(fn)
         if binding.signature is not None:
-            wrapped.__signature__ = binding.signature  # type: ignore[attr-defined]
+            wrapped.__signature__ = display_only(binding.signature)  # type: ignore[attr-defined]
         return wrapped
 
 

@@ -179,6 +179,55 @@ def test_forged_call_that_does_not_fit_the_signature_never_reaches_policy_or_bin
 
 
 @WARM_COLD
+def test_a_call_that_breaks_the_bindings_type_hints_never_reaches_policy_or_binding(
+    hostile, warm
+):
+    """The child does not check types at all: the host does, for honest calls and for
+    frames written straight to fd 3 alike, before the policy and the binding (issue 21)."""
+    seen: list[object] = []
+
+    def add(a: int, b: int) -> int:
+        seen.append(("binding", a, b))
+        return a + b
+
+    def policy(namespace, name, args, kwargs):
+        seen.append(("policy", args, kwargs))
+        return True
+
+    gw = hostile.gateway(bindings={"add": add}, policy=policy, pool_size=1 if warm else 0)
+    src = _FIND_CONN + textwrap.dedent(
+        """
+        import asyncio
+        try:
+            await tools.add(1, '2')
+        except ToolError as exc:
+            print('host refused:', exc.ename, str(exc)[:80], flush=True)
+        for args, kwargs in (([True, 2], {}), ([1], {'b': [2]}), ([1.5, 2], {})):
+            call_id = conn.next_call_id
+            fut = asyncio.get_running_loop().create_future()
+            client = [o for o in gc.get_objects() if type(o).__name__ == 'CallClient'][0]
+            client.pending[call_id] = (fut, 'tools.add')
+            write_all(conn.send(CallRequest(call_id, 'tools', 'add', args, kwargs)))
+            try:
+                await fut
+            except ToolError as exc:
+                print('host refused:', exc.ename, str(exc)[:80], flush=True)
+        return await tools.add(2, 3.0)
+        """
+    )
+    r = hostile.run(src, FAST, gateway=gw, warm=warm)
+    assert r.status == "ok", r.message
+    assert r.value == 5
+    lines = r.stdout.splitlines()
+    assert len(lines) == 4 and all(line.startswith("host refused: TypeError") for line in lines)
+    assert "tools.add() argument b: expected int, got str '2'" in lines[0]
+    assert "tools.add() argument a: expected int, got bool True" in lines[1]
+    # Only the honest call reached the policy (as JSON) and the binding (3.0 as the int 3).
+    assert seen == [("policy", [2, 3.0], {}), ("binding", 2, 3)]
+    assert [c.error.ename for c in r.calls if not c.ok] == ["TypeError"] * 4
+
+
+@WARM_COLD
 def test_a_program_cannot_claim_sandbox_unavailable(hostile, warm):
     src = _FIND_CONN + textwrap.dedent(
         """

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 
 from kernelgate import CallRecord, CodeGateway, Limits, RemoteGateway, RunResult
+from tests.gateway.test_binding_types import Point
 
 from .helpers import KERNEL_NAME
 
@@ -254,3 +255,37 @@ def test_describe_remote_doctests() -> None:
 
     result = doctest.testmod(remotedescribe)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_client_bindings_type_hints_are_enforced_and_converted_on_the_client() -> None:
+    """The client answers its bindings' calls as a Gateway would: arguments checked and
+    converted by the hints before the binding runs, the result converted back."""
+    seen: list[Any] = []
+
+    def plot(p: Point, state: Literal["open", "closed"]) -> Point:
+        seen.append(p)
+        return Point(p.x + 1, p.y)
+
+    program = (
+        "out = []\n"
+        "try:\n"
+        "    await agent.plot({'x': 1}, 'merged')\n"
+        "except ToolError as e:\n"
+        "    out.append([e.ename, str(e)])\n"
+        "out.append(await agent.plot({'x': 2}, 'open'))\n"
+        "return out\n"
+    )
+
+    async def body(kc: Any) -> None:
+        async with RemoteGateway(kc, bindings={"plot": plot}, namespace="agent") as gw:
+            result = await gw.run(program)
+            assert result.status == "ok", result.error
+            refused, point = result.value
+            assert refused[0] == "TypeError"
+            assert "agent.plot() argument state: expected 'open' or 'closed', got str " in (
+                refused[1]
+            )
+            assert point == {"x": 3, "y": 0}
+            assert seen == [Point(2, 0)]
+
+    with_kernel(body)
