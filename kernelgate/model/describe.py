@@ -52,7 +52,9 @@ _HOW_TO_CALL = """\
 # async function: top-level `await`, and `return value` ends it with its result (JSON:
 # dict, list, str, int, float, bool, None). Arguments and answers are JSON too.
 # A binding that fails raises ToolError (`exc.tool`, `exc.ename`, `str(exc)`): catch it to
-# recover. Arguments that do not fit raise TypeError at your line before the call is made."""
+# recover. Arguments that do not fit the signature raise TypeError at your line before
+# the call is made; a value of the wrong type raises ToolError with `exc.ename ==
+# "TypeError"` there, saying which argument and what was expected."""
 
 
 def how_to_call(namespaces: Sequence[str] = ("tools",)) -> str:

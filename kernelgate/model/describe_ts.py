@@ -52,7 +52,9 @@ _HOW_TO_CALL_TS = """\
 // booleans, null): `undefined`, functions, Map, Set, Date, BigInt and NaN are refused.
 // Keyword arguments go in one last plain object: `tools.search("q", {limit: 2})`.
 // A binding that fails throws ToolError (`err.tool`, `err.ename`, `err.message`): catch it
-// to recover. Arguments that do not fit throw TypeError at your line before the call."""
+// to recover. Arguments that do not fit the signature throw TypeError at your line before
+// the call; a value of the wrong type throws ToolError with `err.ename === "TypeError"`
+// there, saying which argument and what was expected."""
 
 
 def how_to_call_ts(namespaces: Sequence[str] = ("tools",)) -> str:
