@@ -414,7 +414,6 @@ class ProgramTransformer:
             )
         return proc
 
-
     async def _reap(self, proc: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
@@ -440,6 +439,21 @@ class ProgramTransformer:
         if self._stderr_task is not None:
             self._stderr_task.cancel()
             self._stderr_task = None
+
+    def close_abandoned(self) -> None:
+        """Kill and reap the helper of a transformer whose event loop has ended (an
+        ``asyncio.run(gw.run(...))`` then ``gw.close()``): nothing of that loop can run any
+        more, so the helper is killed and waited for here, and its pipes close as the
+        transformer goes. Later transforms raise. Idempotent."""
+        self._closed = True
+        proc, self._proc = self._proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        # SIGKILL ends it at once; ECHILD if a child watcher thread reaped it first.
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(proc.pid, 0)
 
     async def aclose(self) -> None:
         """Kill the helper and wait for it; later transforms raise. Idempotent."""
@@ -472,6 +486,16 @@ def _kill_pid(pid: int, proc: asyncio.subprocess.Process) -> None:
 async def _drain_stderr(proc: asyncio.subprocess.Process, tail: bytearray) -> None:
     """Keep the last of a helper's stderr in ``tail`` (for error messages)."""
     assert proc.stderr is not None
-    while chunk := await proc.stderr.read(65536):
-        tail += chunk
-        del tail[:-_STDERR_TAIL]
+    try:
+        while chunk := await proc.stderr.read(65536):
+            tail += chunk
+            del tail[:-_STDERR_TAIL]
+    except asyncio.CancelledError:
+        # By _kill, or by asyncio.run() ending its loop with the helper still up (a
+        # gateway's runs in asyncio.run without aclose()): the helper goes with its loop,
+        # reaped while that loop still runs, so nothing is left for a closed loop to do.
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+        raise

@@ -178,9 +178,13 @@ class NodeRuntime(CodeRuntime):
         await self.end_loop()
 
     def close(self) -> None:
-        # Helpers of loops that have ended are gone with end_loop(); one of a loop still
-        # running is that loop's to end.
-        pass
+        # A helper whose loop ended without end_loop() (asyncio.run(gw.run(...)), then
+        # gw.close()) is killed and reaped here; one of a loop still running is that
+        # loop's to end.
+        for loop, transformer in list(self._transformers.items()):
+            if loop.is_closed():
+                del self._transformers[loop]
+                transformer.close_abandoned()
 
 
 def _node_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -295,3 +295,22 @@ def test_processes_the_program_starts_stop_at_max_processes(
     )
     assert result.status == "ok", result.error
     assert result.value == 2  # and the program itself: max_processes=3, as for Python
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_a_runs_loop_ending_without_aclose_ends_the_type_stripping_helper(runs: str) -> None:
+    """``asyncio.run(gw.run(...))`` without ``aclose()``: the helper started in that loop
+    goes with it, reaped while the loop still runs (before, it lived on, with its pipes,
+    until the runtime was collected); ``close()`` after it has nothing left to do."""
+    gateway = Gateway(language="typescript", tmp_dir=runs, pool_size=0, limits=FAST)
+
+    async def main() -> tuple[RunResult, int | None]:
+        result = await gateway.run("const x: number = 2; x")
+        helpers = list(gateway.runtime._transformers.values())  # type: ignore[attr-defined]
+        return result, helpers[0].pid if len(helpers) == 1 else None
+
+    result, pid = asyncio.run(main())
+    assert result.value == 2, result
+    assert pid is not None
+    assert not os.path.exists(f"/proc/{pid}"), "the helper is left (alive or a zombie)"
+    gateway.close()
