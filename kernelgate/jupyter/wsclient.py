@@ -132,9 +132,11 @@ class WebSocketKernelClient:
         return self.death_reason is None
 
     def send(self, channel: str, msg: dict[str, Any]) -> None:
-        """Send ``msg`` on ``channel`` (queued while the websocket reconnects)."""
+        """Send ``msg`` on ``channel`` (queued while the websocket reconnects). To a dead
+        kernel nothing is sent: its runs learn of the death from :meth:`is_alive`."""
         if self.death_reason is not None:
-            raise GatewayError(self.death_reason)
+            log.debug("not sent to a dead kernel: %s", msg.get("msg_type"))
+            return
         text = json.dumps({**msg, "channel": channel}, default=json_default)
         ws = self._ws
         if ws is None:

@@ -1,0 +1,243 @@
+"""GatewayRuntime against a real Jupyter Kernel Gateway on loopback that requires a token.
+
+Programs run in kernelgate kernels the gateway starts; their client bindings are answered
+by this test process over the gateway's websocket. Several runs and two runtimes at once,
+a kernel killed mid-run, a websocket dropped mid-run, a missing or wrong token: each ends
+in a result or a clear error, and after close the gateway has no kernel and no process of
+theirs is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from kernelgate import CodeGateway, RunResult
+from kernelgate.jupyter import GatewayError, GatewayRuntime
+from tests.procs import descendants, processes_with
+
+from .helpers import KERNEL_NAME, wait_gone
+from .kernelgateway import KernelGatewayServer, kernel_gateway
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = secrets.token_urlsafe(24)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelGatewayServer]:
+    with kernel_gateway(tmp_path_factory.mktemp("gateway-runtime"), token=TOKEN) as gw:
+        yield gw
+
+
+def kernel_pids(kernel_id: str) -> list[int]:
+    """The kernel process of ``kernel_id`` (its connection file is named after the id)."""
+    return processes_with(f"kernel-{kernel_id}.json")
+
+
+def assert_nothing_left(server: KernelGatewayServer, kernel_ids: set[str]) -> None:
+    """No kernel at the gateway, no process of any of ``kernel_ids``, no gateway child."""
+    assert server.kernels() == []
+    assert kernel_ids
+    pids = {p for k in kernel_ids for p in kernel_pids(k)} | descendants(server.proc.pid)
+    assert wait_gone(pids) == set()
+
+
+def mul(a: int, b: int) -> int:
+    """Multiply, answered by the test process."""
+    return a * b
+
+
+def test_a_program_calls_bindings_answered_here(server: KernelGatewayServer) -> None:
+    async def main() -> tuple[list[RunResult], str, set[str]]:
+        async with GatewayRuntime(
+            server.url, KERNEL_NAME, namespaces={"mine": {"mul": mul}}, auth_token=TOKEN
+        ) as gw:
+            assert isinstance(gw, CodeGateway)
+            ok = await gw.run(
+                "x = await tools.compute('sum', [2, 3])\nprint('x is', x)\nawait mine.mul(x, 10)"
+            )
+            failed = await gw.run("await mine.mul(2, 'a')\n1 / 0")
+            refused = await gw.run("await mine.mul('not json', float('nan'))")
+            ids = set(gw.kernel_ids)
+            assert [k["id"] for k in server.kernels()] == list(ids)
+            return [ok, failed, refused], gw.describe(), ids
+
+    (ok, failed, refused), stub, ids = asyncio.run(main())
+    assert ok.ok, ok.message
+    assert (ok.stdout, ok.value) == ("x is 5.0\n", 50.0)
+    assert [(c.namespace, c.name) for c in ok.calls] == [("tools", "compute"), ("mine", "mul")]
+    assert failed.status == "exception" and failed.error is not None
+    assert failed.error.ename == "ZeroDivisionError"
+    assert refused.status == "exception", refused
+    assert "class mine:" in stub and "async def compute(" in stub
+    assert_nothing_left(server, ids)
+
+
+def test_run_sync_keeps_its_kernel_between_calls_and_close_shuts_it_down(
+    server: KernelGatewayServer,
+) -> None:
+    gw = GatewayRuntime(server.url, bindings={"mul": mul}, auth_token=TOKEN)
+    first = gw.run_sync("await tools.mul(6, 7)")
+    ids = set(gw.kernel_ids)
+    second = gw.run_sync("await tools.mul(2, 3)")
+    assert (first.value, second.value) == (42, 6), (first, second)
+    assert set(gw.kernel_ids) == ids  # the same kernel, reconnected to
+    gw.close()
+    assert_nothing_left(server, ids)
+    with pytest.raises(RuntimeError, match="closed"):
+        gw.run_sync("1")
+
+
+@pytest.mark.timeout(180)
+def test_runs_spread_over_the_pool_and_two_runtimes_at_once(server: KernelGatewayServer) -> None:
+    """Three runs in flight at once (two kernels of one runtime, one of another): each
+    waits in a binding until all three have arrived, which only runs in parallel can do."""
+    arrived = 0
+    everyone = asyncio.Event()
+
+    async def meet(who: int) -> int:
+        nonlocal arrived
+        arrived += 1
+        if arrived % 3 == 0:
+            everyone.set()
+        await asyncio.wait_for(everyone.wait(), 60)
+        return who
+
+    async def main() -> tuple[list[RunResult], set[str], list[int]]:
+        async with (
+            GatewayRuntime(server.url, bindings={"meet": meet}, auth_token=TOKEN, pool_size=2) as a,
+            GatewayRuntime(server.url, bindings={"meet": meet}, auth_token=TOKEN) as b,
+        ):
+            results = await asyncio.gather(
+                a.run("await tools.meet(1)"),
+                a.run("await tools.meet(2)"),
+                b.run("await tools.meet(3)"),
+            )
+            ids = {*a.kernel_ids, *b.kernel_ids}
+            assert len(ids) == 3
+            return list(results), ids, [k.runs for k in a.kernels]
+
+    results, ids, runs = asyncio.run(main())
+    assert [r.value for r in results] == [1, 2, 3], results
+    assert runs == [1, 1]  # one run in each of the pool's kernels
+    assert_nothing_left(server, ids)
+
+
+def test_a_kernel_killed_mid_run_gives_worker_exit_and_is_replaced(
+    server: KernelGatewayServer,
+) -> None:
+    """The kernel is SIGKILLed while its run sleeps: the run ends ``worker_exit`` (the
+    gateway restarts the kernel, which the runtime notices), the next run gets a fresh one."""
+    box: list[GatewayRuntime] = []
+    killed: list[int] = []
+    below: set[int] = set()
+
+    def started() -> None:
+        (kid,) = box[0].kernel_ids
+        pids = kernel_pids(kid)
+        assert len(pids) == 1, pids
+        below.update(descendants(pids[0]))  # the run's own process among them
+        os.kill(pids[0], signal.SIGKILL)
+        killed.append(pids[0])
+
+    gw = GatewayRuntime(server.url, bindings={"mul": mul, "started": started}, auth_token=TOKEN)
+    box.append(gw)
+
+    async def main() -> tuple[RunResult, RunResult, set[str]]:
+        async with gw:
+            first_ids = set(gw.kernel_ids)
+            died = await gw.run("await tools.started()\nimport time\ntime.sleep(60)")
+            after = await gw.run("await tools.mul(3, 4)")
+            return died, after, first_ids | set(gw.kernel_ids)
+
+    died, after, ids = asyncio.run(main())
+    assert killed
+    assert died.status == "worker_exit" and died.error is not None, died
+    assert "died" in died.error.evalue, died.error
+    assert after.value == 12, after
+    assert gw.replaced == 1 and len(ids) == 2
+    assert wait_gone(below) == set()  # the killed kernel's run did not outlive it
+    assert_nothing_left(server, ids)
+
+
+def test_a_websocket_dropped_mid_run_reconnects_and_the_run_completes(
+    server: KernelGatewayServer,
+) -> None:
+    """The connection drops while the kernel waits for a binding's answer: the answer is
+    sent once the websocket is back, and what the kernel sent meanwhile is replayed."""
+    box: list[GatewayRuntime] = []
+
+    def drop() -> str:
+        client = box[0].kernels[0].client
+        assert client is not None
+        client.drop_connection()
+        return "dropped"
+
+    gw = GatewayRuntime(server.url, bindings={"drop": drop}, auth_token=TOKEN)
+    box.append(gw)
+
+    async def main() -> tuple[RunResult, int, set[str]]:
+        async with gw:
+            result = await gw.run(
+                "print('before')\nr = await tools.drop()\nprint(r)\nprint('after')\nreturn 7"
+            )
+            client = gw.kernels[0].client
+            assert client is not None
+            return result, client.reconnects, set(gw.kernel_ids)
+
+    result, reconnects, ids = asyncio.run(main())
+    assert result.ok, result
+    assert (result.stdout, result.value) == ("before\ndropped\nafter\n", 7)
+    assert reconnects == 1
+    assert_nothing_left(server, ids)
+
+
+@pytest.mark.parametrize("token", [None, "not-" + TOKEN])
+def test_a_missing_or_wrong_token_is_refused_clearly(
+    server: KernelGatewayServer, token: str | None
+) -> None:
+    gw = GatewayRuntime(server.url, auth_token=token)
+    with pytest.raises(GatewayError) as caught:
+        gw.run_sync("1")
+    message = str(caught.value)
+    assert server.url in message and "HTTP 401" in message and "auth_token=" in message
+    assert ("no auth token was sent" if token is None else "the auth token is wrong") in message
+    assert TOKEN not in message
+    gw.close()
+    assert server.kernels() == []
+
+
+def test_an_unknown_kernel_name_is_refused_clearly(server: KernelGatewayServer) -> None:
+    gw = GatewayRuntime(server.url, "no-such-kernel", auth_token=TOKEN)
+    with pytest.raises(GatewayError, match="no-such-kernel"):
+        gw.run_sync("1")
+    gw.close()
+    assert server.kernels() == []
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="pool_size"):
+        GatewayRuntime("http://127.0.0.1:1", pool_size=0)
+    with pytest.raises(ValueError, match="http://"):
+        GatewayRuntime("127.0.0.1:8888")
+    with pytest.raises(ValueError, match="url"):
+        GatewayRuntime([])
+
+
+def test_an_unreachable_gateway_is_an_error_saying_so() -> None:
+    gw = GatewayRuntime(f"http://127.0.0.1:{_closed_port()}")
+    with pytest.raises(GatewayError, match="could not reach the kernel gateway"):
+        gw.run_sync("1")
+    gw.close()
+
+
+def _closed_port() -> int:
+    from .kernelgateway import free_port
+
+    return free_port()
