@@ -41,12 +41,14 @@ class PoolKernel:
         *,
         ready_timeout: float,
         reconnect_timeout: float,
+        kernel_env: Mapping[str, str] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.kernel_name = kernel_name
         self.namespaces = namespaces
         self.ready_timeout = ready_timeout
         self.reconnect_timeout = reconnect_timeout
+        self.kernel_env = kernel_env
         self.kernel_id: str | None = None
         self.client: WebSocketKernelClient | None = None
         self.gateway: RemoteGateway | None = None
@@ -78,7 +80,7 @@ class PoolKernel:
                 log.warning("starting a new kernel for %s: %s", self.kernel_id, exc)
                 with contextlib.suppress(GatewayError):
                     await self.shutdown()
-        self.kernel_id = await self.endpoint.start_kernel(self.kernel_name)
+        self.kernel_id = await self.endpoint.start_kernel(self.kernel_name, self.kernel_env)
         self.runs = 0
         await self.attach()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
@@ -86,10 +87,14 @@ class GatewayEndpoint:
             f"the kernel gateway at {self.url} refused {method} {path}: HTTP {code} {reason}"
         )
 
-    async def start_kernel(self, kernel_name: str) -> str:
-        """Start a kernel of ``kernel_name``; its id."""
+    async def start_kernel(self, kernel_name: str, env: Mapping[str, str] | None = None) -> str:
+        """Start a kernel of ``kernel_name`` (``env``: the request's ``env``, which
+        Enterprise Gateway reads ``KERNEL_USERNAME`` and the like from); its id."""
+        body: dict[str, Any] = {"name": kernel_name}
+        if env:
+            body["env"] = dict(env)
         try:
-            model = await self._request("POST", "/api/kernels", {"name": kernel_name})
+            model = await self._request("POST", "/api/kernels", body)
         except GatewayError as exc:
             raise GatewayError(f"{exc} (starting a {kernel_name!r} kernel)") from None
         if not isinstance(model, dict) or not isinstance(model.get("id"), str):

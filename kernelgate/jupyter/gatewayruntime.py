@@ -55,6 +55,9 @@ class GatewayRuntime:
     (answered here; they replace the kernel's own namespaces of the same names).
     ``auth_token``: sent as ``Authorization: token ...``. ``pool_size``: kernels kept ready
     (at least 1), so at most that many runs at once; more wait for a free kernel.
+    ``kernel_env``: sent with each kernel's start (``POST /api/kernels``'s ``env``; Enterprise
+    Gateway wants ``KERNEL_USERNAME`` there). ``reconnect_timeout``: how long a dropped
+    websocket is retried before the kernel counts as lost.
 
     A :class:`kernelgate.CodeGateway`, as :class:`kernelgate.Gateway` is.
     """
@@ -71,6 +74,7 @@ class GatewayRuntime:
         pool_size: int = 1,
         ready_timeout: float = 60.0,
         reconnect_timeout: float = 10.0,
+        kernel_env: Mapping[str, str] | None = None,
     ) -> None:
         urls = [url] if isinstance(url, str) else list(url)
         if not urls or not all(isinstance(u, str) for u in urls):
@@ -91,6 +95,7 @@ class GatewayRuntime:
                 tables,
                 ready_timeout=ready_timeout,
                 reconnect_timeout=reconnect_timeout,
+                kernel_env=kernel_env,
             )
             for i in range(pool_size)
         ]
