@@ -5,8 +5,12 @@ Jupyter stack: it lives in a venv of its own, named by ``KERNELGATE_ENTERPRISE_G
 (the path of its ``jupyter-enterprisegateway``; ``.ci/run`` makes one when it can). The
 kernelspec is ``deploy/enterprise-gateway/kernels/kernelgate-local`` with its ``argv``
 pointed at this interpreter: Enterprise Gateway starts kernelgate's kernel from
-kernelgate's venv through its ``LocalProcessProxy``. Without that venv the test is skipped,
-saying why.
+kernelgate's venv through its ``LocalProcessProxy``. And ``kernelgate-distributed``: its
+``DistributedProcessProxy`` to 127.0.0.1 runs kernelgate's launcher
+(:mod:`kernelgate.jupyter.eglauncher`), which speaks the launcher protocol every remote
+proxy (Kubernetes, Docker, YARN, SSH hosts) uses: the encrypted connection info sent to
+the gateway's response address, the communication port for signals and shutdown. Without
+that venv the tests are skipped, saying why.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from .helpers import wait_gone
 from .kernelgateway import KernelGatewayServer, free_port, get_json
 
 EG = os.environ.get("KERNELGATE_ENTERPRISE_GATEWAY", "")
-SPEC = Path(__file__).parents[2] / "deploy/enterprise-gateway/kernels/kernelgate-local"
+SPECS = Path(__file__).parents[2] / "deploy/enterprise-gateway/kernels"
+NAMES = ("kernelgate-local", "kernelgate-distributed")
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -48,15 +53,17 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelGatewayServer]:
     root = tmp_path_factory.mktemp("enterprise-gateway")
-    spec = json.loads((SPEC / "kernel.json").read_text())
-    spec["argv"][0] = sys.executable  # kernelgate's venv, not the gateway's
-    (root / "kernels/kernelgate-local").mkdir(parents=True)
-    (root / "kernels/kernelgate-local/kernel.json").write_text(json.dumps(spec))
+    for name in NAMES:
+        spec = json.loads((SPECS / name / "kernel.json").read_text())
+        spec["argv"][0] = sys.executable  # kernelgate's venv, not the gateway's
+        (root / "kernels" / name).mkdir(parents=True)
+        (root / "kernels" / name / "kernel.json").write_text(json.dumps(spec))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EG_", "KG_"))}
     env["JUPYTER_PATH"] = str(root)
     env["JUPYTER_RUNTIME_DIR"] = str(root / "runtime")
+    env["EG_RESPONSE_IP"] = "127.0.0.1"  # the launchers' answers: loopback only
     log = root / "eg.log"
     argv = [
         EG,
@@ -79,7 +86,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelGatewaySe
                         f"Enterprise Gateway did not start: {log.read_text()}"
                     ) from exc
                 time.sleep(0.1)
-        assert "kernelgate-local" in specs["kernelspecs"], specs
+        assert set(NAMES) <= set(specs["kernelspecs"]), specs
         yield gw
     finally:
         gw.stop()
@@ -89,13 +96,35 @@ def mul(a: int, b: int) -> int:
     return a * b
 
 
+def _has_cryptography() -> bool:
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "kernelgate-local",
+        pytest.param(
+            "kernelgate-distributed",
+            marks=pytest.mark.skipif(
+                not _has_cryptography(),
+                reason="kernelgate's Enterprise Gateway launcher needs cryptography "
+                "(pip install 'kernelgate[enterprise-gateway]')",
+            ),
+        ),
+    ],
+)
 def test_enterprise_gateway_runs_kernelgate_with_bindings_answered_here(
-    server: KernelGatewayServer,
+    server: KernelGatewayServer, name: str
 ) -> None:
     async def main() -> tuple[list[RunResult], set[str]]:
         async with GatewayRuntime(
             server.url,
-            "kernelgate-local",
+            name,
             namespaces={"mine": {"mul": mul}},
             pool_size=2,
             # Enterprise Gateway refuses a kernel without a user (and root by default).
@@ -114,4 +143,4 @@ def test_enterprise_gateway_runs_kernelgate_with_bindings_answered_here(
     assert failed.error.ename == "ZeroDivisionError"
     assert len(ids) == 2
     assert server.kernels() == []
-    assert wait_gone(descendants(server.proc.pid)) == set()
+    assert wait_gone(descendants(server.proc.pid)) == set()  # no kernel, no launcher
