@@ -19,6 +19,9 @@ It needs the ``cryptography`` package (``pip install 'kernelgate[enterprise-gate
     python -I -m kernelgate.jupyter.eglauncher --kernel-id {kernel_id} \\
         --response-address {response_address} --public-key {public_key} \\
         --port-range {port_range} --ip 0.0.0.0 -- --bindings mypkg.tools:BINDINGS
+
+In a container started by the Kubernetes or Docker proxy, the first four come from the
+variables ``KERNEL_ID``, ``RESPONSE_ADDRESS``, ``PUBLIC_KEY`` and ``PORT_RANGE``.
 """
 
 from __future__ import annotations
@@ -145,15 +148,24 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m kernelgate.jupyter.eglauncher",
         description="Start a kernelgate kernel for Jupyter Enterprise Gateway.",
     )
-    parser.add_argument("--kernel-id", required=True)
-    parser.add_argument("--response-address", required=True, help="HOST:PORT ({response_address})")
-    parser.add_argument("--public-key", required=True, help="the gateway's key ({public_key})")
-    parser.add_argument("--port-range", default=None, help="LOWER..UPPER ({port_range})")
+    # Each may come from the environment instead: Enterprise Gateway's Kubernetes and
+    # Docker proxies start the image's command with these variables set.
+    env = os.environ.get
+    parser.add_argument("--kernel-id", default=env("KERNEL_ID"))
+    parser.add_argument("--response-address", default=env("RESPONSE_ADDRESS"), help="HOST:PORT")
+    parser.add_argument("--public-key", default=env("PUBLIC_KEY"), help="the gateway's key")
+    parser.add_argument("--port-range", default=env("PORT_RANGE"), help="LOWER..UPPER")
     parser.add_argument(
         "--ip", default="127.0.0.1", help="where the kernel listens (a pod: 0.0.0.0)"
     )
     parser.add_argument("--kernel-name", default="kernelgate")
     opts = parser.parse_args(ours)
+    for name in ("kernel_id", "response_address", "public_key"):
+        if not getattr(opts, name):
+            flag = "--" + name.replace("_", "-")
+            parser.error(
+                f"{flag} is required (or its variable {name.upper()}), as the gateway gives it"
+            )
     host, _, port = opts.response_address.rpartition(":")
     if not host or not port.isdigit():
         parser.error(f"--response-address must be HOST:PORT, got {opts.response_address!r}")
