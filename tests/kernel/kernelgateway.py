@@ -62,8 +62,11 @@ class KernelGatewayServer:
 
 
 @contextlib.contextmanager
-def kernel_gateway(log_dir: Path, token: str | None = None) -> Iterator[KernelGatewayServer]:
-    """A Kernel Gateway on 127.0.0.1 (``token``: the one it requires) until the block ends."""
+def kernel_gateway(
+    log_dir: Path, token: str | None = None, kernel_name: str = KERNEL_NAME
+) -> Iterator[KernelGatewayServer]:
+    """A Kernel Gateway on 127.0.0.1 (``token``: the one it requires; ``kernel_name``: its
+    default kernel, which must be installed) until the block ends."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = log_dir / "gateway.log"
@@ -75,7 +78,7 @@ def kernel_gateway(log_dir: Path, token: str | None = None) -> Iterator[KernelGa
         "kernel_gateway",
         "--KernelGatewayApp.ip=127.0.0.1",
         f"--KernelGatewayApp.port={port}",
-        f"--KernelGatewayApp.default_kernel_name={KERNEL_NAME}",
+        f"--KernelGatewayApp.default_kernel_name={kernel_name}",
         "--JupyterWebsocketPersonality.list_kernels=True",  # to check none is left
     ]
     if token:
@@ -93,7 +96,7 @@ def kernel_gateway(log_dir: Path, token: str | None = None) -> Iterator[KernelGa
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the gateway did not start: {log.read_text()}") from exc
                 time.sleep(0.1)
-        assert KERNEL_NAME in specs["kernelspecs"], specs
+        assert kernel_name in specs["kernelspecs"], specs
         yield server
     finally:
         server.stop()
