@@ -11,7 +11,8 @@ Not jupyter_server's ``GatewayKernelClient``: that one reads its URL and token f
 process-wide ``GatewayClient`` singleton, so one process could not use two gateways (or two
 tokens) at once, and it pulls in the whole server.
 
-When the websocket drops, the client reconnects under the same ``session_id``: the gateway
+When the websocket drops, the client reconnects under the same ``session_id`` (a secret of
+its own, not the session its messages carry, which iopub shows everyone): the gateway
 buffers the kernel's messages for that session meanwhile and replays them, so a run in
 flight loses nothing. If the kernel is gone, or the gateway cannot be reached again within
 ``reconnect_timeout``, the client is dead and says why (:attr:`death_reason`); so does a
@@ -25,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import struct
 import time
 import uuid
@@ -78,6 +80,11 @@ class WebSocketKernelClient:
         self.reconnect_timeout = reconnect_timeout
         # Unsigned: the websocket carries JSON; the gateway signs toward the kernel.
         self.session = Session(key=b"", session=uuid.uuid4().hex, username="kernelgate")
+        #: The websocket's ``session_id`` (the gateway's key for this connection and what it
+        #: buffers for it): not the messages' session, which iopub shows every client of
+        #: the kernel. A connection under the same id replaces this one (jupyter_server
+        #: drops the "stale" one) and would get its shell replies and its buffer.
+        self._ws_session = secrets.token_urlsafe(32)
         self.shell_channel = _Channel(self, "shell")
         self.control_channel = _Channel(self, "control")
         self._ws: WebSocketClientConnection | None = None
@@ -165,7 +172,7 @@ class WebSocketKernelClient:
         self._reader = asyncio.create_task(self._read())
 
     async def _open_ws(self) -> WebSocketClientConnection:
-        url = self.endpoint.ws_url(self.kernel_id, self.session.session)
+        url = self.endpoint.ws_url(self.kernel_id, self._ws_session)
         request = HTTPRequest(
             url, headers=self.endpoint.headers(), connect_timeout=self.connect_timeout
         )

@@ -10,15 +10,20 @@ theirs is left.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
 
 from kernelgate import CodeGateway, RunResult
 from kernelgate.jupyter import GatewayError, GatewayRuntime
+from kernelgate.jupyter.gatewayrest import GatewayEndpoint
 from tests.procs import descendants, processes_with
 
 from .helpers import KERNEL_NAME, wait_gone
@@ -241,3 +246,58 @@ def _closed_port() -> int:
     from .kernelgateway import free_port
 
     return free_port()
+
+
+def test_another_client_cannot_take_over_the_runtimes_websocket(
+    server: KernelGatewayServer,
+) -> None:
+    """Anyone with the gateway's token can connect to the kernel's channels and read its
+    iopub, which shows the session of every request. A connection under the runtime's
+    websocket session id would replace the runtime's (jupyter_server drops the "stale"
+    one), and get its shell replies and what the gateway buffered for it: that id must
+    not be one iopub shows."""
+    gw = GatewayRuntime(server.url, bindings={"mul": mul}, auth_token=TOKEN)
+
+    async def main() -> tuple[set[str], list[dict[str, Any]], RunResult, int, set[str]]:
+        async with gw:
+            (kid,) = gw.kernel_ids
+            endpoint = GatewayEndpoint(server.url, TOKEN)
+            spy = await websocket_connect(
+                HTTPRequest(endpoint.ws_url(kid, "spy"), headers=endpoint.headers())
+            )
+            first = await gw.run("await tools.mul(2, 3)")
+            assert first.ok, first
+            seen: set[str] = set()
+            while first.value is not None:  # what iopub showed the spy of that run
+                raw = await asyncio.wait_for(spy.read_message(), 10)
+                assert isinstance(raw, str)
+                msg = json.loads(raw)
+                seen |= {msg["header"]["session"], msg["parent_header"].get("session", "")}
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    if msg["parent_header"].get("msg_type") == "execute_request":
+                        break
+            spy.close()
+            taken: list[dict[str, Any]] = []
+            thieves = []
+            for session in seen - {""}:  # each session iopub showed, as a websocket id
+                thief = await websocket_connect(
+                    HTTPRequest(endpoint.ws_url(kid, session), headers=endpoint.headers())
+                )
+                thieves.append(thief)
+            second = await gw.run("await tools.mul(4, 5)")
+            for thief in thieves:
+                thief.close()
+                while (raw := await asyncio.wait_for(thief.read_message(), 10)) is not None:
+                    msg = json.loads(raw)
+                    if msg["channel"] == "shell":
+                        taken.append(msg)
+            client = gw.kernels[0].client
+            assert client is not None
+            return seen, taken, second, client.reconnects, {kid}
+
+    seen, taken, second, reconnects, ids = asyncio.run(main())
+    assert seen
+    assert second.ok and second.value == 20, second
+    assert reconnects == 0  # nobody replaced the runtime's connection
+    assert taken == []  # and no shell reply of the runtime's went to another client
+    assert_nothing_left(server, ids)
