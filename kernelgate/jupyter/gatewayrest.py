@@ -63,6 +63,9 @@ class GatewayEndpoint:
             request_timeout=self.request_timeout,
             connect_timeout=min(10.0, self.request_timeout),
             allow_nonstandard_methods=True,
+            # A gateway's API does not redirect; following one would send the token on
+            # (older tornado keeps the Authorization header even to another host).
+            follow_redirects=False,
         )
         try:
             response = await AsyncHTTPClient().fetch(request)

@@ -174,7 +174,10 @@ class WebSocketKernelClient:
     async def _open_ws(self) -> WebSocketClientConnection:
         url = self.endpoint.ws_url(self.kernel_id, self._ws_session)
         request = HTTPRequest(
-            url, headers=self.endpoint.headers(), connect_timeout=self.connect_timeout
+            url,
+            headers=self.endpoint.headers(),
+            connect_timeout=self.connect_timeout,
+            follow_redirects=False,  # the token goes to the gateway named, nowhere else
         )
         try:
             return await websocket_connect(request, max_message_size=_MAX_MESSAGE)
@@ -300,4 +303,17 @@ def _decode(raw: str | bytes) -> dict[str, Any] | None:
     except (ValueError, struct.error, UnicodeDecodeError) as exc:
         log.warning("dropped a malformed message from the gateway: %s", exc)
         return None
-    return msg if isinstance(msg, dict) else None
+    # What the readers index into is checked here, once: a message that is not the shape
+    # of a Jupyter message (from a broken or hostile gateway) is dropped, never raised on.
+    if not isinstance(msg, dict) or not isinstance(msg.get("header"), dict):
+        log.warning("dropped a message from the gateway that is not a Jupyter message")
+        return None
+    for part in ("parent_header", "content", "metadata"):
+        if msg.get(part) is None:
+            msg[part] = {}
+        elif not isinstance(msg[part], dict):
+            log.warning("dropped a message from the gateway whose %s is not an object", part)
+            return None
+    if not isinstance(msg.get("msg_type"), str):
+        msg["msg_type"] = str(msg["header"].get("msg_type", ""))
+    return msg

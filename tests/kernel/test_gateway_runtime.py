@@ -10,10 +10,12 @@ theirs is left.
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import os
 import secrets
 import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +26,7 @@ from tornado.websocket import websocket_connect
 from kernelgate import CodeGateway, RunResult
 from kernelgate.jupyter import GatewayError, GatewayRuntime
 from kernelgate.jupyter.gatewayrest import GatewayEndpoint
+from kernelgate.jupyter.wsclient import _decode
 from tests.procs import descendants, processes_with
 
 from .helpers import KERNEL_NAME, wait_gone
@@ -301,3 +304,71 @@ def test_another_client_cannot_take_over_the_runtimes_websocket(
     assert reconnects == 0  # nobody replaced the runtime's connection
     assert taken == []  # and no shell reply of the runtime's went to another client
     assert_nothing_left(server, ids)
+
+
+def test_a_gateway_that_redirects_is_refused_and_the_token_goes_nowhere_else() -> None:
+    """A "gateway" answering with a redirect to another server: a clear error, and the
+    other server never sees a request (nor the token)."""
+    seen: list[dict[str, str]] = []
+
+    class Elsewhere(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(dict(self.headers))
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    elsewhere = http.server.HTTPServer(("127.0.0.1", 0), Elsewhere)
+    target = f"http://127.0.0.1:{elsewhere.server_address[1]}"
+
+    class Redirecting(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(307)
+            self.send_header("Location", target + self.path)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    redirecting = http.server.HTTPServer(("127.0.0.1", 0), Redirecting)
+    threads = [
+        threading.Thread(target=s.serve_forever, daemon=True) for s in (elsewhere, redirecting)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        url = f"http://127.0.0.1:{redirecting.server_address[1]}"
+        gw = GatewayRuntime(url, auth_token=TOKEN)
+        with pytest.raises(GatewayError, match="HTTP 307"):
+            gw.run_sync("1")
+        gw.close()
+    finally:
+        for s in (elsewhere, redirecting):
+            s.shutdown()
+            s.server_close()
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "[]",
+        "{}",
+        '{"header": null, "channel": "iopub"}',
+        '{"header": {}, "parent_header": [], "channel": "iopub"}',
+        '{"header": {}, "content": "x", "channel": "shell"}',
+        b"\x00\x00\x00\x09",  # a binary frame whose offsets are missing
+        "not json",
+    ],
+)
+def test_what_is_not_a_jupyter_message_is_dropped_not_raised_on(raw: str | bytes) -> None:
+    """A broken or hostile gateway's frames: dropped, so no reader indexes into them."""
+    assert _decode(raw) is None
+
+
+def test_a_jupyter_message_gets_its_missing_parts() -> None:
+    msg = _decode('{"header": {"msg_type": "status"}, "channel": "iopub"}')
+    assert msg is not None
+    assert (msg["msg_type"], msg["parent_header"], msg["content"]) == ("status", {}, {})
