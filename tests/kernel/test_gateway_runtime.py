@@ -372,3 +372,45 @@ def test_a_jupyter_message_gets_its_missing_parts() -> None:
     msg = _decode('{"header": {"msg_type": "status"}, "channel": "iopub"}')
     assert msg is not None
     assert (msg["msg_type"], msg["parent_header"], msg["content"]) == ("status", {}, {})
+
+
+def test_interrupt_and_cancel_stop_the_kernels_run_through_the_gateway(
+    server: KernelGatewayServer,
+) -> None:
+    """``interrupt()`` and cancelling ``run()`` reach the kernel over the websocket: the
+    300 s sleeps end at once (else the runs after them would wait behind them)."""
+    box: list[GatewayRuntime] = []
+    counted: list[int] = []
+    started = asyncio.Event()
+
+    def interrupt_me() -> None:
+        counted.append(box[0].interrupt())
+
+    def cancel_me() -> None:
+        started.set()
+
+    gw = GatewayRuntime(
+        server.url,
+        bindings={"interrupt_me": interrupt_me, "cancel_me": cancel_me},
+        auth_token=TOKEN,
+    )
+    box.append(gw)
+    sleeper = "import time\ntime.sleep(300)"
+
+    async def main() -> tuple[RunResult, RunResult, set[str]]:
+        async with gw:
+            interrupted = await gw.run(f"await tools.interrupt_me()\n{sleeper}")
+            task = asyncio.create_task(gw.run(f"await tools.cancel_me()\n{sleeper}"))
+            await started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            after = await gw.run("6 * 7")
+            return interrupted, after, set(gw.kernel_ids)
+
+    interrupted, after, ids = asyncio.run(main())
+    assert counted == [1]
+    assert interrupted.status == "interrupted", interrupted
+    assert after.ok and after.value == 42, after
+    assert gw.replaced == 0
+    assert_nothing_left(server, ids)
