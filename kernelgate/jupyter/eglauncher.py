@@ -11,7 +11,8 @@ start a *launcher* where the kernel is to run, with ``{kernel_id}``, ``{response
    JSON encrypted with a fresh AES key, that key encrypted with the gateway's RSA key);
 3. runs ``kernelgate kernel run -f <file> <the arguments after -->`` and, on the
    communication port, takes the gateway's requests: ``{"signum": n}`` (0: a liveness poll;
-   else the signal goes to the kernel) and ``{"shutdown": 1}`` (the kernel is stopped);
+   SIGINT, SIGTERM, SIGKILL go to the kernel, no other) and ``{"shutdown": 1}`` (the kernel
+   is stopped);
 4. exits with the kernel's status once the kernel has ended.
 
 It needs the ``cryptography`` package (``pip install 'kernelgate[enterprise-gateway]'``).
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import ctypes
 import json
 import os
 import secrets
@@ -39,12 +41,19 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["encrypt_payload", "main"]
 
 #: How long one request on the communication port may take to arrive.
 _REQUEST_SECONDS = 5.0
+#: The signals the gateway sends (interrupt, terminate, kill); the port has no
+#: authentication (as in Enterprise Gateway's own launchers), so no other (SIGSTOP would
+#: freeze the kernel with every run in it) is passed on.
+_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGKILL})
+#: prctl(2): the signal a process gets when its parent dies (Linux).
+_PR_SET_PDEATHSIG = 1
 
 
 def encrypt_payload(info: dict[str, Any], public_key: str) -> bytes:
@@ -73,6 +82,19 @@ def encrypt_payload(info: dict[str, Any], public_key: str) -> bytes:
         "conn_info": base64.b64encode(sealed).decode(),
     }
     return base64.b64encode(json.dumps(payload).encode())
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """For ``preexec_fn`` (the launcher has no other thread yet when it starts the
+    kernel): SIGTERM the child when ``parent`` dies, or at once if it already has."""
+
+    def arrange() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # died between the fork and the prctl
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arrange
 
 
 def _bind(ip: str, lower: int, upper: int) -> socket.socket:
@@ -107,7 +129,6 @@ def _port_range(text: str | None) -> tuple[int, int]:
 
 def _listen(comm: socket.socket, kernel: subprocess.Popen[bytes]) -> None:
     """The gateway's requests on the communication port, until shutdown or the kernel ends."""
-    comm.listen(8)
     comm.settimeout(1.0)
     while kernel.poll() is None:
         try:
@@ -131,7 +152,7 @@ def _listen(comm: socket.socket, kernel: subprocess.Popen[bytes]) -> None:
         if not isinstance(request, dict):
             continue
         signum = request.get("signum")
-        if isinstance(signum, int) and signum > 0 and kernel.poll() is None:
+        if signum in _SIGNALS and kernel.poll() is None:
             with contextlib.suppress(OSError):
                 kernel.send_signal(signum)
         if request.get("shutdown"):
@@ -195,7 +216,17 @@ def main(argv: list[str] | None = None) -> int:
         with os.fdopen(fd, "w") as f:
             json.dump(connection, f)
         command = [sys.executable, "-I", "-m", "kernelgate.cli", "kernel", "run", "-f", path]
-        kernel = subprocess.Popen([*command, *kernel_args])
+        # The kernel ends when this launcher does, even SIGKILLed: a SIGTERM from the
+        # kernel of the OS (PR_SET_PDEATHSIG: the kernelgate kernel watches its parent only
+        # once started, and a launcher gone before then left it orphaned), and
+        # JPY_PARENT_PID as under jupyter_client.
+        kernel_env = {**os.environ, "JPY_PARENT_PID": str(os.getpid())}
+        kernel = subprocess.Popen(
+            [*command, *kernel_args], env=kernel_env, preexec_fn=_die_with(os.getpid())
+        )
+        # Listening before the gateway hears of the port: its first liveness poll may
+        # come at once, and a refused one means "no kernel" to it.
+        comm.listen(8)
         info = {
             **connection,
             "pid": os.getpid(),

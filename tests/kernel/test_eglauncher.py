@@ -9,13 +9,18 @@ a real Enterprise Gateway: tests/kernel/test_enterprise_gateway.py.
 from __future__ import annotations
 
 import base64
+import contextlib
 import doctest
 import json
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +28,7 @@ import pytest
 from kernelgate.jupyter import gatewayrest
 from tests.procs import processes_with
 
+from .helpers import wait_gone
 from .kernelgateway import free_port
 
 crypto = pytest.importorskip(
@@ -136,3 +142,85 @@ def test_bad_launcher_arguments_are_refused_saying_what_is_wrong(
 
 def test_gatewayrest_doctests() -> None:
     assert doctest.testmod(gatewayrest).failed == 0
+
+
+def _request(port: int, request: dict[str, int]) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(json.dumps(request).encode())
+
+
+@contextlib.contextmanager
+def _launched(kernel_id: str) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, object]]]:
+    """A launcher answering a response address of the test's; it and what it told."""
+    private, public = _gateway_key()
+    with socket.create_server(("127.0.0.1", 0)) as response:
+        response.settimeout(60)
+        launcher = subprocess.Popen(
+            [
+                sys.executable,
+                "-I",
+                "-m",
+                "kernelgate.jupyter.eglauncher",
+                "--kernel-id",
+                kernel_id,
+                "--response-address",
+                f"127.0.0.1:{response.getsockname()[1]}",
+                "--public-key",
+                public,
+                "--",
+                "--bindings",
+                "kernelgate.demo:BINDINGS",
+            ],
+            env={**os.environ, "TMPDIR": tempfile.gettempdir()},
+        )
+        try:
+            conn, _ = response.accept()
+            with conn:
+                data = b""
+                while chunk := conn.recv(65536):
+                    data += chunk
+            info = _decrypt_as_the_gateway_does(data, private)
+            assert info["kernel_id"] == kernel_id and info["pid"] == launcher.pid
+            yield launcher, info
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait()
+
+
+@pytest.mark.timeout(90)
+def test_the_communication_port_passes_on_only_the_gateways_signals_then_shuts_down() -> None:
+    """The launcher's port has no authentication (as Enterprise Gateway's own launchers):
+    a SIGSTOP sent there would freeze the kernel with its runs, so only SIGINT, SIGTERM and
+    SIGKILL go on (SIGUSR1 here: unhandled, it would end the kernel and show in the
+    launcher's exit status); a shutdown request ends the kernel and the launcher, leaving
+    nothing. The port listens before the gateway hears of it: its first poll may come at
+    once, and a refused one means "no kernel" to the gateway."""
+    kernel_id = str(uuid.uuid4())
+    before = set(Path(tempfile.gettempdir()).glob("kernelgate-eg-*"))
+    with _launched(kernel_id) as (launcher, info):
+        (kernel,) = processes_with(f"kernel-{kernel_id}.json")
+        comm = int(str(info["comm_port"]))
+        _request(comm, {"signum": 0})  # the gateway's liveness poll, at once
+        _request(comm, {"signum": int(signal.SIGUSR1)})
+        _request(comm, {"shutdown": 1})  # served after the SIGUSR1 (one at a time, in order)
+        code = launcher.wait(timeout=30)  # the launcher ends with its kernel
+    # 0 (the kernel stopped on SIGTERM) or 143 (SIGTERM before its handler was set); 138
+    # would be the SIGUSR1 passed on.
+    assert code in (0, 128 + signal.SIGTERM), f"the launcher exited {code}"
+    assert wait_gone({kernel}) == set()
+    assert set(Path(tempfile.gettempdir()).glob("kernelgate-eg-*")) == before
+
+
+@pytest.mark.timeout(90)
+def test_a_launcher_killed_outright_takes_its_kernel_with_it() -> None:
+    kernel_id = str(uuid.uuid4())
+    with _launched(kernel_id) as (launcher, _info):
+        (kernel,) = processes_with(f"kernel-{kernel_id}.json")
+        with open(f"/proc/{kernel}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        private = Path(os.fsdecode(argv[argv.index(b"-f") + 1])).parent
+        launcher.kill()
+        launcher.wait()
+    assert wait_gone({kernel}, timeout=20) == set()
+    shutil.rmtree(private)  # what a launcher killed outright cannot remove (in a pod: gone)
