@@ -17,11 +17,32 @@ Every cell is one single-shot program in a fresh child, run through the same cor
   gateway's ``RunDebugger``; :mod:`.dap` -- its cell paths, line mapping and inert replies;
 - :mod:`.calls` -- a binding call as a ``display_data`` output;
 - :mod:`.introspect` -- ``complete``, ``inspect`` and ``is_complete``;
-- :mod:`.spec` -- the kernelspec (the command is :mod:`kernelgate.cli.kernel`).
+- :mod:`.spec` -- the kernelspec (the command is :mod:`kernelgate.cli.kernel`);
+- :mod:`.gatewayruntime` -- :class:`~kernelgate.jupyter.gatewayruntime.GatewayRuntime`, a
+  pool of kernelgate kernels behind Jupyter Kernel Gateways (docs/scale-out.md), over
+  :mod:`.gatewaypool` (one kernel), :mod:`.wsclient` (its websocket) and
+  :mod:`.gatewayrest` (the gateway's REST API).
 
-Nothing is imported here, so ``import kernelgate.jupyter.remote`` stays light.
+Nothing is imported here, so ``import kernelgate.jupyter.remote`` stays light;
+``kernelgate.jupyter.GatewayRuntime`` is loaded when first named.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["GatewayError", "GatewayRuntime"]
+
+if TYPE_CHECKING:
+    from .gatewayrest import GatewayError
+    from .gatewayruntime import GatewayRuntime
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import gatewayruntime
+
+        value = getattr(gatewayruntime, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kernelgate.jupyter' has no attribute {name!r}")

@@ -346,7 +346,9 @@ class RemoteGateway:
                     await asyncio.wait_for(run.done.wait(), _ALIVE_CHECK_SECONDS)
                 except asyncio.TimeoutError:
                     if not await _kernel_alive(kc):
-                        failure = ErrorInfo("WorkerExit", "the kernel died before the run finished")
+                        # A client that knows why says so (a gateway's websocket client).
+                        why = getattr(kc, "death_reason", None) or "the kernel died"
+                        failure = ErrorInfo("WorkerExit", f"{why} before the run finished")
                         break
         except asyncio.CancelledError:
             if run.started and not run.done.is_set():

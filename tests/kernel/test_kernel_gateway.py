@@ -9,16 +9,7 @@ come back as results.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,62 +19,17 @@ from jupyter_server.gateway.managers import GatewayKernelManager
 from kernelgate import RemoteGateway, RunResult
 
 from .helpers import KERNEL_NAME
+from .kernelgateway import get_json as _get
+from .kernelgateway import kernel_gateway as start_gateway
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
 
 
 @pytest.fixture(scope="module")
 def kernel_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Kernel Gateway serving this package's kernelspecs (JUPYTER_PATH); its base URL."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("kernel-gateway") / "gateway.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kernel_gateway",
-                "--KernelGatewayApp.ip=127.0.0.1",
-                f"--KernelGatewayApp.port={port}",
-                f"--KernelGatewayApp.default_kernel_name={KERNEL_NAME}",
-                "--JupyterWebsocketPersonality.list_kernels=True",  # to check none is left
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ),
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # until it answers (it logs when it listens; polling is simpler)
-            try:
-                specs = _get(f"{url}/api/kernelspecs")
-                break
-            except (urllib.error.URLError, ConnectionError) as exc:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    why = Path(log).read_text()
-                    raise RuntimeError(f"the gateway did not start: {why}") from exc
-                time.sleep(0.1)
-        assert KERNEL_NAME in specs["kernelspecs"], specs
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with start_gateway(tmp_path_factory.mktemp("kernel-gateway")) as server:
+        yield server.url
 
 
 def mul(a: int, b: int) -> int:
