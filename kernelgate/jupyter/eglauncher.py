@@ -160,7 +160,9 @@ def _listen(comm: socket.socket, kernel: subprocess.Popen[bytes]) -> None:
             return
 
 
-def main(argv: list[str] | None = None) -> int:
+def _options(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """The launcher's options (from the command line or the environment) and the
+    kernel's own arguments (after ``--``)."""
     args = sys.argv[1:] if argv is None else argv
     ours, kernel_args = (
         (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, [])
@@ -190,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     host, _, port = opts.response_address.rpartition(":")
     if not host or not port.isdigit():
         parser.error(f"--response-address must be HOST:PORT, got {opts.response_address!r}")
+    return opts, kernel_args
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts, kernel_args = _options(argv)
+    host, _, port = opts.response_address.rpartition(":")
     lower, upper = _port_range(opts.port_range)
 
     socks = [_bind(opts.ip, lower, upper) for _ in range(6)]
