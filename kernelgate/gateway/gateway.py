@@ -13,6 +13,7 @@ from kernelgate.model.limits import Limits
 from kernelgate.model.result import RunResult
 
 from . import describe as _describe
+from . import toolresult as _toolresult
 from . import tools as _tools
 from .bindings import BindingRegistry
 from .debug import RunDebugger
@@ -272,10 +273,13 @@ class Gateway:
         return _tools.tool_schema(self.describe(), api, self.language)
 
     async def run_tool(
-        self, code: str, *, max_chars: int = _tools.MAX_CHARS, limits: Limits | None = None
+        self, code: object, *, max_chars: int = _tools.MAX_CHARS, limits: Limits | None = None
     ) -> _tools.ToolOutput:
-        """Run ``code`` (a model's ``run_code`` call) and return it as model-ready text:
-        ``.text`` (cut to ``max_chars`` with a marker), ``.is_error``, ``.result``.
+        """Run ``code`` (a model's ``run_code`` call: the program, or the tool input
+        ``{"code": ...}``) and return it as model-ready text: ``.text`` (cut to
+        ``max_chars`` with a marker), ``.is_error``, ``.images``, ``.result``. A malformed
+        call (None, no ``code``, not a string) runs nothing and gets an error result
+        saying what to send.
 
         >>> async def main():
         ...     async with Gateway() as gw:
@@ -286,9 +290,11 @@ class Gateway:
         returned:
         1
         """
-        if not isinstance(code, str):
-            raise TypeError(f"code must be str (the program's source), got {type(code).__name__}")
-        result = await self.run(code, limits=limits)
+        try:
+            program = _toolresult.program_of(code)
+        except ValueError as exc:  # the model's mistake: an answer it can read
+            return _toolresult.invalid_input(str(exc))
+        result = await self.run(program, limits=limits)
         return _tools.tool_output(result, max_chars)
 
     def _check_run(self, program: str, limits: Limits | None) -> Limits:

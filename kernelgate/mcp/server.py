@@ -75,9 +75,8 @@ def build_server(
             out = tool_output(await gateway.run(code), max_chars)
         except Exception as exc:  # the host's own trouble (closed, a recorder that failed)
             return _error(f"kernelgate could not run the program: {type(exc).__name__}: {exc}")
-        return CallToolResult(
-            content=[TextContent(type="text", text=out.text)], is_error=out.is_error
-        )
+        # The text, then an ImageContent per image the run showed (ToolOutput.to_mcp).
+        return CallToolResult.model_validate(out.to_mcp())
 
     return Server(
         name,
