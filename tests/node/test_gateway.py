@@ -303,3 +303,26 @@ def test_processes_the_program_starts_stop_at_max_processes(
     )
     assert result.status == "ok", result.error
     assert result.value == 2  # and the program itself: max_processes=3, as for Python
+
+
+def test_an_image_a_typescript_program_displays_reaches_the_model(runs: str) -> None:
+    import base64
+
+    from tests.gateway.test_tool_output import png
+
+    data = base64.b64encode(png(5, 7)).decode()
+    program = (
+        f'display({{ [Symbol.for("Jupyter.display")]() {{ return {{ "image/png": "{data}" }}; }} }});\n'
+        '"drawn"'
+    )
+
+    async def main() -> Any:
+        async with Gateway(language="typescript", tmp_dir=runs, pool_size=0) as gw:
+            return await gw.run_tool(program, limits=FAST)
+
+    out = asyncio.run(main())
+    assert not out.is_error, out.text
+    (image,) = out.images
+    assert image.attached and (image.width, image.height) == (5, 7) and image.data == data
+    assert "[image 1: image/png 5x7, " in out.text
+    assert out.to_anthropic("t")["content"][1]["source"]["data"] == data
