@@ -28,6 +28,7 @@ __all__ = [
     "IMAGE_TYPES",
     "MAX_IMAGES",
     "MAX_IMAGE_BYTES",
+    "MAX_SIDE",
     "ToolImage",
     "collect_images",
 ]
@@ -38,6 +39,8 @@ IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 MAX_IMAGES = 5
 #: The largest image attached (decoded bytes): Anthropic's 5 MB limit is on the base64.
 MAX_IMAGE_BYTES = 3_750_000
+#: The longest side attached (Anthropic refuses larger; OpenAI scales down).
+MAX_SIDE = 8000
 #: Placeholder lines kept for images not attached; past this, one line counts the rest.
 _MAX_LINES = 20
 
@@ -129,6 +132,9 @@ class ToolImage:
         mime, width, height = sniffed
         if len(raw) > max_bytes:
             reason = f"over {_kb(max_bytes)}"
+            return cls(mime, "", width, height, len(raw), how, False, reason)
+        if not (0 < width <= MAX_SIDE and 0 < height <= MAX_SIDE):
+            reason = f"a side is 0 or over {MAX_SIDE} pixels"
             return cls(mime, "", width, height, len(raw), how, False, reason)
         return cls(mime, base64.b64encode(raw).decode("ascii"), width, height, len(raw), how)
 

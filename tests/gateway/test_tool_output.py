@@ -270,3 +270,18 @@ def test_results_validate_as_the_sdks_types() -> None:
     TypeAdapter(ResponseInputItemParam).validate_python(item)
     assert item == {"type": "function_call_output", "call_id": "call_1", "output": out.text}
     mcp_types.CallToolResult.model_validate(out.to_mcp())
+
+
+def test_an_image_too_big_or_crafted_is_never_attached() -> None:
+    from kernelgate.gateway.images import ToolImage
+
+    huge = png(1, 1)[:16] + struct.pack(">II", 9000, 10) + png(1, 1)[24:]
+    image = ToolImage.from_base64(base64.b64encode(huge).decode(), "image/png", "displayed")
+    assert not image.attached and "over 8000 pixels" in image.reason
+    big = ToolImage.from_base64(base64.b64encode(png(100, 100)).decode(), "image/png", "x", 50)
+    assert not big.attached and big.reason == "over 50 bytes" and big.data == ""
+    # A JPEG whose segments say nothing sensible is read to its end, not looped on.
+    crafted = b"\xff\xd8\xff\xe0\x00\x00" * 1000
+    bad = ToolImage.from_base64(base64.b64encode(crafted).decode(), "image/jpeg", "x")
+    assert not bad.attached
+    assert not ToolImage.from_base64("@@not base64@@", "image/png", "x").attached
