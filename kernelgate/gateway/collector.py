@@ -238,6 +238,11 @@ class OutputCollector:
             self._mid.append((self._epoch, output))
             self._epoch += 1
 
+    def holds(self, output: dict[str, Any]) -> bool:
+        """Whether ``output`` (that very object, a rich output) is still among the outputs:
+        without putting the tail together (a clear may come after every write)."""
+        return any(o is output for o in self._outputs) or any(o is output for _, o in self._mid)
+
     def remove_output(self, output: dict[str, Any]) -> None:
         """Take ``output`` (that very object) out of the outputs."""
         self._outputs[:] = [o for o in self._outputs if o is not output]

@@ -149,9 +149,7 @@ class RunOutput:
         for record in self._placed:  # they came before everything still shown
             record.output_index = 0
         self._placed.clear()
-        if self.result_output is not None and not any(
-            o is self.result_output for o in self.collector.outputs
-        ):
+        if self.result_output is not None and not self.collector.holds(self.result_output):
             self.result_output = None
         if self.on_output is not None:
             self.on_output({"output_type": "clear_output", "wait": False})

@@ -192,7 +192,17 @@ class _Part:
     def size(self) -> int:
         return len(self.head) + len(self.tail)
 
-    def marker(self, chars: int, lines: int, ran_over: bool, max_chars: int, limit: Any) -> str:
+    def marker(
+        self,
+        chars: int,
+        lines: int,
+        ran_over: bool,
+        max_chars: int,
+        limit: Any,
+        compact: bool = False,
+    ) -> str:
+        if compact:  # when every part must give and full markers would not fit
+            return f"\n[... kernelgate cut {chars} characters ({lines} lines) ...]\n"
         why = []
         if self.run is not None:
             why.append(f"max_output_bytes={limit}")
@@ -204,13 +214,13 @@ class _Part:
             f"to stay within {' and '.join(why)}{advice} ...]\n"
         )
 
-    def marker_room(self, max_chars: int, limit: Any) -> int:
+    def marker_room(self, max_chars: int, limit: Any, compact: bool) -> int:
         """The longest its marker can be (the counts at their largest)."""
         run_chars, run_lines = self.run or (0, 0)
         chars = self.size + run_chars
-        return len(self.marker(chars, chars + run_lines, True, max_chars, limit))
+        return len(self.marker(chars, chars + run_lines, True, max_chars, limit, compact))
 
-    def render(self, max_chars: int, limit: Any) -> str:
+    def render(self, max_chars: int, limit: Any, compact: bool) -> str:
         text = self.head + self.tail
         keep = min(self.keep, len(text))
         if keep >= len(text) and self.run is None:
@@ -232,6 +242,7 @@ class _Part:
                 bool(dropped),
                 max_chars,
                 limit,
+                compact,
             )
             body = text[:h] + marker + (text[len(text) - t :] if t else "")
         body = body.rstrip("\n")
@@ -287,8 +298,17 @@ def _fill(parts: list[_Part], room: int, markers: dict[int, int]) -> bool:
 
 
 def _fit(parts: list[_Part], max_chars: int, limit: Any) -> bool:
-    """Set each part's ``keep`` so the text is at most ``max_chars``; whether it fits."""
-    markers = {id(p): p.marker_room(max_chars, limit) for p in parts}
+    """Set each part's ``keep`` so the text is at most ``max_chars``; whether the markers
+    have to be compact."""
+    if _fit_with(parts, max_chars, limit, False):
+        return False
+    _fit_with(parts, max_chars, limit, True)
+    return True
+
+
+def _fit_with(parts: list[_Part], max_chars: int, limit: Any, compact: bool) -> bool:
+    """:func:`_fit` with markers of one kind; whether it all fits."""
+    markers = {id(p): p.marker_room(max_chars, limit, compact) for p in parts}
     fixed = sum(len(p.label) + 2 for p in parts if p.label) + max(len(parts) - 1, 0)
     budget = max_chars - fixed - sum(markers[id(p)] for p in parts if p.run is not None)
     low = [p for p in parts if p.tier == 0]
@@ -384,8 +404,7 @@ def tool_output(
         parts = [failure, printed, stderr, shown]
     parts = [p for p in parts if p.size or p.run is not None]
     limit = result.limits.get("max_output_bytes", "?") if isinstance(result.limits, dict) else "?"
-    if not _fit(parts, max_chars, limit):  # pragma: no cover - MIN_CHARS leaves room
-        for p in parts:
-            p.keep = 0
-    text = "\n".join(p.render(max_chars, limit) for p in parts)
+    # MIN_CHARS leaves room for every part's compact marker: it always fits.
+    compact = _fit(parts, max_chars, limit)
+    text = "\n".join(p.render(max_chars, limit, compact) for p in parts)
     return ToolOutput(text=text, is_error=not result.ok, result=result, images=tuple(images))

@@ -21,11 +21,12 @@ from typing import Any
 
 from kernelgate.model.result import RunResult
 
-from .toolresult import MAX_CHARS, ToolOutput, tool_output
+from .toolresult import MAX_CHARS, MIN_CHARS, ToolOutput, tool_output
 
 __all__ = [
     "APIS",
     "MAX_CHARS",
+    "MIN_CHARS",
     "INTROS",
     "TOOL_NAME",
     "RunResult",

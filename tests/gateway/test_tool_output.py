@@ -285,3 +285,30 @@ def test_an_image_too_big_or_crafted_is_never_attached() -> None:
     bad = ToolImage.from_base64(base64.b64encode(crafted).decode(), "image/jpeg", "x")
     assert not bad.attached
     assert not ToolImage.from_base64("@@not base64@@", "image/png", "x").attached
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.tuples(*[st.integers(0, 5000)] * 4),
+    ok=st.booleans(),
+    max_chars=st.integers(400, 1200),
+)
+def test_the_text_fits_max_chars_whatever_is_long(
+    sizes: tuple[int, int, int, int], ok: bool, max_chars: int
+) -> None:
+    from kernelgate.model.result import ErrorInfo
+
+    out_n, err_n, value_n, tb_n = sizes
+    result = RunResult(
+        status="ok" if ok else "exception",
+        value="v" * value_n if ok else None,
+        stdout="o\n" * out_n,
+        stderr="e" * err_n,
+        error=None if ok else ErrorInfo("E", "x" * tb_n, ["t" * 50] * (tb_n // 50)),
+        note="n" * (tb_n // 10) if ok else "",
+    )
+    text = tool_output(result, max_chars).text
+    assert len(text) <= max_chars
+    # Each part cut says so once, with a count.
+    for count in re.findall(r"kernelgate cut (\d+) characters", text):
+        assert int(count) > 0
