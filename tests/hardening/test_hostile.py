@@ -698,14 +698,15 @@ _LINES_BYTES = sum(len(f"line {i}\n") for i in range(100_000))
     ],
     ids=["print-lines", "no-newlines", "raw-fd1", "mixed"],
 )
+@BOTH
 def test_output_flood_keeps_head_and_tail_with_one_marker_counting_the_rest(
-    hostile, flood, out_bytes, err_bytes
+    hostile, flood, out_bytes, err_bytes, warm
 ):
     limit = 10_000
     r = hostile.run(
         f"print('before', flush=True)\n{flood}\nprint('after', flush=True)\nreturn 'survived'",
         Limits(wall_seconds=30, kill_grace_seconds=0.3, max_output_bytes=limit),
-        warm=False,
+        warm=warm,
     )
     assert r.status == "ok" and r.value == "survived"
     cut = r.output_cut
