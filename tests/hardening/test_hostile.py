@@ -16,6 +16,7 @@ import asyncio
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -726,6 +727,24 @@ def test_output_flood_keeps_head_and_tail_with_one_marker_counting_the_rest(
         text = getattr(r, name).replace(marker, "")
         assert len(text.encode()) + cut.get(name, {}).get("bytes", 0) == written[name]
     assert r.stdout[cut["stdout"]["at"] :].startswith(marker)
+
+
+@BOTH
+def test_the_last_lines_before_a_wall_timeout_reach_the_result(hostile, warm):
+    # Past the budget the child sends lines in bulk; the host's SIGTERM at the wall clock
+    # makes it send what it holds before it dies.
+    r = hostile.run(
+        "for i in range(5000):\n    print('line', i)\nprint('LAST LINE')\nwhile True:\n    pass",
+        Limits(wall_seconds=1.5, kill_grace_seconds=0.5, max_output_bytes=2000),
+        warm=warm,
+    )
+    assert r.status == "timeout"
+    assert r.stdout.endswith("line 4999\nLAST LINE\n")
+    kept = r.stdout.replace(r.output_cut["text"], "")
+    assert len(kept) + r.output_cut["stdout"]["chars"] == len(
+        "".join(f"line {i}\n" for i in range(5000)) + "LAST LINE\n"
+    )
+    assert r.signal == signal.SIGTERM and r.duration_s < 1.5 + 0.5 + SLACK
 
 
 def test_invalid_utf8_becomes_replacement_chars_and_lone_surrogates_are_escaped(hostile):

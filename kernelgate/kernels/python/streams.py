@@ -6,7 +6,8 @@ once the program has written more than the output budget, the host keeps only th
 part of what comes (head and tail, the middle counted: it sees every byte, so its count is
 exact), so the rest is sent in bulk: a message per 64 KiB, or a line when none went out in
 the last 20 ms (a slow printer's lines still go at once). A flood then costs few messages
-and no host memory; a run killed meanwhile loses at most the last 20 ms of lines.
+and no host memory. A run stopped at its wall clock sends what it holds on the host's
+SIGTERM (:func:`flush_on_sigterm`) before it dies.
 
 Any text is sent faithfully: lone surrogates (``"\\ud800"``, or undecodable bytes carried
 as surrogate escapes) are shown escaped (``\\ud800``), and bytes written to
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import signal
 import threading
 from collections.abc import Callable
 from time import monotonic as _monotonic  # bound now: a program's patch changes nothing
@@ -25,7 +27,12 @@ from typing import Any
 
 from kernelgate.model.text import escape_text
 
-__all__ = ["OutputLedger", "OutputStream", "escape_text"]
+__all__ = ["OutputLedger", "OutputStream", "escape_text", "flush_on_sigterm"]
+
+# Bound now: a program that rebinds the signal module's names changes nothing here.
+_set_handler = signal.signal
+_raise_signal = signal.raise_signal
+_SIGTERM, _SIG_DFL = signal.SIGTERM, signal.SIG_DFL
 
 _CHUNK = 64 * 1024  # largest stream message; keeps frames far below the ceiling
 #: Past the budget, a line waits for more unless no message went out this long.
@@ -181,3 +188,22 @@ class _BinaryWriter(io.RawIOBase):
 
     def close(self) -> None:
         self.flush()  # stays usable, as the text stream does
+
+
+def flush_on_sigterm(streams: tuple[OutputStream, ...]) -> None:
+    """On SIGTERM (the host's first word when the wall clock runs out; SIGKILL follows
+    after the grace), send what ``streams`` hold, then die of SIGTERM as before: lines
+    written past the budget wait for bulk, and a run stopped then would lose them. A
+    program that sets its own SIGTERM handler replaces this one."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        for stream in streams:
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        _set_handler(_SIGTERM, _SIG_DFL)
+        _raise_signal(_SIGTERM)
+
+    _set_handler(_SIGTERM, on_term)
+
