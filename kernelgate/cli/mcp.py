@@ -28,7 +28,7 @@ from typing import Any
 
 from kernelgate.gateway.gateway import Gateway
 from kernelgate.gateway.launch import NodeUnavailable
-from kernelgate.gateway.tools import MAX_CHARS
+from kernelgate.gateway.tools import MAX_CHARS, MIN_CHARS
 from kernelgate.notebooks.session import SessionLog
 
 from .common import (
@@ -87,8 +87,8 @@ def _positive_chars(text: str) -> int:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 200:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 200, got {text!r}")
+    if value < MIN_CHARS:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {MIN_CHARS}, got {text!r}")
     return value
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import RunResult
 
+from . import toolresult as _toolresult
 from . import tools as _tools
 from .agent import AgentSurface
 from .bindings import BindingRegistry
@@ -253,17 +254,20 @@ class Gateway(AgentSurface):
 
     async def run_tool(
         self,
-        code: str,
+        code: object,
         *,
         max_chars: int = _tools.MAX_CHARS,
         limits: Limits | None = None,
         on_output: OutputListener | None = None,
         on_call: CallListener | None = None,
     ) -> _tools.ToolOutput:
-        """Run ``code`` (a model's ``run_code`` call) and return it as model-ready text:
-        ``.text`` (cut to ``max_chars`` with a marker), ``.is_error``, ``.result``.
-        ``on_output`` and ``on_call`` see the run live, as for :meth:`run` (the agent's
-        developer watches a long run while the model waits for its text).
+        """Run ``code`` (a model's ``run_code`` call: the program, or the tool input
+        ``{"code": ...}``) and return it as model-ready text: ``.text`` (cut to
+        ``max_chars`` with a marker), ``.is_error``, ``.images``, ``.result``. A malformed
+        call (None, no ``code``, not a string) runs nothing and gets an error result
+        saying what to send. ``on_output`` and ``on_call`` see the run live, as for
+        :meth:`run` (the agent's developer watches a long run while the model waits for
+        its text).
 
         >>> async def main():
         ...     async with Gateway() as gw:
@@ -274,9 +278,11 @@ class Gateway(AgentSurface):
         returned:
         1
         """
-        if not isinstance(code, str):
-            raise TypeError(f"code must be str (the program's source), got {type(code).__name__}")
-        result = await self.run(code, limits=limits, on_output=on_output, on_call=on_call)
+        try:
+            program = _toolresult.program_of(code)
+        except ValueError as exc:  # the model's mistake: an answer it can read
+            return _toolresult.invalid_input(str(exc))
+        result = await self.run(program, limits=limits, on_output=on_output, on_call=on_call)
         return _tools.tool_output(result, max_chars)
 
     def _check_run(self, program: str, limits: Limits | None) -> Limits:

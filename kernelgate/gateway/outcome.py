@@ -343,6 +343,7 @@ class Ending:
     outputs: tuple[dict[str, Any], ...] = ()
     stdout: str = ""
     stderr: str = ""
+    output_cut: dict[str, Any] = field(default_factory=dict)
     calls: tuple[CallRecord, ...] = ()
     hook_errors: tuple[str, ...] = ()
     bytes_in: int = 0
@@ -496,6 +497,7 @@ def build_result(end: Ending) -> RunResult:
         value=value,
         stdout=end.stdout,
         stderr=end.stderr,
+        output_cut=end.output_cut,
         outputs=outputs,
         error=error,
         calls=list(end.calls),

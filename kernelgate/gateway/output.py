@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +10,7 @@ from kernelgate.model.result import CallRecord
 from kernelgate.wire.events import DisplayData, ErrorOutput, ExecuteResult, UpdateDisplayData
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
+from .collector import OutputCollector, StreamCut, truncation_marker
 from .outcome import (
     ERROR_TEXT_LIMIT,
     Verdict,
@@ -22,81 +22,10 @@ from .outcome import (
 )
 from .sanitize import sanitize_output
 
-__all__ = ["OutputCollector", "OutputListener", "RunOutput", "truncation_marker"]
+__all__ = ["OutputCollector", "OutputListener", "RunOutput", "StreamCut", "truncation_marker"]
 
 #: Called with each output as it happens (stream pieces unmerged), for live frontends.
 OutputListener = Callable[[dict[str, Any]], None]
-
-
-def truncation_marker(limit: int) -> str:
-    return (
-        f"\n[kernelgate: output cut here: stdout and stderr together passed "
-        f"max_output_bytes={limit} bytes]\n"
-    )
-
-
-class OutputCollector:
-    """Stream text from fd 3 and from the raw fd 1/2 pipes, in arrival order.
-
-    One ledger for both streams, charged in UTF-8 bytes. The first write that passes the
-    budget is cut at the budget, followed by exactly one marker; everything after is
-    dropped. Adjacent stream outputs of the same name are merged, as frontends show them.
-    """
-
-    def __init__(self, max_output_bytes: int) -> None:
-        self.limit = max_output_bytes
-        self.used = 0
-        self.truncated = False
-        self.outputs: list[dict[str, Any]] = []
-        self._sealed = 0  # outputs before this index are never merged into
-        self._text: dict[str, list[str]] = {"stdout": [], "stderr": []}
-        self._decoders = {
-            "stdout": codecs.getincrementaldecoder("utf-8")("replace"),
-            "stderr": codecs.getincrementaldecoder("utf-8")("replace"),
-        }
-
-    def add_raw(self, name: str, data: bytes, final: bool = False) -> str:
-        """Bytes written straight to fd 1 or 2; invalid UTF-8 becomes U+FFFD."""
-        return self.add_text(name, self._decoders[name].decode(data, final))
-
-    def add_text(self, name: str, text: str) -> str:
-        """Add stream text; return what was kept of it (cut and marked, or ``""``)."""
-        if not text or self.truncated:
-            return ""
-        encoded = text.encode("utf-8", "replace")
-        room = self.limit - self.used
-        if len(encoded) > room:
-            text = encoded[:room].decode("utf-8", "ignore") + truncation_marker(self.limit)
-            self.truncated = True
-            self.used = self.limit
-        else:
-            self.used += len(encoded)
-        self._text[name].append(text)
-        last = self.outputs[-1] if len(self.outputs) > self._sealed else None
-        if last is not None and last["output_type"] == "stream" and last["name"] == name:
-            last["text"] += text
-        else:
-            self.outputs.append({"output_type": "stream", "name": name, "text": text})
-        return text
-
-    def seal(self) -> None:
-        """End the current stream output: the next text starts a new one.
-
-        Called where something happened between two prints (a binding call completed), so
-        a notebook can show the call between them.
-        """
-        self._sealed = len(self.outputs)
-
-    def add_output(self, output: dict[str, Any]) -> None:
-        self.outputs.append(output)
-
-    def clear_outputs(self) -> None:
-        """``clear_output``: the outputs so far go (the text printed stays in ``text``)."""
-        self.outputs.clear()
-        self._sealed = 0
-
-    def text(self, name: str) -> str:
-        return "".join(self._text[name])
 
 
 class RunOutput:
@@ -107,10 +36,20 @@ class RunOutput:
     What a program displays is untrusted: it ends up in a live notebook, where the front
     end trusts a kernel's output, so only inert (sanitised) output is kept.
 
+    Stream text is kept head and tail (:class:`OutputCollector`). ``on_output`` sees the
+    head's text as it comes; once the head is full it sees no more stream text while the
+    program runs (what will be kept of the rest is known only at the end), but it still
+    sees rich outputs, clears and call places as they come; when the streams end
+    (:meth:`end_streams`) it gets the marker and the tail's text. So a live view shows
+    the same text as the result, the outputs that came meanwhile before the marker.
+
     >>> out = RunOutput(Limits(max_output_bytes=4))
     >>> out.stream("stdout", "hello")
-    >>> out.collector.text("stdout").splitlines()[0]
-    'hell'
+    >>> print(out.collector.text("stdout"))  # doctest: +NORMALIZE_WHITESPACE
+    he
+    [kernelgate: 1 byte (0 lines) of stdout cut here: stdout and stderr together passed
+    max_output_bytes=4; the first 2 and the last 2 bytes are kept]
+    lo
     """
 
     def __init__(self, limits: Limits, on_output: OutputListener | None = None) -> None:
@@ -135,32 +74,36 @@ class RunOutput:
         """Set where a binding call that just completed sits among the outputs (its
         ``output_index``); stream text after it starts a new output. A ``clear_output``
         later moves it before every output that is left (index 0)."""
-        record.output_index = len(self.collector.outputs)
-        self.collector.seal()
+        self.collector.place(record)
         self._placed.append(record)
 
     def stream(self, name: str, text: str) -> None:
         """Stream text the child sent on fd 3."""
         if self._clear_pending:
             self._clear_now()
-        kept = self.collector.add_text(name, text)
-        if kept and self.on_output is not None:
-            self.on_output({"output_type": "stream", "name": name, "text": kept})
+        self.stream_kept(name, self.collector.add_text(name, text))
 
     def raw(self, name: str, data: bytes) -> None:
         """Bytes read from the child's fd 1 or 2."""
         if self._clear_pending and data:
             self._clear_now()
-        kept = self.collector.add_raw(name, data)
-        if kept and self.on_output is not None:
-            self.on_output({"output_type": "stream", "name": name, "text": kept})
+        self.stream_kept(name, self.collector.add_raw(name, data))
 
     def end_streams(self) -> None:
-        """The pipes are done: flush what their decoders hold (an incomplete character)."""
+        """The pipes are done: flush what their decoders hold (an incomplete character),
+        then show ``on_output`` what the head did not: the marker and the tail."""
         if not self._streams_ended:
             self._streams_ended = True
             for name in ("stdout", "stderr"):
-                self.collector.add_raw(name, b"", final=True)
+                self.stream_kept(name, self.collector.add_raw(name, b"", final=True))
+            if self.on_output is not None:
+                for output in self.collector.tail_outputs():
+                    self.on_output(output)
+
+    def stream_kept(self, name: str, kept: str) -> None:
+        """Pass stream text the head kept to ``on_output``."""
+        if kept and self.on_output is not None:
+            self.on_output({"output_type": "stream", "name": name, "text": kept})
 
     def display(self, event: DisplayData) -> None:
         output: dict[str, Any] = {
@@ -188,11 +131,7 @@ class RunOutput:
         if not self._charge(update):  # metered as a display: it may carry as much
             self._cut()
             return
-        outputs = self.collector.outputs
-        for i, output in enumerate(outputs):
-            if output.get("transient") == update["transient"]:
-                # A new dict: the one passed to on_output earlier stays what was shown then.
-                outputs[i] = {**output, "data": update["data"], "metadata": update["metadata"]}
+        self.collector.update_outputs(update["transient"], update["data"], update["metadata"])
         if self.on_output is not None:
             self.on_output(update)
 
@@ -210,7 +149,7 @@ class RunOutput:
         for record in self._placed:  # they came before everything still shown
             record.output_index = 0
         self._placed.clear()
-        if self.result_output is not None and self.result_output not in self.collector.outputs:
+        if self.result_output is not None and not self.collector.holds(self.result_output):
             self.result_output = None
         if self.on_output is not None:
             self.on_output({"output_type": "clear_output", "wait": False})
@@ -247,8 +186,7 @@ class RunOutput:
             }
         )
         if self.result_output is not None:  # a second result replaces the first
-            outputs = self.collector.outputs
-            outputs[:] = [o for o in outputs if o is not self.result_output]
+            self.collector.remove_output(self.result_output)
         self.result_output = output
         self._add(output)
         return None

@@ -473,6 +473,7 @@ class Run:
                 outputs=tuple(self.output.outputs),
                 stdout=self.collector.text("stdout"),
                 stderr=self.collector.text("stderr"),
+                output_cut=self.collector.cut_info(),
                 calls=tuple(self.calls),
                 hook_errors=tuple(self.hook_errors),
                 bytes_in=channel.bytes_in if channel is not None else 0,

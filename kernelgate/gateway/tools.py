@@ -17,16 +17,19 @@ returned:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from kernelgate.model.result import RunResult
 
+from .toolresult import MAX_CHARS, MIN_CHARS, ToolOutput, tool_output
+
 __all__ = [
     "APIS",
     "MAX_CHARS",
+    "MIN_CHARS",
     "INTROS",
     "TOOL_NAME",
+    "RunResult",
     "ToolOutput",
     "tool_description",
     "tool_output",
@@ -35,10 +38,9 @@ __all__ = [
 
 #: The tool's name in every API.
 TOOL_NAME = "run_code"
-#: How much text a result gives the model by default (the recording keeps everything).
-MAX_CHARS = 20_000
-#: The API shapes :func:`tool_schema` knows.
-APIS = ("anthropic", "openai", "mcp")
+#: The API shapes :func:`tool_schema` knows: Anthropic's Messages API, OpenAI's Chat
+#: Completions (``openai``) and Responses API (``openai-responses``), MCP.
+APIS = ("anthropic", "openai", "openai-responses", "mcp")
 
 _PYTHON_INTRO = """\
 Run a Python program in a fresh, isolated Python interpreter and get back what it printed \
@@ -85,9 +87,7 @@ _CODE_HELP: dict[str, str] = {
 
 _INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {
-        "code": {"type": "string", "description": _CODE_HELP["python"]}
-    },
+    "properties": {"code": {"type": "string", "description": _CODE_HELP["python"]}},
     "required": ["code"],
     "additionalProperties": False,
 }
@@ -119,7 +119,9 @@ def tool_schema(
 ) -> dict[str, Any]:
     """The ``run_code`` tool definition in ``api``'s shape (``anthropic``: ``name``,
     ``description``, ``input_schema``; ``openai``: a Chat Completions ``function`` tool;
-    ``mcp``: an MCP ``Tool`` with ``inputSchema``), for programs in ``language``.
+    ``openai-responses``: a Responses API ``function`` tool, strict (the schema is closed
+    and every property required, as strict mode wants); ``mcp``: an MCP ``Tool`` with
+    ``inputSchema``), for programs in ``language``.
 
     >>> tool_schema("class tools: ...", "openai")["function"]["parameters"]["required"]
     ['code']
@@ -135,85 +137,14 @@ def tool_schema(
             "type": "function",
             "function": {"name": TOOL_NAME, "description": description, "parameters": schema},
         }
+    if api == "openai-responses":
+        return {
+            "type": "function",
+            "name": TOOL_NAME,
+            "description": description,
+            "parameters": schema,
+            "strict": True,
+        }
     if api == "mcp":
         return {"name": TOOL_NAME, "description": description, "inputSchema": schema}
     raise ValueError(f"tool_schema(api={api!r}): use one of {', '.join(APIS)}")
-
-
-@dataclass(frozen=True)
-class ToolOutput:
-    """A run as a model reads it: ``text`` (cut to ``max_chars``), ``is_error``, and the
-    whole :class:`RunResult` as ``result`` (for the recording and the host)."""
-
-    text: str
-    is_error: bool
-    result: RunResult
-
-    def to_anthropic(self, tool_use_id: str) -> dict[str, Any]:
-        """A ``tool_result`` content block answering ``tool_use_id``."""
-        return {
-            "type": "tool_result",
-            "tool_use_id": tool_use_id,
-            "content": self.text,
-            "is_error": self.is_error,
-        }
-
-    def to_openai(self, tool_call_id: str) -> dict[str, Any]:
-        """A Chat Completions ``tool`` message answering ``tool_call_id``."""
-        return {"role": "tool", "tool_call_id": tool_call_id, "content": self.text}
-
-
-def _json(value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, indent=None)
-    except (TypeError, ValueError):  # a RunResult's value is JSON; be safe anyway
-        return repr(value)
-
-
-def _block(label: str, body: str) -> str:
-    body = body.rstrip("\n")
-    return f"{label}:\n{body}" if body else ""
-
-
-def _cut(text: str, keep: int, max_chars: int) -> str:
-    """``text`` cut in the middle to about ``keep`` characters, with a marker."""
-    if len(text) <= keep:
-        return text
-    head = max(0, keep * 2 // 3)
-    tail = max(0, keep - head)
-    cut = len(text) - head - tail
-    marker = (
-        f"\n[... kernelgate cut {cut} characters here to stay within max_chars={max_chars}; "
-        "print less, or print a summary ...]\n"
-    )
-    return text[:head] + marker + (text[len(text) - tail :] if tail else "")
-
-
-def tool_output(result: RunResult, max_chars: int = MAX_CHARS) -> ToolOutput:
-    """``result`` as model-ready text. Printed output comes first and is what is cut when
-    the text is over ``max_chars``; the error and the value are kept whole where they fit."""
-    if not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 200:
-        raise ValueError(f"max_chars must be an integer >= 200, got {max_chars!r}")
-    printed_label = "printed" if result.ok else "printed before the failure"
-    if result.ok:
-        tail = _block("returned", _json(result.value))
-        if result.note:
-            tail += f"\nnote: {result.note}"
-        head = ""
-    else:
-        error = result.error
-        head = f"error ({result.status}): {result.message}"
-        if error is not None and error.traceback:
-            head += "\n" + "\n".join(error.traceback)
-        tail = ""
-    printed = result.stdout
-    stderr = _block("stderr", result.stderr)
-    fixed = len(head) + len(tail) + len(stderr) + len(printed_label) + 8
-    room = max_chars - fixed
-    if len(printed) > room:
-        printed = _cut(printed, max(room, 100), max_chars)
-    parts = [head, _block(printed_label, printed), stderr, tail]
-    text = "\n".join(p for p in parts if p)
-    if len(text) > max_chars:  # a huge value or traceback: cut whatever is left
-        text = _cut(text, max_chars - 150, max_chars)
-    return ToolOutput(text=text, is_error=not result.ok, result=result)

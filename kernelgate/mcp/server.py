@@ -92,11 +92,11 @@ def build_server(
             out = tool_output(result, max_chars)
         except Exception as exc:  # the host's own trouble (closed, a recorder that failed)
             return _error(f"kernelgate could not run the program: {type(exc).__name__}: {exc}")
-        return CallToolResult(
-            content=[TextContent(type="text", text=out.text)],
-            structured_content=structured(result, max_chars),
-            is_error=out.is_error,
-        )
+        # The text, then an ImageContent per image the run showed (ToolOutput.to_mcp), and
+        # the run as the structured content run_code's outputSchema declares.
+        answer = out.to_mcp()
+        answer["structuredContent"] = structured(result, max_chars)
+        return CallToolResult.model_validate(answer)
 
     return Server(
         name,

@@ -302,6 +302,8 @@ def encode_metadata(result: RunResult, run_number: int | None = None) -> dict[st
             value = getattr(result, f.name)
             if f.name == "note" and not value:
                 continue  # most runs have none; recordings made before it stay identical
+            if f.name == "output_cut" and not value:
+                continue  # the same: most runs cut nothing
             if f.name == "language" and value == DEFAULT_LANGUAGE:
                 continue  # the same for Python runs: a run without it is Python's
             is_instance = is_dataclass(value) and not isinstance(value, type)
@@ -354,7 +356,12 @@ _READ_HERE = _FROM_OUTPUTS | {
     "language",
 }
 #: Types of the RunResult fields taken from the metadata as they are.
-_EXTRA_TYPES: dict[str, type] = {"isolation": str, "usage": dict, "note": str}
+_EXTRA_TYPES: dict[str, type] = {
+    "isolation": str,
+    "usage": dict,
+    "note": str,
+    "output_cut": dict,
+}
 
 
 def _bindings(check: _Check, field: str, entries: Any) -> dict[str, dict[str, str]]:

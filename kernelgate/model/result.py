@@ -120,6 +120,11 @@ class RunResult:
     #: What the program was written in ("python", "typescript", "javascript"): which
     #: runtime ran it, and which replays it.
     language: Language = DEFAULT_LANGUAGE
+    #: What the run's stream output lost to ``max_output_bytes`` (kept head and tail, one
+    #: marker between): ``{}`` when nothing, else ``stream`` (the one whose text holds the
+    #: marker), ``text`` (the marker) and, per stream that lost text, ``{"at": where in
+    #: its text (characters), "bytes", "chars", "lines"}``: what is not there.
+    output_cut: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -281,16 +281,24 @@ def test_a_long_text_plain_is_cut_with_a_marker() -> None:
     assert out.outputs[0]["data"]["text/plain"].endswith("y... [cut]")
 
 
-def test_stream_output_is_cut_once_at_the_budget() -> None:
+def test_stream_output_keeps_head_and_tail_with_one_marker() -> None:
     seen: list[dict[str, Any]] = []
     out = RunOutput(Limits(max_output_bytes=10), seen.append)
-    out.stream("stdout", "12345678")
-    out.raw("stderr", "abcdé".encode())  # é is two bytes: it does not fit
+    out.stream("stdout", "1234")
+    out.raw("stderr", "abcdé".encode())  # the head (5 bytes) ends after "a"
     out.stream("stdout", "more")
-    marker = truncation_marker(10)
-    assert out.collector.text("stdout") == "12345678"
-    assert out.collector.text("stderr") == "ab" + marker
-    assert [o["text"] for o in seen] == ["12345678", "ab" + marker]
+    out.end_streams()
+    cuts = out.collector.cuts()
+    marker = truncation_marker(10, cuts)
+    # "bcdé" (5 bytes: é is two) went to the tail, then "more" pushed it out whole (a cut
+    # never splits a character): the marker stands in stderr, the one stream that lost text
+    assert out.collector.text("stdout") == "1234more"
+    assert out.collector.text("stderr") == "a" + marker
+    assert list(cuts) == ["stderr"]
+    assert (cuts["stderr"].bytes, cuts["stderr"].chars, cuts["stderr"].at) == (5, 4, 1)
+    assert "[kernelgate: 5 bytes (0 lines) of stderr cut here" in marker
+    assert [o["text"] for o in seen] == ["1234", "a", marker, "more"]
+    assert [o["text"] for o in out.outputs] == ["1234", "a", marker, "more"]
     assert out.collector.truncated
 
 

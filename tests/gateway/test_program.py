@@ -184,7 +184,7 @@ def test_lone_surrogates_in_output_are_escaped(run):
     assert r.stdout == "a\\ud800b\n"
 
 
-def test_output_budget_cuts_once_and_run_goes_on(gateway):
+def test_output_budget_keeps_head_and_tail_and_the_run_goes_on(gateway):
     from kernelgate import Limits
 
     r = gateway.run_sync(
@@ -192,9 +192,17 @@ def test_output_budget_cuts_once_and_run_goes_on(gateway):
         limits=Limits(max_output_bytes=100),
     )
     assert r.ok and r.value == "done"
-    assert r.stdout.count("[kernelgate: output cut here") == 1
-    assert r.stdout.endswith("max_output_bytes=100 bytes]\n")
-    assert len(r.stdout.split("\n[kernelgate")[0].encode()) == 100
+    marker = r.output_cut["text"]
+    assert r.stdout.count("[kernelgate: ") == 1 and r.stdout.count(marker) == 1
+    head, tail = r.stdout.split(marker)
+    whole = "".join(f"line {i}\n" for i in range(1000))
+    assert head.startswith("line 0\n") and tail.endswith("line 999\n")
+    assert whole.startswith(head) and whole.endswith(tail)
+    assert len(head.encode()) <= 50 and len(tail.encode()) <= 50
+    cut = r.output_cut["stdout"]
+    assert len(head) + cut["chars"] + len(tail) == len(whole)
+    dropped = whole[len(head) : len(whole) - len(tail)]
+    assert f"{cut['bytes']} bytes ({dropped.count(chr(10))} lines) of stdout cut here" in marker
 
 
 def test_newline_free_flood_is_cut(gateway):
@@ -205,7 +213,9 @@ def test_newline_free_flood_is_cut(gateway):
         limits=Limits(max_output_bytes=5000),
     )
     assert r.ok and r.value == 1
-    assert r.stdout.startswith("x" * 5000) and r.stdout.count("output cut here") == 1
+    marker = r.output_cut["text"]
+    assert r.stdout == "x" * 2500 + marker + "x" * 2500
+    assert r.output_cut["stdout"]["bytes"] == 10_000_000 - 5000
 
 
 def test_system_exit_zero_is_ok_and_nonzero_is_exception(run):

@@ -16,6 +16,7 @@ import asyncio
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,7 +27,6 @@ import pytest
 
 from kernelgate import Limits
 from kernelgate.gateway.cgroups import CgroupRoots
-from kernelgate.gateway.output import truncation_marker
 from kernelgate.gateway.process import owner_prefix
 from kernelgate.gateway.sandbox import SandboxSupport
 from tests.procs import processes_with
@@ -681,32 +681,70 @@ def test_rebinding_base_exception_still_reports_the_exception(hostile):
 # -- output -----------------------------------------------------------------------------------
 
 
+_LINES_BYTES = sum(len(f"line {i}\n") for i in range(100_000))
+
+
 @pytest.mark.parametrize(
-    "flood",
+    ("flood", "out_bytes", "err_bytes"),
     [
-        "for i in range(100_000):\n    print('line', i)",
-        "import sys\nfor i in range(100_000):\n    sys.stdout.write('no newline ')",
-        "import os\nfor i in range(10_000):\n    os.write(1, b'raw bytes ' * 10)",
-        "import os, sys\nfor i in range(10_000):\n    sys.stderr.write('e' * 50)\n"
-        "    os.write(1, b'o' * 50)",
+        ("for i in range(100_000):\n    print('line', i)", _LINES_BYTES, 0),
+        ("import sys\nfor i in range(100_000):\n    sys.stdout.write('no newline ')", 1_100_000, 0),
+        ("import os\nfor i in range(10_000):\n    os.write(1, b'raw bytes ' * 10)", 1_000_000, 0),
+        (
+            "import os, sys\nfor i in range(10_000):\n    sys.stderr.write('e' * 50)\n"
+            "    os.write(1, b'o' * 50)",
+            500_000,
+            500_000,
+        ),
     ],
     ids=["print-lines", "no-newlines", "raw-fd1", "mixed"],
 )
-def test_output_flood_is_cut_once_with_the_marker_last(hostile, flood):
+@BOTH
+def test_output_flood_keeps_head_and_tail_with_one_marker_counting_the_rest(
+    hostile, flood, out_bytes, err_bytes, warm
+):
     limit = 10_000
     r = hostile.run(
-        f"print('before', flush=True)\n{flood}\nreturn 'survived'",
+        f"print('before', flush=True)\n{flood}\nprint('after', flush=True)\nreturn 'survived'",
         Limits(wall_seconds=30, kill_grace_seconds=0.3, max_output_bytes=limit),
-        warm=False,
+        warm=warm,
     )
     assert r.status == "ok" and r.value == "survived"
-    marker = truncation_marker(limit)
+    cut = r.output_cut
+    marker = cut["text"]
     combined = r.stdout + r.stderr
-    assert combined.count(marker) == 1
+    assert combined.count(marker) == 1 and marker.startswith("\n[kernelgate: ")
     streams = [o for o in r.outputs if o["output_type"] == "stream"]
-    assert streams[-1]["text"].endswith(marker)  # the marker is the last output text
+    assert sum(o["text"] == marker for o in streams) == 1  # one marker in the notebook too
     assert len(combined.replace(marker, "").encode()) <= limit
     assert r.stdout.startswith("before\n")
+    if "os.write" not in flood:  # (raw fd 1 and fd 3 are not ordered with each other)
+        assert r.stdout.endswith("after\n")  # the tail is kept
+    # The numbers are the whole truth: what is kept plus what is counted as cut is all
+    # the program wrote, per stream.
+    written = {"stdout": out_bytes + len("before\nafter\n"), "stderr": err_bytes}
+    for name in ("stdout", "stderr"):
+        text = getattr(r, name).replace(marker, "")
+        assert len(text.encode()) + cut.get(name, {}).get("bytes", 0) == written[name]
+    assert r.stdout[cut["stdout"]["at"] :].startswith(marker)
+
+
+@BOTH
+def test_the_last_lines_before_a_wall_timeout_reach_the_result(hostile, warm):
+    # Past the budget the child sends lines in bulk; the host's SIGTERM at the wall clock
+    # makes it send what it holds before it dies.
+    r = hostile.run(
+        "for i in range(5000):\n    print('line', i)\nprint('LAST LINE')\nwhile True:\n    pass",
+        Limits(wall_seconds=1.5, kill_grace_seconds=0.5, max_output_bytes=2000),
+        warm=warm,
+    )
+    assert r.status == "timeout"
+    assert r.stdout.endswith("line 4999\nLAST LINE\n")
+    kept = r.stdout.replace(r.output_cut["text"], "")
+    assert len(kept) + r.output_cut["stdout"]["chars"] == len(
+        "".join(f"line {i}\n" for i in range(5000)) + "LAST LINE\n"
+    )
+    assert r.signal == signal.SIGTERM and r.duration_s < 1.5 + 0.5 + SLACK
 
 
 def test_invalid_utf8_becomes_replacement_chars_and_lone_surrogates_are_escaped(hostile):

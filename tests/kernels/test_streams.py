@@ -4,6 +4,7 @@ messages, metered by one output budget, any text sent faithfully."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -86,34 +87,43 @@ def test_write_takes_str_only_and_counts_characters():
 # -- the budget ------------------------------------------------------------------------------
 
 
-def test_both_streams_draw_on_one_budget_and_one_character_past_it_is_sent():
+def test_both_streams_draw_on_one_budget_and_past_it_everything_still_goes_out_in_order():
     out, err, sent = streams(budget=100)
     for i in range(50):
         print(f"out {i}", file=out)
         print(f"err {i}", file=err)
     out.finish()
     err.finish()
-    # One character past the budget goes out, so the host sees the overflow and marks it
-    # (its marker is the host's: gateway/output.py); nothing after that.
-    assert len(sent.text()) == 101
-    assert sent.text("stdout").startswith("out 0\n") and sent.text("stderr").startswith("err 0\n")
-    assert sent.text() == "".join(t for _, t in sent.messages)  # in the order written
+    # The host keeps head and tail and counts the middle: it must see every character.
+    assert sent.text("stdout") == "".join(f"out {i}\n" for i in range(50))
+    assert sent.text("stderr") == "".join(f"err {i}\n" for i in range(50))
+    within = [t for _, t in sent.messages[:16]]
+    assert within == [f"{s} {i}\n" for i in range(8) for s in ("out", "err")]  # line by line
 
 
-def test_past_the_budget_writes_are_accepted_and_dropped():
+def test_past_the_budget_lines_go_in_bulk_and_the_first_one_at_once():
     out, _, sent = streams(budget=10)
-    assert out.write("a" * 20) == 20
-    count = len(sent.messages)
-    assert out.write("more\n") == 5  # the program sees a normal write
-    out.flush()
-    assert len(sent.messages) == count and sent.text() == "a" * 11
-
-
-def test_a_zero_budget_sends_one_character():
-    out, _, sent = streams(budget=0)
-    print("anything", file=out)
+    assert out.write("a" * 20) == 20  # the program sees a normal write
+    assert sent.messages == []
+    print("first past the budget", file=out)  # nothing went out lately: sent at once
+    assert sent.text() == "a" * 20 + "first past the budget\n"
+    t0 = time.monotonic()
+    for i in range(20_000):
+        print(f"line {i}", file=out)
+    elapsed = time.monotonic() - t0
     out.finish()
-    assert sent.text() == "a"
+    assert sent.text().endswith("".join(f"line {i}\n" for i in range(20_000)))
+    # A message per 20 ms at most, or per 64 KiB: not one per line.
+    assert len(sent.messages) <= 2 + elapsed / 0.02 + len(sent.text()) / CHUNK + 1
+    assert len(sent.messages) < 2_000
+
+
+def test_a_zero_budget_sends_everything_in_bulk():
+    out, _, sent = streams(budget=0)
+    out.write("any")
+    print("thing", file=out)
+    out.finish()
+    assert sent.text() == "anything\n"
 
 
 # -- any text, sent faithfully -------------------------------------------------------------------

@@ -99,7 +99,7 @@ def test_tool_schemas_are_valid_for_each_api() -> None:
     assert openai["type"] == "function"
     for description in (anthropic["description"], openai["function"]["description"]):
         assert description.endswith(stub) and "return <value>" in description
-    with pytest.raises(ValueError, match="use one of anthropic, openai, mcp"):
+    with pytest.raises(ValueError, match="use one of anthropic, openai, openai-responses, mcp"):
         gw.tool_schema("gemini")
     with pytest.raises(ValueError, match=r"'text' .*'json'"):
         gw.describe(format="yaml")  # type: ignore[call-overload]

@@ -199,14 +199,22 @@ def test_the_call_limit_holds(runs: str) -> None:
     assert len(result.calls) == 3
 
 
-def test_output_past_the_limit_is_cut_and_marked(runs: str) -> None:
+def test_output_past_the_limit_keeps_head_and_tail_with_one_exact_marker(runs: str) -> None:
     result = run(
         runs,
-        'for (let i = 0; i < 20000; i++) console.log("line " + i)',
+        'for (let i = 0; i < 20000; i++) console.log("line " + i)\nconsole.log("FINAL ANSWER: 42")',
         limits=Limits(wall_seconds=30, max_output_bytes=10_000),
     )
-    assert len(result.stdout.encode()) <= 12_000
-    assert "cut" in result.stdout or result.status == "output_limit" or result.truncated
+    assert result.status == "ok"
+    marker = result.output_cut["text"]
+    head, tail = result.stdout.split(marker)
+    whole = "".join(f"line {i}\n" for i in range(20000)) + "FINAL ANSWER: 42\n"
+    assert head.startswith("line 0\n") and tail.endswith("line 19999\nFINAL ANSWER: 42\n")
+    assert whole.startswith(head) and whole.endswith(tail)
+    assert len((head + tail).encode()) <= 10_000
+    cut = result.output_cut["stdout"]
+    assert len(head) + cut["chars"] + len(tail) == len(whole)
+    assert cut["lines"] == whole.count("\n") - (head + tail).count("\n")
 
 
 def test_the_heap_is_bounded_by_memory_bytes(runs: str) -> None:
@@ -314,3 +322,26 @@ def test_a_runs_loop_ending_without_aclose_ends_the_type_stripping_helper(runs: 
     assert pid is not None
     assert not os.path.exists(f"/proc/{pid}"), "the helper is left (alive or a zombie)"
     gateway.close()
+
+
+def test_an_image_a_typescript_program_displays_reaches_the_model(runs: str) -> None:
+    import base64
+
+    from tests.gateway.test_tool_output import png
+
+    data = base64.b64encode(png(5, 7)).decode()
+    program = (
+        f'display({{ [Symbol.for("Jupyter.display")]() {{ return {{ "image/png": "{data}" }}; }} }});\n'
+        '"drawn"'
+    )
+
+    async def main() -> Any:
+        async with Gateway(language="typescript", tmp_dir=runs, pool_size=0) as gw:
+            return await gw.run_tool(program, limits=FAST)
+
+    out = asyncio.run(main())
+    assert not out.is_error, out.text
+    (image,) = out.images
+    assert image.attached and (image.width, image.height) == (5, 7) and image.data == data
+    assert "[image 1: image/png 5x7, " in out.text
+    assert out.to_anthropic("t")["content"][1]["source"]["data"] == data

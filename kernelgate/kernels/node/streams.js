@@ -7,7 +7,9 @@
 // with calls and displays. Writes are coalesced into lines (one console.log is one
 // message); an unterminated tail goes out on flush(): before every binding call and
 // display, and at the end. One ledger meters both streams: once the program has written
-// more than max_output_bytes, the rest is not sent (the host marks the cut). Lone
+// more than max_output_bytes, the host keeps only the last part of what comes (head and
+// tail, the middle counted exactly: it sees every byte), so the rest goes in bulk: a
+// message per 64 KiB, or a line when none went out in the last 20 ms. Lone
 // surrogates are sent as their escapes (`\ud800`); bytes that are not UTF-8 as U+FFFD.
 
 const { EventEmitter } = require('events');
@@ -17,11 +19,12 @@ const S = require('./safe');
 const { wellFormed } = require('./json');
 
 const CHUNK = 64 * 1024; // largest stream message
+const QUIET_MS = 20; // past the budget, a line waits for more unless none went out this long
 
 class OutputLedger {
   constructor(budget) {
-    // One character past the budget is sent so the host sees the overflow and marks it.
-    this.remaining = budget + 1;
+    this.remaining = budget;
+    this.lastSent = 0; // when the last message past the budget went out (ms)
   }
 }
 
@@ -37,13 +40,22 @@ class OutputStream {
   write(s) {
     const ledger = this.ledger;
     const n = s.length;
-    if (n === 0 || ledger.remaining <= 0) return;
-    if (n > ledger.remaining) s = S.StringSlice(s, 0, ledger.remaining);
-    ledger.remaining -= s.length;
+    if (n === 0) return;
+    ledger.remaining -= n;
     S.append(this.parts, s);
-    this.size += s.length;
-    if (S.StringIndexOf(s, '\n') >= 0 || this.size >= CHUNK || ledger.remaining <= 0) {
-      this.emit(this.take(ledger.remaining > 0));
+    this.size += n;
+    if (this.size >= CHUNK) {
+      this.emit(this.take(true));
+    } else if (S.StringIndexOf(s, '\n') >= 0) {
+      if (ledger.remaining >= 0) {
+        this.emit(this.take(true));
+      } else {
+        const now = S.DateNow();
+        if (now - ledger.lastSent >= QUIET_MS) {
+          ledger.lastSent = now;
+          this.emit(this.take(true));
+        }
+      }
     }
   }
 

@@ -35,7 +35,7 @@ from .program import bind_globals, compile_program, safe_str
 from .report import Reporter, fallback_frame, restore_builtins
 from .sandbox import enter as enter_sandbox
 from .sitehook import install as site_on_demand
-from .streams import OutputLedger, OutputStream
+from .streams import OutputLedger, OutputStream, flush_on_sigterm
 
 __all__ = ["Child", "DEBUGGER_MODULES", "precompile_debugger"]
 
@@ -166,6 +166,7 @@ class Child:
         stdout = OutputStream("stdout", self._send_stream, ledger)
         stderr = OutputStream("stderr", self._send_stream, ledger)
         client.streams = (stdout, stderr)
+        flush_on_sigterm(client.streams)
         sys.stdout = stdout
         sys.stderr = stderr
         saved_builtins = dict(builtins.__dict__)

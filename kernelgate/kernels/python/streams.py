@@ -2,8 +2,12 @@
 
 Writes are coalesced into lines (one ``print`` is one message); an unterminated tail goes out
 on ``flush()``, before every binding call, and at the end. One ledger meters both streams:
-once the program has written more than the output budget, the rest is not sent (the host
-marks the truncation), so a flood costs neither pipe bandwidth nor host memory.
+once the program has written more than the output budget, the host keeps only the last
+part of what comes (head and tail, the middle counted: it sees every byte, so its count is
+exact), so the rest is sent in bulk: a message per 64 KiB, or a line when none went out in
+the last 20 ms (a slow printer's lines still go at once). A flood then costs few messages
+and no host memory. A run stopped at its wall clock sends what it holds on the host's
+SIGTERM (:func:`flush_on_sigterm`) before it dies.
 
 Any text is sent faithfully: lone surrogates (``"\\ud800"``, or undecodable bytes carried
 as surrogate escapes) are shown escaped (``\\ud800``), and bytes written to
@@ -15,25 +19,35 @@ from __future__ import annotations
 
 import codecs
 import io
+import signal
 import threading
 from collections.abc import Callable
+from time import monotonic as _monotonic  # bound now: a program's patch changes nothing
 from typing import Any
 
 from kernelgate.model.text import escape_text
 
-__all__ = ["OutputLedger", "OutputStream", "escape_text"]
+__all__ = ["OutputLedger", "OutputStream", "escape_text", "flush_on_sigterm"]
+
+# Bound now: a program that rebinds the signal module's names changes nothing here.
+_set_handler = signal.signal
+_raise_signal = signal.raise_signal
+_SIGTERM, _SIG_DFL = signal.SIGTERM, signal.SIG_DFL
 
 _CHUNK = 64 * 1024  # largest stream message; keeps frames far below the ceiling
+#: Past the budget, a line waits for more unless no message went out this long.
+_QUIET_S = 0.02
 
 
 class OutputLedger:
-    """The output budget both streams draw on (characters; the host meters exact bytes)."""
+    """The output budget both streams draw on (characters; the host meters exact bytes):
+    within it, each line is sent as it is written; past it, in bulk."""
 
-    __slots__ = ("remaining",)
+    __slots__ = ("remaining", "last_sent")
 
     def __init__(self, budget: int) -> None:
-        # One character past the budget is sent so the host sees the overflow and marks it.
-        self.remaining = budget + 1
+        self.remaining = budget
+        self.last_sent = 0.0  # monotonic time of the last message past the budget
 
 
 class OutputStream(io.TextIOBase):
@@ -82,18 +96,23 @@ class OutputStream(io.TextIOBase):
             s = str.__str__(s)
         n = len(s)
         ledger = self._ledger
-        if not n or ledger.remaining <= 0:
+        if not n:
             return n
         with self._lock:
-            if n > ledger.remaining:
-                s = s[: ledger.remaining]
-            ledger.remaining -= len(s)
+            ledger.remaining -= n
             self._parts.append(s)
-            self._size += len(s)
-            if "\n" in s or self._size >= _CHUNK or ledger.remaining <= 0:
-                text = self._take(whole_lines_only=ledger.remaining > 0)
-            else:
-                text = ""
+            self._size += n
+            text = ""
+            if self._size >= _CHUNK:
+                text = self._take(whole_lines_only=True)
+            elif "\n" in s:
+                if ledger.remaining >= 0:
+                    text = self._take(whole_lines_only=True)
+                else:  # past the budget: bulk, unless the stream has been quiet
+                    now = _monotonic()
+                    if now - ledger.last_sent >= _QUIET_S:
+                        ledger.last_sent = now
+                        text = self._take(whole_lines_only=True)
         # Sent outside the lock: sending takes fd 3's lock, which a thread blocked on
         # this one may hold (a signal handler printing mid-write).
         if text:
@@ -169,3 +188,22 @@ class _BinaryWriter(io.RawIOBase):
 
     def close(self) -> None:
         self.flush()  # stays usable, as the text stream does
+
+
+def flush_on_sigterm(streams: tuple[OutputStream, ...]) -> None:
+    """On SIGTERM (the host's first word when the wall clock runs out; SIGKILL follows
+    after the grace), send what ``streams`` hold, then die of SIGTERM as before: lines
+    written past the budget wait for bulk, and a run stopped then would lose them. A
+    program that sets its own SIGTERM handler replaces this one."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        for stream in streams:
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        _set_handler(_SIGTERM, _SIG_DFL)
+        _raise_signal(_SIGTERM)
+
+    _set_handler(_SIGTERM, on_term)
+
