@@ -188,11 +188,20 @@ async def _serve(
                 record_to=record,
                 language=args.language,
                 node=args.node,
+                tool_search=args.tool_search,
             )
         except (NodeUnavailable, TypeError) as exc:
             raise UsageError(f"kernelgate mcp --language {args.language}: {exc}") from None
         await stack.enter_async_context(gateway)
-        server = build_server(gateway, max_chars=args.max_chars)
+        try:
+            server = build_server(
+                gateway,
+                max_chars=args.max_chars,
+                max_description_chars=args.max_description_chars,
+                tool_search=args.tool_search,
+            )
+        except ValueError as exc:  # a description budget too small for anything
+            raise UsageError(f"kernelgate mcp: {exc}") from None
         if record is not None:
             _say(f"recording the session to {record.path}")
         if args.http is None or token is None:
@@ -329,6 +338,21 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"longest answer text given to the client (default {MAX_CHARS}); the recording "
         "keeps everything",
+    )
+    mcp.add_argument(
+        "--tool-search",
+        action="store_true",
+        help="also serve the tool search_tools (the bindings that match some words, as a "
+        "stub), and let programs call kernelgate.search_tools(...): for more bindings than "
+        "one description should hold",
+    )
+    mcp.add_argument(
+        "--max-description-chars",
+        type=_positive_chars,
+        default=None,
+        metavar="N",
+        help="longest run_code description (some clients refuse over 1024); past it the "
+        "description lists the binding names and points at search_tools",
     )
     add_limit_arguments(mcp, what="each run")
     mcp.set_defaults(func=_cmd_mcp)

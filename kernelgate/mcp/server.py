@@ -29,7 +29,9 @@ from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, TextContent, Tool
 
 from kernelgate import __version__
+from kernelgate.gateway.agent import AgentSurface
 from kernelgate.gateway.api import CodeGateway
+from kernelgate.gateway.discovery import SEARCH_TOOL_NAME
 from kernelgate.gateway.tools import MAX_CHARS, TOOL_NAME, tool_output, tool_schema
 from kernelgate.model.language import check_language, title
 
@@ -50,28 +52,71 @@ def _error(text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
+def _tools_of(
+    gateway: CodeGateway, max_description_chars: int | None, tool_search: bool
+) -> list[Tool]:
+    """run_code (and search_tools): a :class:`kernelgate.Gateway` states the rules of its
+    runs and fits the description to ``max_description_chars``; another CodeGateway (a
+    RemoteGateway) gives its stub."""
+    if isinstance(gateway, AgentSurface):
+        definition = gateway.tool_schema("mcp", max_description_chars=max_description_chars)
+    else:
+        definition = tool_schema(gateway.describe(), "mcp", gateway.language)
+    tools = [
+        Tool(
+            name=definition["name"],
+            description=definition["description"],
+            input_schema=definition["inputSchema"],
+            output_schema=OUTPUT_SCHEMA,
+        )
+    ]
+    if tool_search:
+        if not isinstance(gateway, AgentSurface):
+            raise TypeError(
+                "tool_search=True needs a kernelgate.Gateway (it searches its bindings); "
+                f"got {type(gateway).__name__}"
+            )
+        search = gateway.search_tool_schema("mcp")
+        tools.append(
+            Tool(
+                name=search["name"],
+                description=search["description"],
+                input_schema=search["inputSchema"],
+            )
+        )
+    return tools
+
+
 def build_server(
-    gateway: CodeGateway, *, max_chars: int = MAX_CHARS, name: str = "kernelgate"
+    gateway: CodeGateway,
+    *,
+    max_chars: int = MAX_CHARS,
+    name: str = "kernelgate",
+    max_description_chars: int | None = None,
+    tool_search: bool = False,
 ) -> Server[Any]:
-    """An MCP server (the SDK's low-level ``Server``) whose one tool runs programs on
-    ``gateway`` (a :class:`kernelgate.Gateway`, or any :class:`kernelgate.CodeGateway`:
+    """An MCP server (the SDK's low-level ``Server``) whose tool ``run_code`` runs programs
+    on ``gateway`` (a :class:`kernelgate.Gateway`, or any :class:`kernelgate.CodeGateway`:
     a :class:`kernelgate.RemoteGateway` serves a kernel elsewhere), in its language;
-    ``max_chars`` caps the text of each answer."""
+    ``max_chars`` caps the text of each answer, ``max_description_chars`` run_code's
+    description (past it the description lists binding names). ``tool_search`` adds the
+    tool ``search_tools``, answered by ``Gateway.search_tools``, for a model with more
+    bindings than a description holds."""
     language = gateway.language
-    definition = tool_schema(gateway.describe(), "mcp", language)
-    tool = Tool(
-        name=definition["name"],
-        description=definition["description"],
-        input_schema=definition["inputSchema"],
-        output_schema=OUTPUT_SCHEMA,
-    )
+    tools = _tools_of(gateway, max_description_chars, tool_search)
+    names = " or ".join(t.name for t in tools)
 
     async def on_list_tools(ctx: Any, params: Any) -> ListToolsResult:
-        return ListToolsResult(tools=[tool])
+        return ListToolsResult(tools=tools)
 
     async def on_call_tool(ctx: Any, params: CallToolRequestParams) -> CallToolResult:
+        if tool_search and params.name == SEARCH_TOOL_NAME:
+            assert isinstance(gateway, AgentSurface)  # _tools_of checked
+            arguments = params.arguments or {}
+            found = gateway.search_tools(arguments.get("query"), arguments.get("limit"))  # type: ignore[arg-type]
+            return CallToolResult(content=[TextContent(type="text", text=found)])
         if params.name != TOOL_NAME:
-            return _error(f"there is no tool {params.name!r} here; the one tool is {TOOL_NAME}")
+            return _error(f"there is no tool {params.name!r} here; use {names}")
         code = (params.arguments or {}).get("code")
         if not isinstance(code, str):
             return _error(

@@ -81,7 +81,7 @@ def test_it_sits_in_front_of_mcp_servers() -> None:
         tools[0].description
     )
     assert r.is_error is False, r.content[0].text
-    assert r.content[0].text == 'returned:\n[42, 3.0]'
+    assert r.content[0].text == "returned:\n[42, 3.0]"
 
 
 def test_streamable_http_on_loopback() -> None:
@@ -159,3 +159,44 @@ def test_stdio_runs_typescript_programs_with_language_typescript(tmp_path: Path)
     assert failed.is_error is True and "ToolError" in failed.content[0].text
     [path] = tmp_path.glob("session-*.ipynb")
     assert [r.language for r in SessionLog(path).runs()] == ["typescript", "typescript"]
+
+
+def test_run_code_states_the_rules_and_search_tools_finds_bindings(tmp_path: Path) -> None:
+    """``--tool-search --max-description-chars 1024``: run_code's description fits, names
+    the rules of a run, and points at search_tools; search_tools answers with the stub of
+    the matches; a program finds bindings with kernelgate.search_tools too."""
+
+    async def session() -> tuple[list[Any], Any, Any, Any]:
+        server = _stdio("--tool-search", "--max-description-chars", "1024")
+        async with Client(server, read_timeout_seconds=60) as client:
+            listed = await client.list_tools()
+            found = await client.call_tool("search_tools", {"query": "fetch a document"})
+            bad = await client.call_tool("search_tools", {"query": "x" * 5000})
+            ran = await client.call_tool(
+                "run_code",
+                {"code": "return 'async def fetch' in await kernelgate.search_tools('fetch')"},
+            )
+        return listed.tools, found, bad, ran
+
+    tools, found, bad, ran = asyncio.run(session())
+    assert [t.name for t in tools] == ["run_code", "search_tools"]
+    description = tools[0].description
+    assert len(description) <= 1024, len(description)
+    assert "search_tools" in description
+    assert "wall" in description.lower()  # the rules: this run's limits
+    assert "async def fetch(" in found.content[0].text, found.content[0].text
+    assert "class tools:" in found.content[0].text
+    assert found.is_error is False
+    assert bad.content[0].text.startswith("search_tools:"), bad.content[0].text
+    assert ran.is_error is False and ran.content[0].text == "returned:\ntrue", ran.content[0].text
+
+
+def test_without_tool_search_run_code_still_states_the_rules() -> None:
+    async def session() -> list[Any]:
+        async with Client(_stdio(), read_timeout_seconds=60) as client:
+            return (await client.list_tools()).tools
+
+    (tool,) = asyncio.run(session())
+    # The rules of the runs this server makes (--timeout 30), before the stub.
+    assert "Rules of every run: at most 30 s of wall time" in tool.description
+    assert tool.description.index("Rules of every run") < tool.description.index("class tools:")
