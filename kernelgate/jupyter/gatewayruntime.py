@@ -39,7 +39,7 @@ from kernelgate.model.result import ErrorInfo, RunResult
 from .gatewaypool import PoolKernel
 from .gatewayrest import GatewayEndpoint, GatewayError
 from .remotedescribe import describe_remote
-from .remoterun import RemoteRun
+from .remoterun import RemoteRun, check_run_sync
 
 __all__ = ["GatewayError", "GatewayRuntime"]
 
@@ -292,21 +292,7 @@ class GatewayRuntime:
     def run_sync(self, program: str, *, limits: Limits | None = None) -> RunResult:
         """:meth:`run` for synchronous callers (not inside a running event loop). The
         kernels stay at the gateway between calls; each call reconnects to them."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise RuntimeError(
-                "run_sync() was called from a running event loop; use 'await gateway.run(...)'"
-            )
-        if self._closed:
-            raise RuntimeError("this GatewayRuntime is closed; create a new one")
-        if self._loop is not None and not self._loop.is_closed():
-            raise RuntimeError(
-                "this GatewayRuntime is open on an event loop: run programs there with "
-                "'await gateway.run(...)'"
-            )
+        check_run_sync("GatewayRuntime", self._closed, self._loop)
         return asyncio.run(self._run_once(program, limits))
 
     async def _run_once(self, program: str, limits: Limits | None) -> RunResult:

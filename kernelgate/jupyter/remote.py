@@ -41,7 +41,7 @@ from kernelgate.wire.values import NotJSONError, check_json
 from .clients import OWNER_FIELD
 from .comms import call_reply_data, open_data
 from .remotedescribe import describe_remote
-from .remoterun import RemoteRun
+from .remoterun import RemoteRun, check_run_sync
 
 if TYPE_CHECKING:
     from jupyter_client.asynchronous.client import AsyncKernelClient
@@ -249,21 +249,7 @@ class RemoteGateway:
         """:meth:`run` for synchronous callers (not from inside a running event loop):
         the gateway opens, runs ``program`` and lets go of the kernel again, each time
         (a new loop each call; the bindings are announced each time)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise RuntimeError(
-                "run_sync() was called from a running event loop; use 'await gateway.run(...)'"
-            )
-        if self._closed:
-            raise RuntimeError("this RemoteGateway is closed; create a new one")
-        if self._loop is not None and not self._loop.is_closed():
-            raise RuntimeError(
-                "this RemoteGateway is open on an event loop: run programs there with "
-                "'await gateway.run(...)'"
-            )
+        check_run_sync("RemoteGateway", self._closed, self._loop)
         return asyncio.run(self._run_once(program, limits))
 
     async def _run_once(self, program: str, limits: Limits | None) -> RunResult:

@@ -27,7 +27,7 @@ from kernelgate.wire.messages import CALL_MIME, iso_now
 
 from .calls import call_record_from_data
 
-__all__ = ["RemoteRun"]
+__all__ = ["RemoteRun", "check_run_sync"]
 
 #: What a malformed field in a kernel's run metadata means.
 _KERNEL_BLAME = "the kernel sent run metadata this kernelgate does not read; is it one?"
@@ -187,4 +187,24 @@ class RemoteRun:
             duration_s=time.monotonic() - self.t0,
             started_at=self.started_at,
             program=self.program,
+        )
+
+
+def check_run_sync(kind: str, closed: bool, loop: asyncio.AbstractEventLoop | None) -> None:
+    """Refuse a remote gateway's ``run_sync()`` where it cannot work: inside a running event
+    loop, after ``close()``, or while the gateway (a ``kind``) is open on a loop of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError(
+            "run_sync() was called from a running event loop; use 'await gateway.run(...)'"
+        )
+    if closed:
+        raise RuntimeError(f"this {kind} is closed; create a new one")
+    if loop is not None and not loop.is_closed():
+        raise RuntimeError(
+            f"this {kind} is open on an event loop: run programs there with "
+            "'await gateway.run(...)'"
         )
