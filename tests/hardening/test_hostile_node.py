@@ -32,7 +32,6 @@ import pytest
 from kernelgate import Limits, RunResult
 from kernelgate.gateway.cgroups import CgroupRoots
 from kernelgate.gateway.launch import NODE_KERNEL_DIR
-from kernelgate.gateway.output import truncation_marker
 from kernelgate.gateway.sandbox import LEVELS
 from kernelgate.kernels.python import package_root
 from tests.node.attacks import NATIVE_PYTHON, PRELUDE
@@ -687,33 +686,53 @@ def test_file_and_descriptor_budgets_hold_for_a_typescript_program(hostile, leve
 
 
 @pytest.mark.parametrize(
-    "flood",
+    ("flood", "out_bytes", "err_bytes"),
     [
-        "for (let i = 0; i < 100000; i++) console.log('line', i);",
-        "for (let i = 0; i < 100000; i++) process.stdout.write('no newline ');",
-        "const fs = require('fs'); for (let i = 0; i < 10000; i++) fs.writeSync(1, 'raw bytes '.repeat(10));",
-        "const fs = require('fs'); for (let i = 0; i < 10000; i++) { console.error('e'.repeat(50)); fs.writeSync(1, 'o'.repeat(50)); }",
+        ("for (let i = 0; i < 100000; i++) console.log('line', i);", 1_088_890, 0),
+        ("for (let i = 0; i < 100000; i++) process.stdout.write('no newline ');", 1_100_000, 0),
+        (
+            "const fs = require('fs'); "
+            "for (let i = 0; i < 10000; i++) fs.writeSync(1, 'raw bytes '.repeat(10));",
+            1_000_000,
+            0,
+        ),
+        (
+            "const fs = require('fs'); for (let i = 0; i < 10000; i++) "
+            "{ process.stderr.write('e'.repeat(50)); fs.writeSync(1, 'o'.repeat(50)); }",
+            500_000,
+            500_000,
+        ),
     ],
     ids=["console-lines", "no-newlines", "raw-fd1", "mixed"],
 )
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
-def test_an_output_flood_is_cut_once_with_the_marker_last(hostile, flood, warm):
+def test_an_output_flood_keeps_head_and_tail_with_one_marker_counting_the_rest(
+    hostile, flood, out_bytes, err_bytes, warm
+):
     limit = 10_000
     r = ts(
         hostile,
-        f"console.log('before');\n{flood}\n'survived'",
+        f"console.log('before');\n{flood}\nconsole.log('after');\n'survived'",
         "process",
         warm,
         Limits(wall_seconds=30, kill_grace_seconds=0.3, max_output_bytes=limit),
     )
     assert r.status == "ok" and r.value == "survived", (r.status, r.message)
-    marker = truncation_marker(limit)
+    cut = r.output_cut
+    marker = cut["text"]
     combined = r.stdout + r.stderr
-    assert combined.count(marker) == 1
+    assert combined.count(marker) == 1 and marker.startswith("\n[kernelgate: ")
     streams = [o for o in r.outputs if o["output_type"] == "stream"]
-    assert streams[-1]["text"].endswith(marker)
+    assert sum(o["text"] == marker for o in streams) == 1  # one marker in the notebook too
     assert len(combined.replace(marker, "").encode()) <= limit
     assert r.stdout.startswith("before\n")
+    if "writeSync" not in flood:  # (raw fd 1 and fd 3 are not ordered with each other)
+        assert r.stdout.endswith("after\n")  # the tail is kept
+    # What is kept plus what is counted as cut is all the program wrote, per stream.
+    written = {"stdout": out_bytes + len("before\nafter\n"), "stderr": err_bytes}
+    for name in ("stdout", "stderr"):
+        text = getattr(r, name).replace(marker, "")
+        assert len(text.encode()) + cut.get(name, {}).get("bytes", 0) == written[name]
 
 
 # -- teardown: trees the program leaves ---------------------------------------------------------
