@@ -5,7 +5,8 @@ target :data:`~kernelgate.wire.messages.BINDINGS_TARGET` on the kernel's shell s
 announcing its namespaces with the same specs ``BindingRegistry.specs()`` gives the child::
 
     comm_open  (client -> kernel, shell)  {"namespaces": {ns: {name: spec}}}
-    comm_msg   (kernel -> client, iopub)  {"method": "ready", "namespaces": {ns: {name: sig}}}
+    comm_msg   (kernel -> client, iopub)  {"method": "ready", "namespaces": {ns: {name: sig}},
+                                           "limits": {"wall_seconds", "kill_grace_seconds"}}
     comm_close (kernel -> client, iopub)  {"error": "why the announcement was refused"}
 
 While a cell runs, each call of one of those bindings is forwarded to the client, which
@@ -61,8 +62,18 @@ def open_data(specs: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str,
     return {"namespaces": {ns: {n: dict(s) for n, s in t.items()} for ns, t in specs.items()}}
 
 
-def ready_data(signatures: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
-    return {"method": "ready", "namespaces": {ns: dict(t) for ns, t in signatures.items()}}
+def ready_data(
+    signatures: Mapping[str, Mapping[str, str]], limits: Mapping[str, float] | None = None
+) -> dict[str, Any]:
+    """``ready``: the kernel's bindings, and the time budget of its runs (``wall_seconds``,
+    ``kill_grace_seconds``) that tells a client how long a reply may take."""
+    data: dict[str, Any] = {
+        "method": "ready",
+        "namespaces": {ns: dict(t) for ns, t in signatures.items()},
+    }
+    if limits is not None:
+        data["limits"] = dict(limits)
+    return data
 
 
 def call_request_data(

@@ -22,6 +22,7 @@ import contextlib
 import inspect
 import logging
 import secrets
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -89,9 +90,19 @@ class RemoteGateway:
         namespaces: Mapping[str, Mapping[str, Callable[..., Any]]] | None = None,
         ready_timeout: float = 60.0,
         tracing: TracingOption = None,
+        reply_grace_seconds: float = 30.0,
     ) -> None:
         self._registry = BindingRegistry.from_arguments(bindings, namespace, namespaces)
         self._tracing = Tracing.from_option(tracing)
+        if not (isinstance(reply_grace_seconds, (int, float)) and 0 < reply_grace_seconds < 1e9):
+            raise ValueError(
+                f"reply_grace_seconds must be a number of seconds > 0, got {reply_grace_seconds!r}"
+            )
+        #: How long past a run's wall time and kill grace a reply may take before the run is
+        #: given up (the kernel or the connection lost it).
+        self.reply_grace_seconds = float(reply_grace_seconds)
+        #: The kernel's time budget per run, from its ``ready`` (None: not known).
+        self._kernel_budget: float | None = None
         self.kernel_client = kernel_client
         self.ready_timeout = ready_timeout
         self.comm_id = uuid.uuid4().hex
@@ -325,12 +336,21 @@ class RemoteGateway:
         msg_id = msg["header"]["msg_id"]
         self._runs[msg_id] = run
         failure: ErrorInfo | None = None
+        given = _budget(limits.to_dict()) if limits is not None else None
+        budget = given if given is not None else self._kernel_budget
         try:
             self._send("shell", msg)
             while not run.done.is_set():
                 try:
                     await asyncio.wait_for(run.done.wait(), _ALIVE_CHECK_SECONDS)
                 except asyncio.TimeoutError:
+                    late = _overdue(run, budget, self.reply_grace_seconds)
+                    if late is not None:
+                        # The kernel ends every run within its budget: a reply this late was
+                        # lost (a kernel frozen, a connection that dropped what it carried).
+                        self._interrupt()
+                        failure = ErrorInfo("WorkerExit", late)
+                        break
                     if not await _kernel_alive(kc):
                         # A client that knows why says so (a gateway's websocket client).
                         why = getattr(kc, "death_reason", None) or "the kernel died"
@@ -494,6 +514,7 @@ class RemoteGateway:
         method = data.get("method")
         if method == "ready":
             self.kernel_bindings = dict(data.get("namespaces") or {})
+            self._kernel_budget = _budget(data.get("limits"))
             if ready is not None and not ready.done():
                 ready.set_result(data)
         elif method == "call":
@@ -568,6 +589,35 @@ if TYPE_CHECKING:
 
     def _is_a_code_gateway(gateway: RemoteGateway) -> CodeGateway:
         return gateway  # mypy checks that a RemoteGateway is a CodeGateway
+
+
+def _budget(limits: Any) -> float | None:
+    """A run's time budget (wall time plus kill grace) from limits as JSON; None when they
+    do not say (an older kernel, or values that are not numbers)."""
+    if not isinstance(limits, dict):
+        return None
+    wall, grace = limits.get("wall_seconds"), limits.get("kill_grace_seconds", 0)
+    numbers = [
+        float(v) for v in (wall, grace) if isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
+    if len(numbers) != 2 or not all(0 <= v < 1e9 for v in numbers):
+        return None
+    return numbers[0] + numbers[1]
+
+
+def _overdue(run: RemoteRun, budget: float | None, grace: float) -> str | None:
+    """Why ``run`` is given up, once it has waited ``budget`` + ``grace`` seconds since the
+    kernel started it; None while it may still come."""
+    if budget is None or run.started_mono is None:
+        return None
+    waited = time.monotonic() - run.started_mono
+    if waited <= budget + grace:
+        return None
+    return (
+        f"no reply {waited:.0f} s after the kernel started the run, past its wall time and "
+        f"kill grace ({budget:g} s) and {grace:g} s more: the kernel or the connection lost "
+        "it (the kernel was interrupted; run again)"
+    )
 
 
 async def _kernel_alive(kc: Any) -> bool:

@@ -48,6 +48,8 @@ class RemoteRun:
         #: The kernel's calls of this run seen so far (each is answered once).
         self.call_ids: set[str] = set()
         self.started = False
+        #: When the kernel said it started the run (time.monotonic()), or None.
+        self.started_mono: float | None = None
         #: The run's OpenTelemetry spans (None: not traced).
         self.trace: RunTrace | None = None
         self.idle = False
@@ -79,6 +81,8 @@ class RemoteRun:
             state = content.get("execution_state")
             if state == "busy":
                 self.started = True
+                if self.started_mono is None:
+                    self.started_mono = time.monotonic()
             elif state == "idle":
                 self.idle = True
                 self._check_done()

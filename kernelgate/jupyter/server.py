@@ -528,7 +528,13 @@ class KernelServer:
         if old is not None:
             old.bindings.close("the comm was opened again")
         self._clients[comm_id] = _Client(bindings, gateway, owner)
-        ready = ready_data(gateway.registry.signatures())
+        ready = ready_data(
+            gateway.registry.signatures(),
+            {
+                "wall_seconds": gateway.limits.wall_seconds,
+                "kill_grace_seconds": gateway.limits.kill_grace_seconds,
+            },
+        )
         publish("comm_msg", {"comm_id": comm_id, "data": ready}, header)
 
     def _comm_close(self, comm_id: str, reason: str) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -282,10 +284,43 @@ def test_a_client_bindings_type_hints_are_enforced_and_converted_on_the_client()
             assert result.status == "ok", result.error
             refused, point = result.value
             assert refused[0] == "TypeError"
-            assert "agent.plot() argument state: expected 'open' or 'closed', got str " in (
-                refused[1]
+            assert (
+                "agent.plot() argument state: expected 'open' or 'closed', got str " in (refused[1])
             )
             assert point == {"x": 3, "y": 0}
             assert seen == [Point(2, 0)]
 
     with_kernel(body)
+
+
+def test_a_reply_the_kernel_never_sends_ends_the_run_past_its_budget() -> None:
+    """A kernel frozen mid-run (SIGSTOP: alive, silent) never replies. The client gives the
+    run up as worker_exit once the kernel's budget for it (wall time and kill grace) and
+    ``reply_grace_seconds`` have passed; before, it waited for ever (the kernel was alive)."""
+
+    async def main() -> None:
+        km = AsyncKernelManager(kernel_name=KERNEL_NAME)
+        await km.start_kernel()
+        kc = km.client()
+        kc.start_channels()
+        pid = km.provisioner.pid  # type: ignore[union-attr]
+
+        def freeze() -> str:
+            os.kill(pid, signal.SIGSTOP)  # the kernel gets this answer, and says nothing more
+            return "frozen"
+
+        try:
+            gw = RemoteGateway(kc, bindings={"freeze": freeze}, reply_grace_seconds=1)
+            async with gw:
+                assert gw._kernel_budget == Limits().wall_seconds + Limits().kill_grace_seconds
+                limits = Limits(wall_seconds=2, kill_grace_seconds=0.5)
+                result = await asyncio.wait_for(gw.run("await tools.freeze()", limits=limits), 30)
+                assert result.status == "worker_exit", result
+                assert "no reply" in result.message and "run again" in result.message
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            kc.stop_channels()
+            await km.shutdown_kernel()
+        assert not await km.is_alive()
+
+    asyncio.run(main())
