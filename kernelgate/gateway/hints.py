@@ -20,6 +20,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kernelgate.model.schema import shown
+
 __all__ = [
     "TEXTS",
     "AnyHint",
@@ -77,17 +79,6 @@ class Mismatch(Exception):
         if self.detail:
             return f"{where}: {self.detail}"
         return f"{where}: expected {self.expected}, got {shown(self.value)}"
-
-
-def shown(value: Any) -> str:
-    """A value as an error names it: its type and a short repr (``str '12'``)."""
-    try:
-        text = repr(value)
-    except Exception:
-        text = "<unprintable>"
-    if len(text) > 40:
-        text = text[:37] + "..."
-    return f"{type(value).__name__} {text}"
 
 
 def join(path: str, key: Any) -> str:

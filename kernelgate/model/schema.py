@@ -34,7 +34,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["arguments_object", "check_bound", "check_value", "check_schema", "schema_error"]
+__all__ = [
+    "arguments_object",
+    "check_bound",
+    "check_value",
+    "check_schema",
+    "schema_error",
+    "shown",
+]
 
 #: The keywords :meth:`_Checker._keywords` looks at: a schema with none skips it.
 _KEYWORDS = frozenset(
@@ -79,7 +86,8 @@ def _is_type(value: Any, name: str) -> bool:
     return True  # an unknown type name: not ours to refuse
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A value as an error names it: its type and a short repr (``str '12'``)."""
     try:
         text = repr(value)
     except Exception:
@@ -136,7 +144,7 @@ class _Checker:
                 fits = fits or any(_is_type(value, t) for t in types if isinstance(t, str))
             if not fits:
                 wanted = types if type(types) is str else " or ".join(str(t) for t in types)
-                return f"{_where(path)}: expected {wanted}, got {_shown(value)}"
+                return f"{_where(path)}: expected {wanted}, got {shown(value)}"
         if not _KEYWORDS.isdisjoint(schema):
             error = self._keywords(value, schema, path, depth)
             if error:
@@ -150,11 +158,11 @@ class _Checker:
     def _keywords(self, value: Any, schema: dict[str, Any], path: str, depth: int) -> str | None:
         """const, enum, bounds and the combinators (most schemas have none of them)."""
         if "const" in schema and not _same(value, schema["const"]):
-            return f"{_where(path)}: must be {schema['const']!r}, got {_shown(value)}"
+            return f"{_where(path)}: must be {schema['const']!r}, got {shown(value)}"
         enum = schema.get("enum")
         if isinstance(enum, list) and not any(_same(value, e) for e in enum):
             allowed = ", ".join(repr(e) for e in enum[:20])
-            return f"{_where(path)}: {_shown(value)} is not one of {allowed}"
+            return f"{_where(path)}: {shown(value)} is not one of {allowed}"
         error = self._bounds(value, schema, path)
         if error:
             return error
@@ -263,7 +271,7 @@ def _same(a: Any, b: Any) -> bool:
 
 def _any_of(path: str, value: Any, errors: list[str | None]) -> str:
     reasons = "; ".join(e.split(": ", 1)[-1] for e in errors if e)
-    return f"{_where(path)}: {_shown(value)} fits none of the allowed forms ({reasons})"
+    return f"{_where(path)}: {shown(value)} fits none of the allowed forms ({reasons})"
 
 
 def check_value(value: Any, schema: Mapping[str, Any]) -> str | None:
