@@ -1,4 +1,4 @@
-"""The warm child's rehearsal (``zygote.rehearse``): a whole run on throwaway objects that
+"""The warm child's rehearsal (``rehearsal.rehearse``): a whole run on throwaway objects that
 leaves nothing behind: no output on fd 1 or 2 (the host reads them as the next program's),
 the builtins as they were, the loop reusable. Run in its own interpreter: importing the
 zygote module rehomes kernelgate's frames, which must not happen in the test process."""
@@ -14,7 +14,7 @@ from kernelgate.kernels.python import package_root
 _SCRIPT = r"""
 import asyncio, builtins, json, sys
 sys.path.insert(0, sys.argv[1])
-from kernelgate.kernels.python import zygote
+from kernelgate.kernels.python import rehearsal as zygote
 loop = asyncio.new_event_loop()
 before = dict(builtins.__dict__)
 zygote.rehearse(loop)

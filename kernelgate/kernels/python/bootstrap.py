@@ -40,7 +40,7 @@ _os_write = os.write
 _os_exit = os._exit
 
 #: What a warm child runs on its event loop once booted, before its program arrives (the
-#: zygote's rehearsal of a run: :func:`.zygote.rehearse`).
+#: zygote's rehearsal of a run: :func:`.rehearsal.rehearse`).
 Rehearsal = Callable[[asyncio.AbstractEventLoop], None]
 
 

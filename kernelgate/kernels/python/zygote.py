@@ -28,7 +28,7 @@ itself (and kills the zygote), so the zygote then just exits.
 
 Before its first fork the zygote warms up (:func:`warm_up`): it encodes once what every child
 would make itself, and each warm child rehearses a run on throwaway objects
-(:func:`rehearse`) while it waits for its program.
+(:func:`.rehearsal.rehearse`) while it waits for its program.
 """
 
 # long: over the ~500 lines a module may have: the fork loop, the cleanup after a dead host and
@@ -39,7 +39,6 @@ would make itself, and each warm child rehearses a run on throwaway objects
 from __future__ import annotations
 
 import asyncio
-import builtins
 import errno
 import gc
 import os
@@ -51,17 +50,6 @@ import time
 from typing import Any, NoReturn
 
 from kernelgate.model.removal import remove_tree
-from kernelgate.wire.connection import CHILD, HOST, Connection
-from kernelgate.wire.events import (
-    CallReply,
-    CallRequest,
-    ExecuteReply,
-    ExecuteRequest,
-    ExecuteResult,
-    OpenBindings,
-    Stream,
-)
-from kernelgate.wire.values import check_json
 from kernelgate.wire.zygote import (
     Exited,
     Forked,
@@ -73,15 +61,11 @@ from kernelgate.wire.zygote import (
     encode,
 )
 
-from . import bootstrap, sandbox
-from .display import plain_repr
-from .namespace import Binding, Namespace
-from .program import bind_globals, compile_program, forget_source
-from .report import cache_fallback, restore_builtins, with_usage
+from . import bootstrap, rehearsal, sandbox
+from .report import cache_fallback
 from .runner import precompile_debugger
-from .streams import OutputLedger, OutputStream
 
-__all__ = ["main", "warm_up", "rehearse", "rehearsal_frames"]
+__all__ = ["main", "warm_up"]
 
 _ZYGOTE_FD = 3
 
@@ -146,7 +130,7 @@ def _child(
         run_dir=request.run_dir,
         read_paths=list(request.read_paths),
         born_in=born_in,
-        rehearse=rehearse,
+        rehearse=rehearsal.rehearse,
         ids=request.ids,
     )
     os._exit(0)
@@ -232,7 +216,6 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the host's terminal is its own
     # Warm what every run needs and what imports lazily.
-    import asyncio
 
     asyncio.new_event_loop().close()
     compile("async def f():\n    await g()\n", "<warm>", "exec", dont_inherit=True)
@@ -502,116 +485,10 @@ def warm_up() -> None:
     except (RuntimeError, ValueError, OSError):
         pass  # no stderr to write to: each child tries again with its own
     cache_fallback()
-    rehearsal_frames()
+    rehearsal.rehearsal_frames()
     sandbox.warm_sandbox()
     precompile_debugger()  # bytecode only: no child imports the debugger unless debugged
     bootstrap.rehome_code()  # the zygote's own functions are defined by now
-
-
-# The common shapes of an agent's program: parsing and compiling them writes the reference
-# counts of the AST node types and the compiler's objects they use (about 35 page copies a
-# run, measured with a program of a few lines, when the rehearsal compiled only "x = 1").
-# Kept short: compiling costs about 30 us of CPU a line in every warm child. Run as it is:
-# no output, no side effect, a JSON value.
-_REHEARSAL_PROGRAM = """
-import json
-def f(a, b=2, *args, **kw):
-    return [a * b + i for i in range(3) if i % 2 == 0]
-total = 0
-for i, (k, v) in enumerate({"a": 1, "b": [1.5, None, True]}.items()):
-    total += len(k) if v and not i < 0 else -1
-try:
-    text = f"{total:>4} {json.dumps({'a': [1]})} {f(1, key=2)[0]!r}"
-except (KeyError, ValueError) as exc:
-    raise RuntimeError(str(exc)) from exc
-results = [await tools.echo(n) for n in range(1)]
-total
-"""
-_REHEARSAL_SPEC = {"params": [["x", "POSITIONAL_OR_KEYWORD", False]], "signature": "(x)", "doc": ""}
-_rehearsal_frames: list[bytes] | None = None
-
-
-def rehearsal_frames() -> list[bytes]:
-    """What a host sends in a run with one call (comm_open, execute_request, the call's
-    reply), encoded once: the zygote makes them, its children only read them."""
-    global _rehearsal_frames
-    if _rehearsal_frames is None:
-        host = Connection(HOST, session="rehearsal")
-        child = Connection(CHILD, session="rehearsal")
-        frames = [
-            host.send(OpenBindings("rehearsal", {"tools": {"echo": _REHEARSAL_SPEC}})),
-            host.send(ExecuteRequest(_REHEARSAL_PROGRAM, {"cwd": "/"})),
-        ]
-        for frame in frames:
-            child.receive_data(frame)
-            child.next_event()
-        host.receive_data(child.send(CallRequest(0, "tools", "echo", [1], {})))
-        host.next_event()
-        frames.append(host.send(CallReply(0, True, [1, "a", {"b": None}])))
-        _rehearsal_frames = frames
-    return _rehearsal_frames
-
-
-def _discard(name: str, text: str) -> None:
-    pass
-
-
-def _nothing() -> None:
-    pass
-
-
-def rehearse(loop: asyncio.AbstractEventLoop) -> None:
-    """In a warm child, booted, before its program arrives: go once through the child's
-    side of a run, on throwaway objects, on the run's event loop ``loop``.
-
-    A forked child shares the zygote's memory until it writes to it, and merely using an
-    object writes its reference count: the first run of every code path pays a page
-    copy for each page it touches. This pays them before the program arrives. Nothing
-    here outlives the call.
-    """
-    opening, executing, replying = rehearsal_frames()
-    peer = Connection(CHILD, session="rehearsal")
-    peer.receive_data(opening + executing)
-    opened, request = peer.next_event(), peer.next_event()
-    assert type(opened) is OpenBindings and type(request) is ExecuteRequest
-
-    def start(*_call: Any) -> asyncio.Future[Any]:
-        fut = loop.create_future()
-        loop.call_soon(fut.set_result, getattr(reply, "value", None))
-        return fut
-
-    # The run's own set-up: its output streams, and its snapshot of the builtins (put
-    # back before reporting): a reference to each builtin writes its reference count, one
-    # page copy per page they sit on (about 50 here).
-    ledger = OutputLedger(1 << 16)
-    streams = [OutputStream(name, _discard, ledger) for name in ("stdout", "stderr")]
-    streams[0].write("rehearsal\n")
-    streams[0].flush()
-    restore_builtins(dict(builtins.__dict__))
-    echo = Binding("tools", "echo", _REHEARSAL_SPEC, start, 1 << 20)
-    namespace = Namespace("tools", {"echo": echo})
-    fn = bind_globals(compile_program(request.code), {"tools": namespace, "__builtins__": builtins})
-    peer.send(Stream("stdout", "rehearsal\n"))
-    peer.send(CallRequest(peer.next_call_id, "tools", "echo", [1], {}))
-    peer.receive_data(replying)
-    reply = peer.next_event()
-
-    async def one_run() -> Any:
-        await namespace.echo(1)
-        return await fn()
-
-    outcome = loop.run_until_complete(one_run())
-    check_json(outcome[1], "value", 1 << 20)
-    # The run's loop set as current and watching fd 3 (here a throwaway pipe).
-    asyncio.set_event_loop(loop)
-    r, w = os.pipe()
-    loop.add_reader(r, _nothing)
-    loop.remove_reader(r)
-    os.close(r)
-    os.close(w)
-    peer.send(ExecuteResult({"application/json": 1, "text/plain": plain_repr(1)}))
-    peer.send(with_usage(ExecuteReply("ok")))
-    forget_source()
 
 
 # Last, once everything above is defined: this module's frames (main() is below every warm
