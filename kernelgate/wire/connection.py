@@ -422,7 +422,7 @@ class Connection:
         # straight from the dict; anything unusual takes the general reader, which names
         # the fault.
         event: Event | None
-        if type(raw) is list and self._compact_in:  # a compact call or reply
+        if type(raw) is list and (self._compact_in or self._offered):  # a compact call or reply
             event = self._read_compact(raw)
         else:
             event = (
@@ -476,6 +476,13 @@ class Connection:
         """A compact call (we are the host) or reply (the child). Out of order is said
         before what is wrong inside, as the general reader does."""
         etype = CallRequest if self.our_role == HOST else CallReply
+        if not self._compact_in:
+            self._state.check(self.their_role, etype)  # out of order is said first
+            raise RemoteProtocolError(
+                f"compact frame {show(raw)} before compact frames were agreed (the "
+                "child's first call, a full message, takes the host's offer); until "
+                "then every frame must be a JSON object"
+            )
         try:
             return read_call(raw) if etype is CallRequest else read_reply(raw)
         except RemoteProtocolError:
