@@ -22,6 +22,7 @@ goes on in a task through the same stage functions.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 import inspect
@@ -92,6 +93,11 @@ class CallDispatcher:
         # Nothing to consult before the binding: a call with a free slot starts at once.
         self._direct = plan.policy is None and plan.call_handler is None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Synchronous bindings started from the read callback run in a worker thread with
+        # no task around them (see _in_thread_now): how many run now, and whether the run
+        # is over (their late answers are then neither recorded nor sent).
+        self._threads = 0
+        self._over = False
         self.calls: list[CallRecord] = []
         #: Failures of the host's own hooks (on_call), kept for the result's note.
         self.hook_errors: list[str] = []
@@ -188,6 +194,9 @@ class CallDispatcher:
         """Stage 4 in the read callback: answer a value that is ready at once, else await
         it in a task (which takes its slot)."""
         started = time.monotonic()
+        if not (binding.is_async or binding.inline) and self._executor is not None:
+            self._in_thread_now(record, started, binding, args, kwargs)
+            return
         try:
             pending = self._invoke(binding, args, kwargs)
         except asyncio.CancelledError:
@@ -199,6 +208,75 @@ class CallDispatcher:
             self._answer(record, started, value=pending)
             return
         self._spawn(self._complete(record, started, pending, None, self._slots), pending)
+
+    def _in_thread_now(
+        self,
+        record: CallRecord,
+        started: float,
+        binding: Binding,
+        args: list[Any],
+        kwargs: dict[str, Any],
+    ) -> None:
+        """Stage 4 for a synchronous binding on the fast path: in a worker thread, with
+        its slot, and answered by one callback on the loop when it returns. No task and
+        no asyncio future per call: each is a turn of the loop more on the call's path."""
+        if not self._take_slot():
+            self._spawn(self._queued(record, binding, args, kwargs), None)
+            return
+        assert self._executor is not None
+        context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context
+        try:
+            done = self._executor.submit(context.run, binding.fn, *args, **kwargs)
+        except RuntimeError as exc:  # the executor is shut down: the gateway is closing
+            self._slots.release()
+            self._answer(record, started, error=exc)
+            return
+        self._threads += 1
+        done.add_done_callback(functools.partial(self._thread_returned, record, started))
+
+    def _take_slot(self) -> bool:
+        """Take a free slot without waiting (False if none is free)."""
+        if self._slots.locked():
+            return False
+        step = self._slots.acquire()
+        try:
+            step.send(None)
+        except StopIteration:
+            return True
+        step.close()  # it would wait: not on this path
+        return False
+
+    def _thread_returned(
+        self, record: CallRecord, started: float, done: concurrent.futures.Future[Any]
+    ) -> None:
+        """In the worker thread: hand the binding's outcome to the loop."""
+        try:
+            self._loop.call_soon_threadsafe(self._thread_done, record, started, done)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits for the answer
+
+    def _thread_done(
+        self, record: CallRecord, started: float, done: concurrent.futures.Future[Any]
+    ) -> None:
+        """On the loop: answer a call whose binding returned (or raised) in a thread."""
+        self._threads -= 1
+        self._slots.release()
+        if self._channel.paused and len(self._tasks) + self._threads <= self._max_in_flight:
+            self._channel.resume_control()
+        if self._over:
+            return  # the run ended while it ran: its record is final without it
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = done.result()
+        except BaseException as exc:  # SystemExit from a binding must not end the host
+            error = exc
+        if error is None and inspect.isawaitable(value):  # a plain function's coroutine
+            self._spawn(self._complete(record, started, value, None, self._slots), value)
+        elif self._channel.backlogged:
+            self._spawn(self._complete(record, started, value, error), None)
+        else:
+            self._answer(record, started, value, error)
 
     def _invoke(self, binding: Binding, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call the binding: a coroutine function or an inline binding here, on the loop
@@ -254,7 +332,7 @@ class CallDispatcher:
         self._tasks.add(task)
         binding_coro = pending if inspect.iscoroutine(pending) else None
         task.add_done_callback(functools.partial(self._call_done, binding_coro))  # one, not two
-        if len(self._tasks) > self._max_in_flight:
+        if len(self._tasks) + self._threads > self._max_in_flight:
             self._channel.pause_control()
 
     def _call_done(
@@ -265,7 +343,7 @@ class CallDispatcher:
             # A task cancelled before its first step (the run ended) never awaits the
             # binding's coroutine: close it, or Python warns "never awaited" on the host.
             binding_coro.close()
-        if self._channel.paused and len(self._tasks) <= self._max_in_flight:
+        if self._channel.paused and len(self._tasks) + self._threads <= self._max_in_flight:
             self._channel.resume_control()
 
     # -- 5. the answer -------------------------------------------------------------------
@@ -343,11 +421,13 @@ class CallDispatcher:
 
     def cancel_now(self) -> None:
         """Cancel every call still running (without waiting for them)."""
+        self._over = True
         for task in self._tasks:
             task.cancel()
 
     async def cancel_all(self) -> None:
         """End the calls still running: the program is over, nobody awaits them."""
+        self._over = True
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
