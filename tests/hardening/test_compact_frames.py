@@ -100,9 +100,7 @@ def test_compact_calls_past_max_calls_end_as_protocol(hostile, warm):
 
 
 @WARM_COLD
-def test_a_compact_call_that_does_not_fit_the_signature_never_reaches_the_binding(
-    hostile, warm
-):
+def test_a_compact_call_that_does_not_fit_the_signature_never_reaches_the_binding(hostile, warm):
     seen: list[object] = []
 
     def add(a: int, b: int) -> int:
