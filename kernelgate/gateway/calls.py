@@ -22,10 +22,10 @@ goes on in a task through the same stage functions.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import functools
 import inspect
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -54,6 +54,21 @@ class _Refused(Exception):
     def __init__(self, ename: str, message: str) -> None:
         super().__init__(message)
         self.ename = ename
+
+
+class _ThreadOutcome:
+    """What a synchronous binding gave in its worker thread, and who sends its answer:
+    ``state`` goes from "pending" to "sent" (the thread wrote it) or "loop" (the loop
+    will), decided under the dispatcher's ``_claim`` lock by whichever gets there first."""
+
+    __slots__ = ("value", "error", "checked", "ended", "state")
+
+    def __init__(self) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.checked = False
+        self.ended = 0.0
+        self.state = "pending"
 
 
 class CallDispatcher:
@@ -98,6 +113,7 @@ class CallDispatcher:
         # is over (their late answers are then neither recorded nor sent).
         self._threads = 0
         self._over = False
+        self._claim = threading.Lock()  # who answers a thread's call (_ThreadOutcome)
         self.calls: list[CallRecord] = []
         #: Failures of the host's own hooks (on_call), kept for the result's note.
         self.hook_errors: list[str] = []
@@ -226,13 +242,14 @@ class CallDispatcher:
         assert self._executor is not None
         context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context
         try:
-            done = self._executor.submit(context.run, binding.fn, *args, **kwargs)
+            self._executor.submit(
+                self._run_in_thread, context, record, started, binding.fn, args, kwargs
+            )
         except RuntimeError as exc:  # the executor is shut down: the gateway is closing
             self._slots.release()
             self._answer(record, started, error=exc)
             return
         self._threads += 1
-        done.add_done_callback(functools.partial(self._thread_returned, record, started))
 
     def _take_slot(self) -> bool:
         """Take a free slot without waiting (False if none is free)."""
@@ -246,37 +263,64 @@ class CallDispatcher:
         step.close()  # it would wait: not on this path
         return False
 
-    def _thread_returned(
-        self, record: CallRecord, started: float, done: concurrent.futures.Future[Any]
+    def _run_in_thread(
+        self,
+        context: contextvars.Context,
+        record: CallRecord,
+        started: float,
+        fn: Callable[..., Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
     ) -> None:
-        """In the worker thread: hand the binding's outcome to the loop."""
+        """In the worker thread: the binding, its result checked, the loop told (first:
+        it records the call before it reads anything the child sends after its answer),
+        then the answer written to the child from here, unless the loop got to it first
+        or must send it itself (see :meth:`ChildChannel.send_from_thread`)."""
+        outcome = _ThreadOutcome()
         try:
-            self._loop.call_soon_threadsafe(self._thread_done, record, started, done)
+            outcome.value = context.run(fn, *args, **kwargs)
+        except BaseException as exc:  # SystemExit from a binding must not end the host
+            outcome.error = exc
+        outcome.ended = time.monotonic()
+        direct = outcome.error is not None or not inspect.isawaitable(outcome.value)
+        if direct:
+            outcome.value, outcome.error = self._checked(record, outcome.value, outcome.error)
+            outcome.checked = True
+        try:
+            self._loop.call_soon_threadsafe(self._thread_done, record, started, outcome)
         except RuntimeError:
-            pass  # the loop is closed: nobody waits for the answer
+            return  # the loop is closed: nobody waits for the answer
+        if not direct:
+            return
+        with self._claim:
+            if outcome.state != "pending":
+                return
+            sent = False
+            if not self._over and not self._verdicts.settled:
+                reply = _reply(record.id, outcome.value, outcome.error)
+                sent = self._channel.send_from_thread(reply)
+            outcome.state = "sent" if sent else "loop"
 
-    def _thread_done(
-        self, record: CallRecord, started: float, done: concurrent.futures.Future[Any]
-    ) -> None:
-        """On the loop: answer a call whose binding returned (or raised) in a thread."""
+    def _thread_done(self, record: CallRecord, started: float, outcome: _ThreadOutcome) -> None:
+        """On the loop: record (and answer, unless its thread did) a call whose binding
+        returned or raised in a worker thread."""
         self._threads -= 1
         self._slots.release()
         if self._channel.paused and len(self._tasks) + self._threads <= self._max_in_flight:
             self._channel.resume_control()
         if self._over:
             return  # the run ended while it ran: its record is final without it
-        value: Any = None
-        error: BaseException | None = None
-        try:
-            value = done.result()
-        except BaseException as exc:  # SystemExit from a binding must not end the host
-            error = exc
-        if error is None and inspect.isawaitable(value):  # a plain function's coroutine
+        with self._claim:
+            if outcome.state == "pending":
+                outcome.state = "loop"
+            sent = outcome.state == "sent"
+        value, error = outcome.value, outcome.error
+        if not outcome.checked:  # a plain function's coroutine
             self._spawn(self._complete(record, started, value, None, self._slots), value)
-        elif self._channel.backlogged:
-            self._spawn(self._complete(record, started, value, error), None)
+        elif not sent and self._channel.backlogged:
+            self._spawn(self._complete(record, started, value, error, checked=True), None)
         else:
-            self._answer(record, started, value, error)
+            self._answer(record, started, value, error, checked=True, sent=sent)
 
     def _invoke(self, binding: Binding, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call the binding: a coroutine function or an inline binding here, on the loop
@@ -305,6 +349,7 @@ class CallDispatcher:
         pending: Any,
         error: BaseException | None,
         slot: asyncio.Semaphore | None = None,
+        checked: bool = False,
     ) -> None:
         """Await the binding's value (in ``slot``, when given), then answer: once the
         child reads its answers again, if it had stopped (back-pressure). One coroutine
@@ -322,7 +367,7 @@ class CallDispatcher:
                     value, error = None, exc
             if self._channel.backlogged:
                 await self._channel.drained()
-            self._answer(record, started, value, error)
+            self._answer(record, started, value, error, checked=checked)
         finally:
             if slot is not None:
                 slot.release()
@@ -354,33 +399,24 @@ class CallDispatcher:
         started: float,
         value: Any = None,
         error: BaseException | None = None,
+        *,
+        checked: bool = False,
+        sent: bool = False,
     ) -> None:
-        """Check a call's result, record it, and send the child its answer."""
-        # No second signature or JSON check of the arguments here: the child checked them
-        # for good messages, the wire parsed them as strict JSON, and a forged call with
-        # arguments that do not fit was refused on admission, as a ToolError. The result
-        # is converted and checked by its return annotation, then as JSON.
-        if error is None:
-            binding = self._registry.lookup(record.namespace, record.name)
-            if binding is not None and binding.types is not None:
-                try:
-                    value = binding.dump_result(value)  # a dataclass, a date... as JSON
-                except TypeError as exc:
-                    error = exc
-        if error is None:
-            error = self._check_result(record, value)
-        if error is not None:
-            ename = error.ename if isinstance(error, _Refused) else type(error).__name__
-            record.ok = False
-            record.error = ErrorInfo(ename, safe_str(error, 4096))
-            reply = CallReply(record.id, False, ename=ename, evalue=record.error.evalue)
-        else:
+        """Check a call's result (unless ``checked``), record it, and send the child its
+        answer (unless it was ``sent`` from the binding's thread: the same answer)."""
+        if not checked:
+            value, error = self._checked(record, value, error)
+        reply = _reply(record.id, value, error)
+        if reply.ok:
             record.ok = True
             record.value = value
-            reply = CallReply(record.id, True, value)
+        else:
+            record.ok = False
+            record.error = ErrorInfo(reply.ename, reply.evalue)
         record.duration_s = time.monotonic() - started
         self._output.place_call(record)
-        if not self._verdicts.settled:
+        if not sent and not self._verdicts.settled:
             try:
                 self._channel.send(reply)
             except LocalProtocolError as exc:
@@ -400,6 +436,25 @@ class CallDispatcher:
                 # The host's own hook failed: the program is not to blame, and the run goes
                 # on; say so where the host's developer will look.
                 self.hook_errors.append(f"on_call: {type(exc).__name__}: {safe_str(exc, 500)}")
+
+    def _checked(
+        self, record: CallRecord, value: Any, error: BaseException | None
+    ) -> tuple[Any, BaseException | None]:
+        """A binding's result as the answer carries it: converted by its return
+        annotation, then checked as JSON within the frame (any thread: reads only)."""
+        # No second signature or JSON check of the arguments here: the child checked them
+        # for good messages, the wire parsed them as strict JSON, and a forged call with
+        # arguments that do not fit was refused on admission, as a ToolError.
+        if error is None:
+            binding = self._registry.lookup(record.namespace, record.name)
+            if binding is not None and binding.types is not None:
+                try:
+                    value = binding.dump_result(value)  # a dataclass, a date... as JSON
+                except TypeError as exc:
+                    error = exc
+        if error is None:
+            error = self._check_result(record, value)
+        return value, error
 
     def _check_result(self, record: CallRecord, value: Any) -> BaseException | None:
         try:
@@ -433,3 +488,12 @@ class CallDispatcher:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _reply(call_id: int, value: Any, error: BaseException | None) -> CallReply:
+    """The answer to call ``call_id``: its checked value, or the error as the program
+    sees it (its type name, or a refusal's own name, and its text)."""
+    if error is None:
+        return CallReply(call_id, True, value)
+    ename = error.ename if isinstance(error, _Refused) else type(error).__name__
+    return CallReply(call_id, False, ename=ename, evalue=safe_str(error, 4096))

@@ -118,3 +118,74 @@ return [seq, par]
     assert r.status == "ok", r.message
     assert r.value == [list(range(50)), list(range(50))]
     assert [c.id for c in r.calls] == list(range(100))
+
+
+# -- the host: a synchronous binding answered from its worker thread ---------------------------
+
+
+@pytest.mark.timeout(120)
+@WARM_COLD
+def test_answers_written_from_the_worker_thread_keep_the_outputs_in_order(warm):
+    """Each answer leaves the binding's thread before the loop records the call: the call
+    must still sit between the prints around it, every time."""
+
+    def echo(x: int) -> int:
+        return x
+
+    gw = Gateway(bindings={"echo": echo}, pool_size=1 if warm else 0)
+    program = """
+for i in range(40):
+    print(i)
+    assert await tools.echo(i) == i
+print('end')
+"""
+    r = asyncio.run(_run(gw, program, warm))
+    assert r.status == "ok", r.message
+    assert [o["text"] for o in r.outputs] == [f"{i}\n" for i in range(40)] + ["end\n"]
+    assert [c.output_index for c in r.calls] == list(range(1, 41))
+    assert all(c.ok and c.value == c.id for c in r.calls)
+
+
+@pytest.mark.timeout(120)
+@WARM_COLD
+def test_an_answer_larger_than_the_socket_buffer_arrives_whole(warm):
+    """A worker thread's write that fd 3 takes only in part: the loop writes the rest."""
+
+    def big(n: int) -> str:
+        return "x" * n
+
+    gw = Gateway(bindings={"big": big}, pool_size=1 if warm else 0)
+    program = """
+import asyncio
+sizes = [3_000_000, 10, 2_500_000]
+got = [len(await tools.big(n)) for n in sizes]
+got += [len(v) for v in await asyncio.gather(*[tools.big(n) for n in sizes])]
+return got
+"""
+    r = asyncio.run(_run(gw, program, warm))
+    assert r.status == "ok", r.message
+    assert r.value == [3_000_000, 10, 2_500_000] * 2
+
+
+@pytest.mark.timeout(120)
+@WARM_COLD
+def test_a_result_that_cannot_be_sent_is_still_answered(warm):
+    """Results that fail the host's checks in the worker thread answer with the error."""
+
+    def bad(kind: str) -> object:
+        return {"set": {1, 2}, "nan": float("nan"), "ok": [1]}[kind]
+
+    gw = Gateway(bindings={"bad": bad}, pool_size=1 if warm else 0)
+    program = """
+out = []
+for kind in ("set", "ok", "nan"):
+    try:
+        out.append(await tools.bad(kind))
+    except ToolError as exc:
+        out.append(exc.ename)
+return out
+"""
+    r = asyncio.run(_run(gw, program, warm))
+    assert r.status == "ok", r.message
+    assert r.value == ["TypeError", [1], "TypeError"]
+    assert [c.ok for c in r.calls] == [False, True, False]
