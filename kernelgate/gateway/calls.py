@@ -234,8 +234,9 @@ class CallDispatcher:
         kwargs: dict[str, Any],
     ) -> None:
         """Stage 4 for a synchronous binding on the fast path: in a worker thread, with
-        its slot, and answered by one callback on the loop when it returns. No task and
-        no asyncio future per call: each is a turn of the loop more on the call's path."""
+        its slot, answered from that thread and recorded by one callback on the loop (no
+        task and no asyncio future per call: each is a turn of the loop more on the
+        call's path, and the answer does not wait for the loop to wake)."""
         if not self._take_slot():
             self._spawn(self._queued(record, binding, args, kwargs), None)
             return
@@ -284,7 +285,10 @@ class CallDispatcher:
         outcome.ended = time.monotonic()
         direct = outcome.error is not None or not inspect.isawaitable(outcome.value)
         if direct:
-            outcome.value, outcome.error = self._checked(record, outcome.value, outcome.error)
+            try:
+                outcome.value, outcome.error = self._checked(record, outcome.value, outcome.error)
+            except BaseException as exc:  # a conversion that failed otherwise than it should
+                outcome.value, outcome.error = None, exc
             outcome.checked = True
         try:
             self._loop.call_soon_threadsafe(self._thread_done, record, started, outcome)
@@ -297,8 +301,11 @@ class CallDispatcher:
                 return
             sent = False
             if not self._over and not self._verdicts.settled:
-                reply = _reply(record.id, outcome.value, outcome.error)
-                sent = self._channel.send_from_thread(reply)
+                try:
+                    reply = _reply(record.id, outcome.value, outcome.error)
+                    sent = self._channel.send_from_thread(reply)
+                except BaseException:  # nothing was sent: the loop answers
+                    sent = False
             outcome.state = "sent" if sent else "loop"
 
     def _thread_done(self, record: CallRecord, started: float, outcome: _ThreadOutcome) -> None:
@@ -320,7 +327,8 @@ class CallDispatcher:
         elif not sent and self._channel.backlogged:
             self._spawn(self._complete(record, started, value, error, checked=True), None)
         else:
-            self._answer(record, started, value, error, checked=True, sent=sent)
+            ended = outcome.ended if sent else None
+            self._answer(record, started, value, error, checked=True, sent=sent, ended=ended)
 
     def _invoke(self, binding: Binding, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call the binding: a coroutine function or an inline binding here, on the loop
@@ -402,9 +410,11 @@ class CallDispatcher:
         *,
         checked: bool = False,
         sent: bool = False,
+        ended: float | None = None,
     ) -> None:
         """Check a call's result (unless ``checked``), record it, and send the child its
-        answer (unless it was ``sent`` from the binding's thread: the same answer)."""
+        answer (unless it was ``sent`` from the binding's thread: the same answer, when
+        the binding had ``ended``)."""
         if not checked:
             value, error = self._checked(record, value, error)
         reply = _reply(record.id, value, error)
@@ -414,7 +424,7 @@ class CallDispatcher:
         else:
             record.ok = False
             record.error = ErrorInfo(reply.ename, reply.evalue)
-        record.duration_s = time.monotonic() - started
+        record.duration_s = (time.monotonic() if ended is None else ended) - started
         self._output.place_call(record)
         if not sent and not self._verdicts.settled:
             try:

@@ -254,13 +254,14 @@ class CallClient:
         """
         if type(loop) is not _SelectorLoop:
             return  # a loop the program brought: its internals are not ours to read
+        fd = self.fd
         try:
             wakeup = loop._ssock.fileno()  # type: ignore[attr-defined]
-            if len(loop._selector.get_map()) != 2:  # type: ignore[attr-defined]
+            watched = loop._selector.get_map()  # type: ignore[attr-defined]
+            if len(watched) != 2 or fd not in watched or wakeup not in watched:
                 return  # the program watches fds of its own
         except Exception:
             return
-        fd = self.fd
         while not fut.done() and not loop._ready:  # type: ignore[attr-defined]
             timeout = None
             timers = loop._scheduled  # type: ignore[attr-defined]
