@@ -7,10 +7,10 @@ with ``tools`` (its namespaces of bindings, :mod:`.namespace`), ``ToolError`` an
 (:mod:`.streams`). Whatever it does to builtins is undone before reporting.
 
 What does not depend on the program nor on its bindings (the streams, the snapshot of the
-builtins, the globals but the bindings' namespaces, the reporter, the event loop set and
-watching fd 3) is made by :meth:`Child.prepare`: by a warm child while it waits, booted, for
-its program (its first touch of those pages is then off the run's path), by a cold child
-once in its sandbox. Either way it is made in the process that runs the program, after
+builtins, the globals but the bindings' namespaces, the reporter, the nodes the program is
+compiled in, the event loop set and watching fd 3) is made by :meth:`Child.prepare`: by a
+warm child while it waits, booted, for its program (its first touch of those pages is then
+off the run's path), by a cold child once in its sandbox. Either way it is made in the process that runs the program, after
 the zygote's rehearsal, fresh for this one run.
 
 >>> Child.__name__
@@ -38,7 +38,7 @@ from kernelgate.wire.events import (
 from .client import CONTROL_FD, CallClient
 from .display import display_bundle
 from .namespace import Binding, Namespace, ToolError, program_help
-from .program import bind_globals, compile_program, safe_str
+from .program import Wrapper, bind_globals, compile_program, safe_str
 from .report import Reporter, fallback_frame, restore_builtins
 from .sandbox import enter as enter_sandbox
 from .sitehook import install as site_on_demand
@@ -148,7 +148,8 @@ class Child:
         """Make what the run needs that depends neither on its program nor on its
         bindings: its output streams (as ``sys.stdout``/``sys.stderr``, flushed on
         SIGTERM), the snapshot of the builtins, the program's globals but the bindings,
-        the reporter, and the event loop, current and watching fd 3.
+        the reporter, the nodes the program is compiled in, and the event loop, current
+        and watching fd 3.
 
         A warm child calls this while it waits for its program (after its rehearsal, so
         nothing of that is kept); a cold child's run does, once in its sandbox. The
@@ -171,6 +172,7 @@ class Child:
             Reporter(client, stdout, stderr, self.max_value_bytes),
             dict(builtins.__dict__),
             self._base_globals(),
+            Wrapper(),
         )
 
     # -- the run ---------------------------------------------------------------------------
@@ -217,7 +219,7 @@ class Child:
         """Compile and run the program on its event loop; report how it ended."""
         reporter, saved_builtins = ready.reporter, ready.saved_builtins
         try:
-            fn = compile_program(request.code)
+            fn = compile_program(request.code, wrapper=ready.wrapper)
         except SyntaxError as exc:
             reporter.finish_exception(exc, saved_builtins)
             return
@@ -344,7 +346,7 @@ def precompile_debugger() -> None:
 class _Ready:
     """What :meth:`Child.prepare` makes for the one run of this process."""
 
-    __slots__ = ("ledger", "reporter", "saved_builtins", "globals")
+    __slots__ = ("ledger", "reporter", "saved_builtins", "globals", "wrapper")
 
     def __init__(
         self,
@@ -352,11 +354,13 @@ class _Ready:
         reporter: Reporter,
         saved_builtins: dict[str, Any],
         globals_: dict[str, Any],
+        wrapper: Wrapper,
     ) -> None:
         self.ledger = ledger
         self.reporter = reporter
         self.saved_builtins = saved_builtins
         self.globals = globals_
+        self.wrapper = wrapper  # the nodes the program is compiled in
 
 
 class DisplayHandle:
