@@ -10,8 +10,8 @@ What does not depend on the program nor on its bindings (the streams, the snapsh
 builtins, the globals but the bindings' namespaces, the reporter, the nodes the program is
 compiled in, the event loop set and watching fd 3) is made by :meth:`Child.prepare`: by a
 warm child while it waits, booted, for its program (its first touch of those pages is then
-off the run's path), by a cold child once in its sandbox. Either way it is made in the process that runs the program, after
-the zygote's rehearsal, fresh for this one run.
+off the run's path), by a cold child once in its sandbox. Either way it is made in the
+process that runs the program, after the zygote's rehearsal, fresh for this one run.
 
 >>> Child.__name__
 'Child'
@@ -146,10 +146,10 @@ class Child:
 
     def prepare(self) -> None:
         """Make what the run needs that depends neither on its program nor on its
-        bindings: its output streams (as ``sys.stdout``/``sys.stderr``, flushed on
-        SIGTERM), the snapshot of the builtins, the program's globals but the bindings,
-        the reporter, the nodes the program is compiled in, and the event loop, current
-        and watching fd 3.
+        bindings: its output streams (flushed on SIGTERM; ``sys.stdout``/``sys.stderr``
+        once the program has come), the snapshot of the builtins, the program's globals
+        but the bindings, the reporter, the nodes the program is compiled in, and the
+        event loop, current and watching fd 3.
 
         A warm child calls this while it waits for its program (after its rehearsal, so
         nothing of that is kept); a cold child's run does, once in its sandbox. The
@@ -160,8 +160,6 @@ class Child:
         client = self.client
         client.streams = (stdout, stderr)
         flush_on_sigterm(client.streams)
-        sys.stdout = stdout
-        sys.stderr = stderr
         loop = self.loop or asyncio.new_event_loop()
         self.loop = loop
         asyncio.set_event_loop(loop)
@@ -211,6 +209,10 @@ class Child:
         ready = self._ready
         assert ready is not None
         self._ready = None  # the run holds it from here; nothing else keeps it
+        # Only now: anything written to them earlier (while a warm child waited) went to
+        # fd 1 and 2, as before, not to the run's messages.
+        sys.stdout = ready.reporter.stdout
+        sys.stderr = ready.reporter.stderr
         ready.ledger.remaining = int(options.get("max_output_bytes", 64 * 1024))
         ready.reporter.max_value_bytes = self.max_value_bytes
         return ready, sandbox_error
