@@ -105,10 +105,8 @@ class OutputCollector:
         self._outputs: list[dict[str, Any]] = []  # the head's outputs (all, before the ring)
         self._sealed = 0  # outputs before this index are never merged into
         self._text: dict[str, list[str]] = {"stdout": [], "stderr": []}
-        self._decoders = {
-            "stdout": codecs.getincrementaldecoder("utf-8")("replace"),
-            "stderr": codecs.getincrementaldecoder("utf-8")("replace"),
-        }
+        # Made when a pipe first has bytes: most programs never write to fd 1 or 2.
+        self._decoders: dict[str, codecs.IncrementalDecoder] = {}
         # The tail: None until the head is full.
         self._ring: deque[_Piece] | None = None
         self._ring_bytes = 0
@@ -123,7 +121,12 @@ class OutputCollector:
 
     def add_raw(self, name: str, data: bytes, final: bool = False) -> str:
         """Bytes written straight to fd 1 or 2; invalid UTF-8 becomes U+FFFD."""
-        return self.add_text(name, self._decoders[name].decode(data, final))
+        decoder = self._decoders.get(name)
+        if decoder is None:
+            if not data:
+                return ""  # nothing came on this pipe: its decoder holds nothing
+            decoder = self._decoders[name] = codecs.getincrementaldecoder("utf-8")("replace")
+        return self.add_text(name, decoder.decode(data, final))
 
     def add_text(self, name: str, text: str) -> str:
         """Add stream text; return what the head kept of it (shown live; ``""`` once the

@@ -198,14 +198,15 @@ class RunOutput:
 
     def _add_now(self, output: dict[str, Any]) -> None:
         # Rich outputs have their own budget: the child could otherwise make the host hold
-        # any number of maximal frames. The value's own output always shows (there is one,
-        # bounded by max_value_bytes).
-        is_result = output["output_type"] == "execute_result"
-        if self._display_cut and not is_result:
-            return
-        if not self._charge(output) and not is_result:
-            self._cut()
-            return
+        # any number of maximal frames. The value's own output always shows and is not
+        # charged: there is one (a second replaces the first), bounded by max_value_bytes,
+        # and measuring it would walk the value once more on the way to the caller.
+        if output["output_type"] != "execute_result":
+            if self._display_cut:
+                return
+            if not self._charge(output):
+                self._cut()
+                return
         self.collector.add_output(output)
         if self.on_output is not None:
             self.on_output(output)

@@ -193,11 +193,14 @@ class Run:
             return self._result(started_at)
         end = self._open(loop, self.child, run_dir)
         try:
-            end.watch()
             if self.verdicts.settled:  # interrupted while the child was being acquired
+                end.watch()
                 self.child.kill_all()
             else:
+                # The program first: the child starts on it while the host watches its fds
+                # (nothing it sends is read before this step ends).
                 self._send_program(run_dir)
+                end.watch()
                 self._deadline = end.call_later(self.limits.wall_seconds, self._on_timeout)
             result = await self._wait(loop, end, started_at)
         except GeneratorExit:  # destroyed with its loop: nothing can be awaited
@@ -241,7 +244,7 @@ class Run:
 
     def _open(self, loop: asyncio.AbstractEventLoop, child: ChildProcess, run_dir: str) -> Teardown:
         """The run's rooms around its child: channel, calls, teardown."""
-        self._replied = loop.create_future()
+        replied = self._replied = loop.create_future()
         channel = self._channel = ChildChannel(
             loop,
             child,
@@ -272,12 +275,18 @@ class Run:
             cgroup=self._cgroup,
             recycle=pool.recycle_cgroup if pool is not None else None,
         )
+
+        def exited(_: asyncio.Future[None]) -> None:
+            if not replied.done():
+                replied.set_result(None)
+
+        # _wait awaits this one future: the reply, or the child's exit (one wakeup).
+        end.exited.add_done_callback(exited)
         return end
 
     def _send_program(self, run_dir: str) -> None:
         assert self._channel is not None
         limits = self.limits
-        self._channel.send(OpenBindings(f"bindings-{self.run_id}", self.plan.registry.specs()))
         options: dict[str, Any] = {
             "cwd": run_dir,
             "max_output_bytes": limits.max_output_bytes,
@@ -289,7 +298,13 @@ class Run:
         if self.debug is not None:
             options["debug"] = self.debug.options()
         code = self.program if self.plan.code is None else self.plan.code
-        self._channel.send(ExecuteRequest(code, options))
+        # One write: the child wakes once, with its bindings and its program.
+        self._channel.send_all(
+            [
+                OpenBindings(f"bindings-{self.run_id}", self.plan.registry.specs()),
+                ExecuteRequest(code, options),
+            ]
+        )
         if self.debug is not None:
             self.debug.attach(self)
 
@@ -301,7 +316,8 @@ class Run:
         assert self._replied is not None and self._channel is not None
         assert self._calls is not None
         try:
-            await asyncio.wait((end.exited, self._replied), return_when="FIRST_COMPLETED")
+            # Done by the reply or by the exit (see _open); cancelled with the caller.
+            await self._replied
         except asyncio.CancelledError:
             # The caller gave up: kill everything, wait until it is gone, then re-raise.
             self.verdicts.decide(interrupted("the run was cancelled by the caller"))

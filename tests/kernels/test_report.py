@@ -163,3 +163,44 @@ def test_buffered_output_is_sent_before_the_value_and_the_reply():
     kinds = [type(e).__name__ for e in events]
     assert kinds == ["Stream", "ExecuteResult", "ExecuteReply"], kinds
     assert events[0].text == "tail without newline"
+
+
+def test_the_last_messages_leave_in_one_write_in_the_order_they_were_made():
+    """What the streams still hold (a line without its newline, a character cut short
+    in ``buffer``, shown as its bytes), the value, then the reply: in that order, and in
+    one write, so the host wakes once for them (over SOCK_SEQPACKET a read takes one
+    write: one read takes them all)."""
+    action = (
+        "import os, time\n"
+        "out.write('tail')\n"
+        "out.buffer.write(b'\\xe2\\x98')\n"
+        "err.write('oops')\n"
+        "reporter.finish_value([1], saved)"
+    )
+    host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn = Connection(HOST, session="test")
+    with host, child:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(child.fileno())], pass_fds=(child.fileno(),)
+        )
+        child.close()
+        host.sendall(
+            conn.send(OpenBindings("bindings", {}))
+            + conn.send(ExecuteRequest(action, {"max_value_bytes": 1000}))
+        )
+        assert proc.wait(30) == 0
+        host.settimeout(30)
+        first = host.recv(1 << 20)  # one write of the child's (it has exited)
+        conn.receive_data(first)
+        events = []
+        while (event := conn.next_event()) is not None:
+            events.append(event)
+    assert [type(e).__name__ for e in events] == [
+        "Stream",
+        "Stream",
+        "ExecuteResult",
+        "ExecuteReply",
+    ], events
+    assert (events[0].name, events[0].text) == ("stdout", "tail\\xe2\\x98")
+    assert (events[1].name, events[1].text) == ("stderr", "oops")
+    assert events[2].data["application/json"] == [1]

@@ -82,6 +82,8 @@ def main(
                 child.loop = asyncio.new_event_loop()
                 if rehearse is not None:
                     rehearse(child.loop)
+                # Then, fresh, whatever else the run needs that is not the program's.
+                child.prepare()
             except Exception:
                 # Before any program: exit quietly; the pool sees a dead child and drops it.
                 _os_exit(71)

@@ -98,6 +98,11 @@ class CallClient:
         with self._wlock:
             self._write_frame(self.conn.send(event))
 
+    def send_all(self, events: list[Any]) -> None:
+        """Send ``events`` in one write: the host wakes once for all of them."""
+        with self._wlock:
+            self._write_frame(b"".join([self.conn.send(event) for event in events]))
+
     def _write_frame(self, data: bytes) -> None:
         """Write one encoded frame whole (the caller holds ``_wlock``)."""
         if self._writing:  # re-entered from a signal handler on this thread

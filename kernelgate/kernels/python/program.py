@@ -20,6 +20,7 @@ from kernelgate.model.text import type_name as _type_name
 __all__ = [
     "FILENAME",
     "LAST_EXPRESSION",
+    "Wrapper",
     "MAX_NAME",
     "cap_text",
     "compile_program",
@@ -117,12 +118,57 @@ class _Bound(ast.NodeVisitor):
         raise SyntaxError("nonlocal declaration not allowed at module level")
 
 
-def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType:
+class Wrapper:
+    """The nodes :func:`compile_program` wraps a program in:
+    ``def __kernelgate_factory__(mark): async def main(): ...; return main``. Made ahead
+    where that is off the run's path (a warm child, while it waits for its program); used
+    by one compilation only (it becomes that program's tree)."""
+
+    __slots__ = ("factory", "main", "made")
+
+    def __init__(self) -> None:
+        fn_kwargs: dict[str, Any] = {}
+        if "type_params" in ast.AsyncFunctionDef._fields:
+            fn_kwargs["type_params"] = []
+        self.main = ast.AsyncFunctionDef(
+            name=_MAIN,
+            args=_no_args(),
+            body=[],
+            decorator_list=[],
+            returns=None,
+            **fn_kwargs,
+        )
+        mark = ast.arg(arg=_MARK)
+        name = ast.Name(id=_MAIN, ctx=ast.Load())
+        returned = ast.Return(value=name)
+        self.factory = ast.FunctionDef(
+            name="__kernelgate_factory__",
+            args=ast.arguments(
+                posonlyargs=[],
+                args=[mark],
+                vararg=None,
+                kwonlyargs=[],
+                kw_defaults=[],
+                kwarg=None,
+                defaults=[],
+            ),
+            body=[self.main, returned],
+            decorator_list=[],
+            returns=None,
+            **fn_kwargs,
+        )
+        #: The nodes made here, placed at the program's first line when it is known.
+        self.made: list[ast.AST] = [self.main, self.factory, mark, returned, name]
+
+
+def compile_program(
+    source: str, filename: str = FILENAME, wrapper: Wrapper | None = None
+) -> types.FunctionType:
     """Compile ``source`` into an ``async def`` taking no arguments.
 
     Raises ``SyntaxError`` (with the program's own line numbers) when it does not compile.
     The returned function must be called with the globals it is to run with; see
-    :func:`bind_globals`.
+    :func:`bind_globals`. ``wrapper``: the wrapping nodes, made ahead (else made now).
 
     >>> import asyncio
     >>> fn = compile_program("x = 20\\nawait asyncio.sleep(0)\\nx + 1")
@@ -145,7 +191,7 @@ def compile_program(source: str, filename: str = FILENAME) -> types.FunctionType
     bound = _Bound()
     for stmt in body:
         bound.visit(stmt)
-    module = _as_factory(body, futures, bound.names)
+    module = _as_factory(body, futures, bound.names, wrapper or Wrapper())
     try:
         code = compile(module, filename, "exec", dont_inherit=True)
     except SyntaxError as exc:
@@ -185,8 +231,11 @@ def _yield_outside_function(source: str, body: list[ast.stmt], filename: str) ->
     )
 
 
-def _as_factory(body: list[ast.stmt], futures: list[ast.stmt], names: list[str]) -> ast.Module:
-    """The module ``futures`` + ``def __kernelgate_factory__(mark): async def main(): body``.
+def _as_factory(
+    body: list[ast.stmt], futures: list[ast.stmt], names: list[str], wrapper: Wrapper
+) -> ast.Module:
+    """The module ``futures`` + ``def __kernelgate_factory__(mark): async def main(): body``
+    (``wrapper``'s nodes).
 
     ``names``: what the top level binds, declared ``global`` in ``main``. A final expression
     statement becomes ``return (mark, value)``.
@@ -201,44 +250,18 @@ def _as_factory(body: list[ast.stmt], futures: list[ast.stmt], names: list[str])
     if names:
         stmts.append(ast.Global(names=names))
     stmts.extend(body or [ast.Pass()])
-    fn_kwargs: dict[str, Any] = {}
-    if "type_params" in ast.AsyncFunctionDef._fields:
-        fn_kwargs["type_params"] = []
-    main = ast.AsyncFunctionDef(
-        name=_MAIN,
-        args=_no_args(),
-        body=stmts,
-        decorator_list=[],
-        returns=None,
-        **fn_kwargs,
-    )
-    factory = ast.FunctionDef(
-        name="__kernelgate_factory__",
-        args=ast.arguments(
-            posonlyargs=[],
-            args=[ast.arg(arg=_MARK)],
-            vararg=None,
-            kwonlyargs=[],
-            kw_defaults=[],
-            kwarg=None,
-            defaults=[],
-        ),
-        body=[main, ast.Return(value=ast.Name(id=_MAIN, ctx=ast.Load()))],
-        decorator_list=[],
-        returns=None,
-        **fn_kwargs,
-    )
+    wrapper.main.body = stmts
     # Only the nodes made here get a location: ast.fix_missing_locations would walk the
     # whole program, which costs more than compiling it.
     anchor = first if first is not None else (futures[0] if futures else None)
-    made: list[ast.AST] = [main, factory, *factory.args.args, *factory.body[1:]]
-    made += [factory.body[1].value]  # type: ignore[attr-defined]
+    made = list(wrapper.made)
     if names:
         made.append(stmts[0])
     if not body:
         made.append(stmts[-1])
     for node in made:
         _placed(node, anchor)
+    factory = wrapper.factory
     return ast.Module(body=[*futures, factory], type_ignores=[])
 
 

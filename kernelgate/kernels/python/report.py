@@ -1,5 +1,8 @@
 """The child's last word: the program's value or exception, then ``execute_reply``, then exit.
 
+The last messages (what the streams still hold, the value or the error, the reply) leave
+in one write: the host wakes once for them.
+
 What the reporting path uses is bound before the program runs (the program may rebind
 builtins or module globals, e.g. ``os.write``, ``resource.getrusage``); builtins the program
 rebound are put back before anything here runs. If reporting still fails, a fixed
@@ -19,7 +22,7 @@ import sys
 from typing import Any
 
 from kernelgate.wire.connection import CHILD, Connection
-from kernelgate.wire.events import ErrorOutput, ExecuteReply, ExecuteResult
+from kernelgate.wire.events import ErrorOutput, ExecuteReply, ExecuteResult, Stream
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
 from .client import CallClient
@@ -97,11 +100,10 @@ class Reporter:
         self.max_value_bytes = max_value_bytes
 
     def _restore(self, saved_builtins: dict[str, Any]) -> None:
+        # What the streams hold is sent by end(), with the reply.
         restore_builtins(saved_builtins)
         sys.stdout = self.stdout
         sys.stderr = self.stderr
-        self.stdout.flush()
-        self.stderr.flush()
 
     def finish_value(self, outcome: Any, saved_builtins: dict[str, Any]) -> None:
         """The program returned ``outcome`` (``(LAST_EXPRESSION, value)`` for a final
@@ -113,8 +115,10 @@ class Reporter:
             # `tools.search("x")` as the last line, or returned: the call never ran.
             value.close()
             message = value.not_awaited()
-            self.client.send(ErrorOutput("TypeError", message, [f"TypeError: {message}"]))
-            self.end(ExecuteReply("error", "exception", ename="TypeError", evalue=message))
+            self.end(
+                ExecuteReply("error", "exception", ename="TypeError", evalue=message),
+                ErrorOutput("TypeError", message, [f"TypeError: {message}"]),
+            )
             return
         if value is None:
             self.end(ExecuteReply("ok"))
@@ -128,8 +132,7 @@ class Reporter:
                 # a _repr_json_ is left out so it is not taken for the value.
                 data, metadata = display_bundle(value, self.max_value_bytes)
                 data.pop("application/json", None)
-                self.client.send(ExecuteResult(data, metadata))
-                self.end(ExecuteReply("ok"))
+                self.end(ExecuteReply("ok"), ExecuteResult(data, metadata))
                 return
             self.fail(
                 "invalid_output",
@@ -148,10 +151,10 @@ class Reporter:
                 "Limits.max_value_bytes",
             )
             return
-        self.client.send(
-            ExecuteResult({"application/json": value, "text/plain": plain_repr(value)})
+        self.end(
+            ExecuteReply("ok"),
+            ExecuteResult({"application/json": value, "text/plain": plain_repr(value)}),
         )
-        self.end(ExecuteReply("ok"))
 
     def finish_exception(self, exc: BaseException, saved_builtins: dict[str, Any]) -> None:
         """The program (or its compilation) raised ``exc``: its program-only traceback."""
@@ -159,19 +162,27 @@ class Reporter:
         ename, evalue, tb = format_exception(exc, FILENAME, _MAX_DIAGNOSTIC)
         if isinstance(exc, MemoryError):
             evalue, tb = name_memory_limit(ename, evalue, tb)
-        self.client.send(ErrorOutput(ename, evalue, tb))
-        self.end(ExecuteReply("error", "exception", ename=ename, evalue=evalue, traceback=tb))
+        self.end(
+            ExecuteReply("error", "exception", ename=ename, evalue=evalue, traceback=tb),
+            ErrorOutput(ename, evalue, tb),
+        )
 
     def fail(self, run_status: str, ename: str, message: str) -> None:
         """End with ``run_status`` and a message of the child's own."""
         message = cap_text(message, _MAX_MESSAGE)
-        self.client.send(ErrorOutput(ename, message, [f"{ename}: {message}"]))
-        self.end(ExecuteReply("error", run_status, ename=ename, evalue=message))
+        self.end(
+            ExecuteReply("error", run_status, ename=ename, evalue=message),
+            ErrorOutput(ename, message, [f"{ename}: {message}"]),
+        )
 
-    def end(self, reply: ExecuteReply) -> None:
-        """Flush everything, send ``reply`` with this process's usage, exit."""
-        for ours in (self.stdout, self.stderr):
-            ours.finish()
+    def end(self, reply: ExecuteReply, shown: ExecuteResult | ErrorOutput | None = None) -> None:
+        """Send what the streams still hold, ``shown`` (the value or the error) and
+        ``reply`` with this process's usage, in one write; exit."""
+        events: list[Any] = [
+            Stream(name, text)
+            for ours in (self.stdout, self.stderr)
+            for name, text in ours.take_rest()
+        ]
         # fd 1 and 2 before the reply: the host ends this process when the reply arrives.
         for stream in (sys.__stdout__, sys.__stderr__):
             try:
@@ -179,7 +190,10 @@ class Reporter:
                     stream.flush()
             except BaseException:
                 pass
-        self.client.send(with_usage(reply))
+        if shown is not None:
+            events.append(shown)
+        events.append(with_usage(reply))
+        self.client.send_all(events)
         _os_exit(0)
 
 

@@ -6,6 +6,13 @@ with ``tools`` (its namespaces of bindings, :mod:`.namespace`), ``ToolError`` an
 ``display`` as globals, and ``sys.stdout``/``sys.stderr`` sending ``stream`` messages
 (:mod:`.streams`). Whatever it does to builtins is undone before reporting.
 
+What does not depend on the program nor on its bindings (the streams, the snapshot of the
+builtins, the globals but the bindings' namespaces, the reporter, the nodes the program is
+compiled in, the event loop set and watching fd 3) is made by :meth:`Child.prepare`: by a
+warm child while it waits, booted, for its program (its first touch of those pages is then
+off the run's path), by a cold child once in its sandbox. Either way it is made in the
+process that runs the program, after the zygote's rehearsal, fresh for this one run.
+
 >>> Child.__name__
 'Child'
 """
@@ -31,7 +38,7 @@ from kernelgate.wire.events import (
 from .client import CONTROL_FD, CallClient
 from .display import display_bundle
 from .namespace import Binding, Namespace, ToolError, program_help
-from .program import bind_globals, compile_program, safe_str
+from .program import Wrapper, bind_globals, compile_program, safe_str
 from .report import Reporter, fallback_frame, restore_builtins
 from .sandbox import enter as enter_sandbox
 from .sitehook import install as site_on_demand
@@ -64,6 +71,7 @@ class Child:
         self.fallback = self.client.fallback
         self.max_value_bytes = 32 * 1024
         self.max_frame_bytes = 8 * 1024 * 1024
+        self._ready: _Ready | None = None  # what prepare() made; taken by the run
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -110,17 +118,11 @@ class Child:
         for stream in self.client.streams:
             stream.flush()
 
-    def make_globals(self) -> dict[str, Any]:
-        g: dict[str, Any] = {
-            "__name__": "__main__",
-            "__doc__": None,
-            "__builtins__": builtins,
-            "ToolError": ToolError,
-            "display": self.display,
-            "update_display": self.update_display,
-            "clear_output": self.clear_output,
-            "help": program_help(builtins.__dict__.get("help")),
-        }
+    def make_globals(self, g: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The program's globals: ``g`` (from :meth:`_base_globals`, made ahead) with
+        the namespaces of the bindings the host opened."""
+        if g is None:
+            g = self._base_globals()
         arg_budget = self.max_frame_bytes - _FRAME_OVERHEAD
         call = self.client.call
         for ns, specs in self.client.namespaces.items():
@@ -130,27 +132,67 @@ class Child:
             )
         return g
 
+    def _base_globals(self) -> dict[str, Any]:
+        return {
+            "__name__": "__main__",
+            "__doc__": None,
+            "__builtins__": builtins,
+            "ToolError": ToolError,
+            "display": self.display,
+            "update_display": self.update_display,
+            "clear_output": self.clear_output,
+            "help": program_help(builtins.__dict__.get("help")),
+        }
+
+    def prepare(self) -> None:
+        """Make what the run needs that depends neither on its program nor on its
+        bindings: its output streams (flushed on SIGTERM; ``sys.stdout``/``sys.stderr``
+        once the program has come), the snapshot of the builtins, the program's globals
+        but the bindings, the reporter, the nodes the program is compiled in, and the
+        event loop, current and watching fd 3.
+
+        A warm child calls this while it waits for its program (after its rehearsal, so
+        nothing of that is kept); a cold child's run does, once in its sandbox. The
+        request's limits are applied to these objects when it comes."""
+        ledger = OutputLedger(64 * 1024)
+        stdout = OutputStream("stdout", self._send_stream, ledger)
+        stderr = OutputStream("stderr", self._send_stream, ledger)
+        client = self.client
+        client.streams = (stdout, stderr)
+        flush_on_sigterm(client.streams)
+        loop = self.loop or asyncio.new_event_loop()
+        self.loop = loop
+        asyncio.set_event_loop(loop)
+        loop.time = _monotonic  # type: ignore[method-assign]  # the program may rebind time.monotonic
+        loop.add_reader(client.fd, client.on_readable)
+        self._ready = _Ready(
+            ledger,
+            Reporter(client, stdout, stderr, self.max_value_bytes),
+            dict(builtins.__dict__),
+            self._base_globals(),
+            Wrapper(),
+        )
+
     # -- the run ---------------------------------------------------------------------------
 
     def run(self) -> None:
         """Read the program, enter the sandbox, run the program and report; never returns
         (the reporter exits)."""
         request = self.client.read_until_request()
-        reporter, saved_builtins, sandbox_error = self._start(request)
+        ready, sandbox_error = self._start(request)
         if sandbox_error is not None:
-            reporter.fail(
+            ready.reporter.fail(
                 "sandbox_unavailable",
                 "SandboxUnavailable",
                 f"the child could not enter its sandbox: {safe_str(sandbox_error, 2000)}",
             )
             return
-        self._execute(request, reporter, saved_builtins)
+        self._execute(request, ready)
 
-    def _start(
-        self, request: ExecuteRequest
-    ) -> tuple[Reporter, dict[str, Any], BaseException | None]:
-        """The request's limits, the sandbox (it may return in a new process, pid 2), the
-        output streams; the builtins as they are before the program runs."""
+    def _start(self, request: ExecuteRequest) -> tuple[_Ready, BaseException | None]:
+        """The request's limits, the sandbox (it may return in a new process, pid 2), what
+        :meth:`prepare` makes (now, unless made while the child waited) with the request's
+        limits."""
         options = request.options
         client = self.client
         client.max_calls = int(options.get("max_calls", client.max_calls))
@@ -162,22 +204,24 @@ class Child:
         except Exception as exc:
             sandbox_error = exc
         site_on_demand()  # a cold child started without site: its builtins, site on a miss
-        ledger = OutputLedger(int(options.get("max_output_bytes", 64 * 1024)))
-        stdout = OutputStream("stdout", self._send_stream, ledger)
-        stderr = OutputStream("stderr", self._send_stream, ledger)
-        client.streams = (stdout, stderr)
-        flush_on_sigterm(client.streams)
-        sys.stdout = stdout
-        sys.stderr = stderr
-        saved_builtins = dict(builtins.__dict__)
-        return Reporter(client, stdout, stderr, self.max_value_bytes), saved_builtins, sandbox_error
+        if self._ready is None:
+            self.prepare()  # a cold child: here, in the program's process, in its sandbox
+        ready = self._ready
+        assert ready is not None
+        self._ready = None  # the run holds it from here; nothing else keeps it
+        # Only now: anything written to them earlier (while a warm child waited) went to
+        # fd 1 and 2, as before, not to the run's messages.
+        sys.stdout = ready.reporter.stdout
+        sys.stderr = ready.reporter.stderr
+        ready.ledger.remaining = int(options.get("max_output_bytes", 64 * 1024))
+        ready.reporter.max_value_bytes = self.max_value_bytes
+        return ready, sandbox_error
 
-    def _execute(
-        self, request: ExecuteRequest, reporter: Reporter, saved_builtins: dict[str, Any]
-    ) -> None:
+    def _execute(self, request: ExecuteRequest, ready: _Ready) -> None:
         """Compile and run the program on its event loop; report how it ended."""
+        reporter, saved_builtins = ready.reporter, ready.saved_builtins
         try:
-            fn = compile_program(request.code)
+            fn = compile_program(request.code, wrapper=ready.wrapper)
         except SyntaxError as exc:
             reporter.finish_exception(exc, saved_builtins)
             return
@@ -185,14 +229,13 @@ class Child:
             # e.g. source with NUL bytes, or nesting too deep for the parser
             reporter.finish_exception(exc, saved_builtins)
             return
-        g = self.make_globals()
+        g = self.make_globals(ready.globals)
         main = bind_globals(fn, g)
-        loop = self.loop or asyncio.new_event_loop()
-        self.loop = loop
-        asyncio.set_event_loop(loop)
-        loop.time = _monotonic  # type: ignore[method-assign]  # the program may rebind time.monotonic
+        loop = self.loop
+        assert loop is not None  # made by prepare()
         debugger = None
         if "debug" in request.options:
+            loop.remove_reader(self.client.fd)  # a reader thread owns fd 3 instead
             try:
                 debugger = self._debugger(request, fn, g, saved_builtins)
             except Exception as exc:
@@ -203,8 +246,6 @@ class Child:
                     "thread: is max_processes too low?)",
                 )
                 return
-        else:
-            loop.add_reader(self.client.fd, self.client.on_readable)
 
         restore = restore_builtins
         exc_info = sys.exc_info
@@ -302,6 +343,26 @@ def precompile_debugger() -> None:
             pass  # read-only install, or no source: the child compiles in memory
     if not had:
         sys.modules.pop("py_compile", None)  # the warm children's modules stay as they were
+
+
+class _Ready:
+    """What :meth:`Child.prepare` makes for the one run of this process."""
+
+    __slots__ = ("ledger", "reporter", "saved_builtins", "globals", "wrapper")
+
+    def __init__(
+        self,
+        ledger: OutputLedger,
+        reporter: Reporter,
+        saved_builtins: dict[str, Any],
+        globals_: dict[str, Any],
+        wrapper: Wrapper,
+    ) -> None:
+        self.ledger = ledger
+        self.reporter = reporter
+        self.saved_builtins = saved_builtins
+        self.globals = globals_
+        self.wrapper = wrapper  # the nodes the program is compiled in
 
 
 class DisplayHandle:

@@ -133,9 +133,19 @@ class OutputStream(io.TextIOBase):
         return text
 
     def _emit(self, text: str) -> None:
-        text = escape_text(text)
-        for i in range(0, len(text), _CHUNK):
-            self._send(self._name, text[i : i + _CHUNK])
+        for piece in _pieces(text):
+            self._send(self._name, piece)
+
+    def take_rest(self) -> list[tuple[str, str]]:
+        """What :meth:`finish` would send, as ``(name, text)`` messages to send, not sent:
+        the reporter sends them with its last messages, in one write."""
+        if self._buffer is not None:
+            self._buffer.finish()
+        if not self._parts:
+            return []
+        with self._lock:
+            text = self._take(whole_lines_only=False)
+        return [(self._name, piece) for piece in _pieces(text)]
 
     def finish(self) -> None:
         """Flush, with a character left incomplete in ``buffer`` shown as its bytes."""
@@ -154,6 +164,12 @@ class OutputStream(io.TextIOBase):
         # Programs that close sys.stdout must not lose what is buffered; the stream stays
         # usable because the bootstrap flushes it at the end.
         self.flush()
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` escaped, in messages of at most :data:`_CHUNK` characters."""
+    text = escape_text(text)
+    return [text[i : i + _CHUNK] for i in range(0, len(text), _CHUNK)]
 
 
 class _BinaryWriter(io.RawIOBase):
@@ -206,4 +222,3 @@ def flush_on_sigterm(streams: tuple[OutputStream, ...]) -> None:
         _raise_signal(_SIGTERM)
 
     _set_handler(_SIGTERM, on_term)
-
