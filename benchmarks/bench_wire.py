@@ -8,7 +8,11 @@ One *call* is what both ends do for a binding call: the child encodes a ``CallRe
 host decodes it, encodes the ``CallReply``, the child decodes that (four Jupyter messages).
 Rows (median over rounds of the mean per call, in microseconds):
 
-* ``call round trip``: a small call (``add(i, 1)``) and its reply, both sides;
+* ``call round trip``: a small call (``add(i, 1)``) and its reply, both sides, as full
+  Jupyter messages;
+* ``compact round trip``: the same after the agreement on compact call frames (every call
+  of a real run but its first), with ``compact host decode call`` and
+  ``compact child decode reply`` (a version without compact frames skips these rows);
 * ``host decode call``: the host's share of receiving it (``receive_data`` + ``next_event``);
 * ``child decode reply``: the child's share of receiving the reply;
 * ``stream frame``: the child encodes one ``Stream`` and the host decodes it;
@@ -43,23 +47,46 @@ from kernelgate.wire import (
 SPECS = {"tools": {"add": {"params": [["a", "POSITIONAL_OR_KEYWORD", False]], "signature": "(a)"}}}
 
 
-def pair() -> tuple[Connection, Connection]:
-    """A host that sent OpenBindings and ExecuteRequest, and a child that received them."""
-    host = Connection(HOST, session="bench-host")
-    child = Connection(CHILD, session="bench-child")
+def pair(compact: bool = False) -> tuple[Connection, Connection]:
+    """A host that sent OpenBindings and ExecuteRequest, and a child that received them;
+    with ``compact``, they also agreed on compact call frames (call 0, answered)."""
+    kw: dict[str, Any] = {"compact": True} if compact else {}
+    host = Connection(HOST, session="bench-host", **kw)
+    child = Connection(CHILD, session="bench-child", **kw)
     for event in (OpenBindings("bindings-bench", SPECS), ExecuteRequest("pass", {})):
         child.receive_data(host.send(event))
     while child.next_event() is not None:
         pass
+    if compact:
+        host.receive_data(child.send(CallRequest(0, "tools", "add", [0, 1], {})))
+        host.next_event()
+        child.receive_data(host.send(CallReply(0, True, 1)))
+        child.next_event()
     return host, child
+
+
+def compact_round_trips(n: int) -> dict[str, float]:
+    rows = round_trips(n, compact=True)
+    return {
+        f"compact {k}" if k != "call round trip" else "compact round trip": v
+        for k, v in rows.items()
+    }
+
+
+def has_compact() -> bool:
+    try:
+        Connection(HOST, session="probe", compact=True)  # type: ignore[call-arg]
+    except TypeError:
+        return False
+    return True
 
 
 #: The clock: perf_counter, or process_time with --cpu.
 clock = time.perf_counter
 
 
-def round_trips(n: int) -> dict[str, float]:
-    host, child = pair()
+def round_trips(n: int, compact: bool = False) -> dict[str, float]:
+    host, child = pair(compact)
     host_decode = child_decode = 0.0
     pc = clock
     t0 = pc()
@@ -116,6 +143,8 @@ def main() -> None:
     if args.cpu:
         clock = time.process_time
     benches: list[Callable[[int], dict[str, float]]] = [round_trips, streams, events]
+    if has_compact():
+        benches.insert(1, compact_round_trips)
     for bench in benches:  # warm-up: imports, first code paths
         bench(200)
     samples: dict[str, list[float]] = {}

@@ -11,6 +11,11 @@ Examples::
     python benchmarks/fuzz_wire.py --seconds 60
     python benchmarks/fuzz_wire.py --mode hypothesis --examples 20000
     python benchmarks/fuzz_wire.py --mode both --seconds 300 --seed 7 --save-dir /tmp/finds
+    python benchmarks/fuzz_wire.py --compact --seconds 60
+
+``--compact``: the host and the child have agreed on compact call frames (the child's first
+call, a full message, took the offer), so the valid frames mutated are compact calls and
+random JSON arrays shaped almost like one are fed too.
 
 Exit status: 0 when nothing but RemoteProtocolError was seen, 1 when there were findings.
 Standalone: needs only kernelgate (and hypothesis for ``--mode hypothesis``).
@@ -64,18 +69,25 @@ STRINGS = [
     *MSG_TYPES,
 ]  # fmt: skip
 CHILD_EVENTS = (CallRequest, Stream, DisplayData, ExecuteResult, ErrorOutput, ExecuteReply)
+#: --compact: both ends agreed on compact call frames before the fuzzed input.
+COMPACT = False
 
 
 # -- the system under test ----------------------------------------------------------------------
 
 
 def primed(max_frame_bytes: int) -> tuple[Connection, Connection]:
-    host = Connection(HOST, session="host", max_frame_bytes=max_frame_bytes)
-    child = Connection(CHILD, session="child")
+    host = Connection(HOST, session="host", max_frame_bytes=max_frame_bytes, compact=COMPACT)
+    child = Connection(CHILD, session="child", compact=COMPACT)
     for event in (OpenBindings(COMM_ID, SPECS), ExecuteRequest("pass", {"max_calls": 10})):
         child.receive_data(host.send(event))
     while child.next_event() is not None:
         pass
+    if COMPACT:  # the first call, a full message, takes the offer
+        host.receive_data(child.send(CallRequest(0, "tools", "add", [0], {})))
+        while host.next_event() is not None:
+            pass
+        assert host.compact
     return host, child
 
 
@@ -83,9 +95,9 @@ def valid_frames(max_frame_bytes: int) -> list[bytes]:
     _, child = primed(max_frame_bytes)
     events: list[Any] = [
         Stream("stdout", "hello\n"),
-        CallRequest(0, "tools", "add", [1, {"k": [None, 2.5]}], {"b": True}),
+        CallRequest(child.next_call_id, "tools", "add", [1, {"k": [None, 2.5]}], {"b": True}),
         Stream("stderr", "é😀\n"),
-        CallRequest(1, "tools", "add", [], {}),
+        CallRequest(child.next_call_id + 1, "tools", "add", [], {}),
         DisplayData({"text/plain": "x", "application/json": {"a": 1}}, {"m": 1}),
         ExecuteResult({"application/json": [1, "two"], "text/plain": "[1, 'two']"}),
         ErrorOutput("ValueError", "bad", ["Traceback", "ValueError: bad"]),
@@ -226,8 +238,19 @@ def random_inputs(
     rng: random.Random, frames: list[bytes], max_frame_bytes: int
 ) -> Iterator[tuple[str, bytes]]:
     while True:
-        kind = rng.randrange(6)
-        if kind == 0:
+        kind = rng.randrange(7 if COMPACT else 6)
+        if kind == 6:
+            fields: list[Any] = ["call", 1, "tools", "add", [1], {}]
+            for _ in range(rng.randint(1, 3)):
+                at = rng.randrange(len(fields) + 1)
+                if at == len(fields) or rng.random() < 0.2:
+                    fields.insert(at, rand_json(rng))
+                elif rng.random() < 0.2:
+                    del fields[at]
+                else:
+                    fields[at] = rng.choice([rand_json(rng), 1, 2, -1, True, "call", "reply"])
+            yield "compact", (json.dumps(fields) + "\n").encode("utf-8", "surrogatepass")
+        elif kind == 0:
             n = int(rng.random() ** 3 * 3 * max_frame_bytes)
             yield "bytes", rng.randbytes(n)
         elif kind == 1:
@@ -395,7 +418,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--save-dir", default=None, help="write each finding's input here")
     parser.add_argument("--show", type=int, default=3, help="findings to print in full")
+    parser.add_argument(
+        "--compact", action="store_true", help="after the agreement on compact call frames"
+    )
     args = parser.parse_args(argv)
+    global COMPACT
+    COMPACT = args.compact
     if args.seed is None:
         args.seed = random.randrange(2**32)
 
@@ -403,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     modes = ["random", "hypothesis"] if args.mode == "both" else [args.mode]
     print(
-        f"fuzzing the HOST decoder: mode={args.mode} seed={args.seed} "
+        f"fuzzing the HOST decoder: mode={args.mode} compact={COMPACT} seed={args.seed} "
         f"max_frame_bytes={args.max_frame_bytes} budget={args.seconds:g}s"
         + (f" examples={args.examples}" if args.examples else "")
     )

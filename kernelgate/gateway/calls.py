@@ -25,6 +25,7 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -53,6 +54,21 @@ class _Refused(Exception):
     def __init__(self, ename: str, message: str) -> None:
         super().__init__(message)
         self.ename = ename
+
+
+class _ThreadOutcome:
+    """What a synchronous binding gave in its worker thread, and who sends its answer:
+    ``state`` goes from "pending" to "sent" (the thread wrote it) or "loop" (the loop
+    will), decided under the dispatcher's ``_claim`` lock by whichever gets there first."""
+
+    __slots__ = ("value", "error", "checked", "ended", "state")
+
+    def __init__(self) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.checked = False
+        self.ended = 0.0
+        self.state = "pending"
 
 
 class CallDispatcher:
@@ -92,6 +108,12 @@ class CallDispatcher:
         # Nothing to consult before the binding: a call with a free slot starts at once.
         self._direct = plan.policy is None and plan.call_handler is None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Synchronous bindings started from the read callback run in a worker thread with
+        # no task around them (see _in_thread_now): how many run now, and whether the run
+        # is over (their late answers are then neither recorded nor sent).
+        self._threads = 0
+        self._over = False
+        self._claim = threading.Lock()  # who answers a thread's call (_ThreadOutcome)
         self.calls: list[CallRecord] = []
         #: Failures of the host's own hooks (on_call), kept for the result's note.
         self.hook_errors: list[str] = []
@@ -188,6 +210,9 @@ class CallDispatcher:
         """Stage 4 in the read callback: answer a value that is ready at once, else await
         it in a task (which takes its slot)."""
         started = time.monotonic()
+        if not (binding.is_async or binding.inline) and self._executor is not None:
+            self._in_thread_now(record, started, binding, args, kwargs)
+            return
         try:
             pending = self._invoke(binding, args, kwargs)
         except asyncio.CancelledError:
@@ -199,6 +224,111 @@ class CallDispatcher:
             self._answer(record, started, value=pending)
             return
         self._spawn(self._complete(record, started, pending, None, self._slots), pending)
+
+    def _in_thread_now(
+        self,
+        record: CallRecord,
+        started: float,
+        binding: Binding,
+        args: list[Any],
+        kwargs: dict[str, Any],
+    ) -> None:
+        """Stage 4 for a synchronous binding on the fast path: in a worker thread, with
+        its slot, answered from that thread and recorded by one callback on the loop (no
+        task and no asyncio future per call: each is a turn of the loop more on the
+        call's path, and the answer does not wait for the loop to wake)."""
+        if not self._take_slot():
+            self._spawn(self._queued(record, binding, args, kwargs), None)
+            return
+        assert self._executor is not None
+        context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context
+        try:
+            self._executor.submit(
+                self._run_in_thread, context, record, started, binding.fn, args, kwargs
+            )
+        except RuntimeError as exc:  # the executor is shut down: the gateway is closing
+            self._slots.release()
+            self._answer(record, started, error=exc)
+            return
+        self._threads += 1
+
+    def _take_slot(self) -> bool:
+        """Take a free slot without waiting (False if none is free)."""
+        if self._slots.locked():
+            return False
+        step = self._slots.acquire()
+        try:
+            step.send(None)
+        except StopIteration:
+            return True
+        step.close()  # it would wait: not on this path
+        return False
+
+    def _run_in_thread(
+        self,
+        context: contextvars.Context,
+        record: CallRecord,
+        started: float,
+        fn: Callable[..., Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+    ) -> None:
+        """In the worker thread: the binding, its result checked, the loop told (first:
+        it records the call before it reads anything the child sends after its answer),
+        then the answer written to the child from here, unless the loop got to it first
+        or must send it itself (see :meth:`ChildChannel.send_from_thread`)."""
+        outcome = _ThreadOutcome()
+        try:
+            outcome.value = context.run(fn, *args, **kwargs)
+        except BaseException as exc:  # SystemExit from a binding must not end the host
+            outcome.error = exc
+        outcome.ended = time.monotonic()
+        direct = outcome.error is not None or not inspect.isawaitable(outcome.value)
+        if direct:
+            try:
+                outcome.value, outcome.error = self._checked(record, outcome.value, outcome.error)
+            except BaseException as exc:  # a conversion that failed otherwise than it should
+                outcome.value, outcome.error = None, exc
+            outcome.checked = True
+        try:
+            self._loop.call_soon_threadsafe(self._thread_done, record, started, outcome)
+        except RuntimeError:
+            return  # the loop is closed: nobody waits for the answer
+        if not direct:
+            return
+        with self._claim:
+            if outcome.state != "pending":
+                return
+            sent = False
+            if not self._over and not self._verdicts.settled:
+                try:
+                    reply = _reply(record.id, outcome.value, outcome.error)
+                    sent = self._channel.send_from_thread(reply)
+                except BaseException:  # nothing was sent: the loop answers
+                    sent = False
+            outcome.state = "sent" if sent else "loop"
+
+    def _thread_done(self, record: CallRecord, started: float, outcome: _ThreadOutcome) -> None:
+        """On the loop: record (and answer, unless its thread did) a call whose binding
+        returned or raised in a worker thread."""
+        self._threads -= 1
+        self._slots.release()
+        if self._channel.paused and len(self._tasks) + self._threads <= self._max_in_flight:
+            self._channel.resume_control()
+        if self._over:
+            return  # the run ended while it ran: its record is final without it
+        with self._claim:
+            if outcome.state == "pending":
+                outcome.state = "loop"
+            sent = outcome.state == "sent"
+        value, error = outcome.value, outcome.error
+        if not outcome.checked:  # a plain function's coroutine
+            self._spawn(self._complete(record, started, value, None, self._slots), value)
+        elif not sent and self._channel.backlogged:
+            self._spawn(self._complete(record, started, value, error, checked=True), None)
+        else:
+            ended = outcome.ended if sent else None
+            self._answer(record, started, value, error, checked=True, sent=sent, ended=ended)
 
     def _invoke(self, binding: Binding, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call the binding: a coroutine function or an inline binding here, on the loop
@@ -227,6 +357,7 @@ class CallDispatcher:
         pending: Any,
         error: BaseException | None,
         slot: asyncio.Semaphore | None = None,
+        checked: bool = False,
     ) -> None:
         """Await the binding's value (in ``slot``, when given), then answer: once the
         child reads its answers again, if it had stopped (back-pressure). One coroutine
@@ -244,7 +375,7 @@ class CallDispatcher:
                     value, error = None, exc
             if self._channel.backlogged:
                 await self._channel.drained()
-            self._answer(record, started, value, error)
+            self._answer(record, started, value, error, checked=checked)
         finally:
             if slot is not None:
                 slot.release()
@@ -254,7 +385,7 @@ class CallDispatcher:
         self._tasks.add(task)
         binding_coro = pending if inspect.iscoroutine(pending) else None
         task.add_done_callback(functools.partial(self._call_done, binding_coro))  # one, not two
-        if len(self._tasks) > self._max_in_flight:
+        if len(self._tasks) + self._threads > self._max_in_flight:
             self._channel.pause_control()
 
     def _call_done(
@@ -265,7 +396,7 @@ class CallDispatcher:
             # A task cancelled before its first step (the run ended) never awaits the
             # binding's coroutine: close it, or Python warns "never awaited" on the host.
             binding_coro.close()
-        if self._channel.paused and len(self._tasks) <= self._max_in_flight:
+        if self._channel.paused and len(self._tasks) + self._threads <= self._max_in_flight:
             self._channel.resume_control()
 
     # -- 5. the answer -------------------------------------------------------------------
@@ -276,33 +407,26 @@ class CallDispatcher:
         started: float,
         value: Any = None,
         error: BaseException | None = None,
+        *,
+        checked: bool = False,
+        sent: bool = False,
+        ended: float | None = None,
     ) -> None:
-        """Check a call's result, record it, and send the child its answer."""
-        # No second signature or JSON check of the arguments here: the child checked them
-        # for good messages, the wire parsed them as strict JSON, and a forged call with
-        # arguments that do not fit was refused on admission, as a ToolError. The result
-        # is converted and checked by its return annotation, then as JSON.
-        if error is None:
-            binding = self._registry.lookup(record.namespace, record.name)
-            if binding is not None and binding.types is not None:
-                try:
-                    value = binding.dump_result(value)  # a dataclass, a date... as JSON
-                except TypeError as exc:
-                    error = exc
-        if error is None:
-            error = self._check_result(record, value)
-        if error is not None:
-            ename = error.ename if isinstance(error, _Refused) else type(error).__name__
-            record.ok = False
-            record.error = ErrorInfo(ename, safe_str(error, 4096))
-            reply = CallReply(record.id, False, ename=ename, evalue=record.error.evalue)
-        else:
+        """Check a call's result (unless ``checked``), record it, and send the child its
+        answer (unless it was ``sent`` from the binding's thread: the same answer, when
+        the binding had ``ended``)."""
+        if not checked:
+            value, error = self._checked(record, value, error)
+        reply = _reply(record.id, value, error)
+        if reply.ok:
             record.ok = True
             record.value = value
-            reply = CallReply(record.id, True, value)
-        record.duration_s = time.monotonic() - started
+        else:
+            record.ok = False
+            record.error = ErrorInfo(reply.ename, reply.evalue)
+        record.duration_s = (time.monotonic() if ended is None else ended) - started
         self._output.place_call(record)
-        if not self._verdicts.settled:
+        if not sent and not self._verdicts.settled:
             try:
                 self._channel.send(reply)
             except LocalProtocolError as exc:
@@ -322,6 +446,25 @@ class CallDispatcher:
                 # The host's own hook failed: the program is not to blame, and the run goes
                 # on; say so where the host's developer will look.
                 self.hook_errors.append(f"on_call: {type(exc).__name__}: {safe_str(exc, 500)}")
+
+    def _checked(
+        self, record: CallRecord, value: Any, error: BaseException | None
+    ) -> tuple[Any, BaseException | None]:
+        """A binding's result as the answer carries it: converted by its return
+        annotation, then checked as JSON within the frame (any thread: reads only)."""
+        # No second signature or JSON check of the arguments here: the child checked them
+        # for good messages, the wire parsed them as strict JSON, and a forged call with
+        # arguments that do not fit was refused on admission, as a ToolError.
+        if error is None:
+            binding = self._registry.lookup(record.namespace, record.name)
+            if binding is not None and binding.types is not None:
+                try:
+                    value = binding.dump_result(value)  # a dataclass, a date... as JSON
+                except TypeError as exc:
+                    error = exc
+        if error is None:
+            error = self._check_result(record, value)
+        return value, error
 
     def _check_result(self, record: CallRecord, value: Any) -> BaseException | None:
         try:
@@ -343,13 +486,24 @@ class CallDispatcher:
 
     def cancel_now(self) -> None:
         """Cancel every call still running (without waiting for them)."""
+        self._over = True
         for task in self._tasks:
             task.cancel()
 
     async def cancel_all(self) -> None:
         """End the calls still running: the program is over, nobody awaits them."""
+        self._over = True
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _reply(call_id: int, value: Any, error: BaseException | None) -> CallReply:
+    """The answer to call ``call_id``: its checked value, or the error as the program
+    sees it (its type name, or a refusal's own name, and its text)."""
+    if error is None:
+        return CallReply(call_id, True, value)
+    ename = error.ename if isinstance(error, _Refused) else type(error).__name__
+    return CallReply(call_id, False, ename=ename, evalue=safe_str(error, 4096))

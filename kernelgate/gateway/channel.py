@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Callable
 
 from kernelgate.wire.connection import Connection
-from kernelgate.wire.errors import RemoteProtocolError
+from kernelgate.wire.errors import LocalProtocolError, RemoteProtocolError
 from kernelgate.wire.events import Event
+from kernelgate.wire.state import EXECUTING
 
 from .outcome import Verdicts
 from .process import ChildProcess
@@ -38,6 +40,10 @@ class ChildChannel:
 
     Answers to the calls in one chunk of fd 3 leave together (corked: one write, one wakeup
     of the child, however many calls it sent at once).
+
+    The connection and the write queue are used under one lock: a worker thread that ran a
+    synchronous binding writes its answer itself (:meth:`send_from_thread`), without
+    waiting for the loop to wake.
     """
 
     def __init__(
@@ -58,6 +64,7 @@ class ChildChannel:
         self._on_event = on_event
         self._on_violation = on_violation
         self._on_raw = on_raw
+        self._lock = threading.Lock()  # the connection and _out, for send_from_thread
         self._control_fd = child.control.fileno()
         self._readers: list[int] = []
         self._out: list[bytes] = []
@@ -105,10 +112,13 @@ class ChildChannel:
                 return
             corked: list[bytes] = []
             self._corked = corked
+            conn, lock = self._conn, self._lock
             try:
-                self._conn.receive_data(data)
+                with lock:
+                    conn.receive_data(data)
                 while True:
-                    event = self._conn.next_event()
+                    with lock:
+                        event = conn.next_event()
                     if event is None:
                         break
                     self._on_event(event)
@@ -204,8 +214,9 @@ class ChildChannel:
         LocalProtocolError if the wire may not send it."""
         if self._closed:
             return
-        data = self._conn.send(event)
-        self.bytes_out += len(data)
+        with self._lock:
+            data = self._conn.send(event)
+            self.bytes_out += len(data)
         if self._corked is not None:
             self._corked.append(data)
             return
@@ -215,18 +226,60 @@ class ChildChannel:
         """:meth:`send` each of ``events``, in one write: the child wakes once for them."""
         if self._closed:
             return
-        data = b"".join([self._conn.send(event) for event in events])
-        self.bytes_out += len(data)
+        with self._lock:
+            data = b"".join([self._conn.send(event) for event in events])
+            self.bytes_out += len(data)
         if self._corked is not None:
             self._corked.append(data)
             return
         self._write(data)
 
+    def send_from_thread(self, event: Event) -> bool:
+        """From a worker thread: encode ``event`` (a call's answer) and write it now.
+
+        False, with nothing sent and nothing changed, when the loop must send it instead:
+        the channel is closed, answers are queued behind a slow reader, or the host no
+        longer answers (the child's reply arrived: the run is over), or it cannot be
+        encoded (the loop then answers with the error, as for any answer).
+        """
+        with self._lock:
+            if self._closed or self._out or self._conn.our_state != EXECUTING:
+                return False
+            try:
+                data = self._conn.send(event)
+            except LocalProtocolError:
+                return False  # not encodable (a state refusal is excluded above)
+            self.bytes_out += len(data)
+            try:
+                n = self._child.control.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError:
+                return True  # the child is gone; its run is settling
+            if n < len(data):
+                rest = data[n:]
+                self._out.append(rest)
+                self.backlog += len(rest)
+                self._loop.call_soon_threadsafe(self._wait_writable)
+        return True
+
+    def _wait_writable(self) -> None:
+        """On the loop: write what a worker thread left queued once fd 3 takes it."""
+        with self._lock:
+            if not self._out or self._closed:
+                return
+        self._drained.clear()
+        self._loop.add_writer(self._control_fd, self._on_writable)
+
     def _write(self, data: bytes) -> None:
-        if self._out:
-            self._out.append(data)
-            self.backlog += len(data)
-            return
+        with self._lock:
+            if self._out:
+                self._out.append(data)
+                self.backlog += len(data)
+                return
+            self._write_now(data)
+
+    def _write_now(self, data: bytes) -> None:
         try:
             n = self._child.control.send(data)
         except (BlockingIOError, InterruptedError):
@@ -241,6 +294,10 @@ class ChildChannel:
             self._loop.add_writer(self._control_fd, self._on_writable)
 
     def _on_writable(self) -> None:
+        with self._lock:
+            self._write_queued()
+
+    def _write_queued(self) -> None:
         sock = self._child.control
         while self._out:
             data = self._out[0]
@@ -262,10 +319,12 @@ class ChildChannel:
 
     def close(self) -> None:
         """Stop all I/O and close our ends of the child's fds."""
-        self._closed = True
+        with self._lock:
+            self._closed = True
         self.stop_reading()
         if self._out:
             self._loop.remove_writer(self._control_fd)
-            self._out.clear()
+            with self._lock:
+                self._out.clear()
         self._drained.set()
         self._child.close()

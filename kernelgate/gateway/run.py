@@ -112,8 +112,10 @@ class Run:
         #: Set when run() returned on the reply while the child was still exiting: the
         #: rest of the teardown (reap, cgroup, run directory). The gateway awaits it.
         self.finishing: asyncio.Task[None] | None = None
+        # compact=True: offers compact call frames (docs/protocol.md); a child that does
+        # not take the offer (the Node child) is answered with full messages.
         self._conn = Connection(
-            HOST, session=self.run_id, max_frame_bytes=plan.limits.max_frame_bytes
+            HOST, session=self.run_id, max_frame_bytes=plan.limits.max_frame_bytes, compact=True
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._t0 = 0.0

@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .compact import COMPACT_KEY, encode_call, encode_reply, read_call, read_reply
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .events import (
     CallReply,
@@ -86,6 +87,7 @@ class Connection:
         *,
         session: str,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        compact: bool = False,
     ) -> None:
         if our_role not in (HOST, CHILD):
             raise ValueError(f"our_role must be {HOST!r} or {CHILD!r}, got {our_role!r}")
@@ -114,6 +116,17 @@ class Connection:
         # reply answers one request in flight, once.
         self._debugged = False
         self._debug_waiting: set[int] = set()
+        # Compact call frames (wire/compact.py, docs/protocol.md): the host offers them on
+        # its comm_open when made with compact=True; a child made with compact=True takes
+        # the offer by marking its first call (a full message). From then on both send
+        # calls and replies compactly and accept them; before, a compact frame is refused.
+        self._compact = compact
+        self._offered = False  # host: we offered; child: the host offered and we will
+        self._compact_out = False
+        self._compact_in = False
+        #: The peer's header fields that compact frames leave out (its session, username,
+        #: version): from its comm_open (child) or its first call (host).
+        self.peer_header: dict[str, Any] | None = None
 
     # -- what the connection knows -----------------------------------------------------------
 
@@ -156,6 +169,11 @@ class Connection:
     def debug_requests_waiting(self) -> frozenset[int]:
         """The seqs of debug requests sent (host) or received (child) and not answered."""
         return frozenset(self._debug_waiting)
+
+    @property
+    def compact(self) -> bool:
+        """Both ends agreed on compact call frames for this run (see wire/compact.py)."""
+        return self._compact_in
 
     @property
     def peer_closed(self) -> bool:
@@ -219,10 +237,13 @@ class Connection:
         if type(event) is CallRequest:
             self._next_call_id += 1
             self._outstanding.add(event.call_id)
+            if self._offered and not self._compact_out:
+                # This call, a full message, said that we take the host's offer.
+                self._compact_out = self._compact_in = True
         elif type(event) is CallReply:
             self._outstanding.discard(event.call_id)
         elif etype in _RECORDED:
-            self._record(event, msg["header"])
+            self._record(event, msg)
         elif etype in _DEBUG:
             self._record_debug(event)
         if etype in self._our_moves_peer:
@@ -231,12 +252,18 @@ class Connection:
             self._states[role] = new_state
         return data
 
-    def _record(self, event: Event, header: dict[str, Any]) -> None:
-        """What an event other than a call or its reply changes besides the states."""
+    def _record(self, event: Event, msg: dict[str, Any]) -> None:
+        """What an event other than a call or its reply changes besides the states
+        (``msg``: its whole message, sent or received)."""
         if type(event) is OpenBindings:
             self._comm_id = event.comm_id
+            if self.our_role == HOST:
+                self._offered = self._compact
+            elif self._compact and _marked_compact(msg):
+                self._offered = True
+                self.peer_header = msg["header"]
         elif type(event) is ExecuteRequest:
-            self._request_header = header
+            self._request_header = msg["header"]
             self._debugged = "debug" in event.options
         elif type(event) is ExecuteReply:
             self._finished = True
@@ -270,14 +297,18 @@ class Connection:
             "target_name": BINDINGS_TARGET,
             "data": {"namespaces": e.namespaces},
         }
-        return self._factory.message("comm_open", content)
+        metadata = {"kernelgate": {COMPACT_KEY: 1}} if self._compact else None
+        return self._factory.message("comm_open", content, metadata=metadata)
 
     def _execute_request(self, e: ExecuteRequest) -> dict[str, Any]:
         return self._factory.message(
             "execute_request", execute_request_content(e.code), metadata={"kernelgate": e.options}
         )
 
-    def _call_reply(self, e: CallReply) -> dict[str, Any]:
+    def _call_reply(self, e: CallReply) -> Any:
+        if self._compact_out:
+            self._factory.skip()
+            return encode_reply(e)
         data: dict[str, Any] = {"method": "reply", "id": e.call_id, "ok": e.ok}
         if e.ok:
             data["value"] = e.value
@@ -287,7 +318,10 @@ class Connection:
         content = {"comm_id": self._comm_id, "data": data}
         return self._factory.message("comm_msg", content, self._request_header)
 
-    def _call_request(self, e: CallRequest) -> dict[str, Any]:
+    def _call_request(self, e: CallRequest) -> Any:
+        if self._compact_out:
+            self._factory.skip()
+            return encode_call(e)
         data = {
             "method": "call",
             "id": e.call_id,
@@ -297,7 +331,8 @@ class Connection:
             "kwargs": e.kwargs,
         }
         content = {"comm_id": self._comm_id, "data": data}
-        return self._factory.message("comm_msg", content, self._request_header)
+        metadata = {"kernelgate": {COMPACT_KEY: 1}} if self._offered else None
+        return self._factory.message("comm_msg", content, self._request_header, metadata)
 
     def _stream(self, e: Stream) -> dict[str, Any]:
         return self._factory.message("stream", stream_content(e.name, e.text), self._request_header)
@@ -386,7 +421,13 @@ class Connection:
         # The most frequent messages (a binding call and its reply, a stream) are read
         # straight from the dict; anything unusual takes the general reader, which names
         # the fault.
-        event = self._read_fast(raw, self.our_role, self._comm_id) if type(raw) is dict else None
+        event: Event | None
+        if type(raw) is list and (self._compact_in or self._offered):  # a compact call or reply
+            event = self._read_compact(raw)
+        else:
+            event = (
+                self._read_fast(raw, self.our_role, self._comm_id) if type(raw) is dict else None
+            )
         if event is None:
             try:
                 event = self._read(raw)
@@ -408,12 +449,16 @@ class Connection:
                 )
             self._next_call_id += 1
             self._outstanding.add(event.call_id)
+            if self._offered and not self._compact_in and _marked_compact(raw):
+                # The child takes our offer: its calls and our replies are compact now.
+                self._compact_in = self._compact_out = True
+                self.peer_header = raw["header"]
         elif type(event) is CallReply:
             if event.call_id not in self._outstanding:
                 raise RemoteProtocolError(f"reply to call {event.call_id}, which is not waiting")
             self._outstanding.discard(event.call_id)
         elif etype in _RECORDED:
-            self._record(event, raw["header"])
+            self._record(event, raw)
         elif etype in _DEBUG:
             self._check_debug(event, self._debug_waiting, RemoteProtocolError, sending=False)
             self._record_debug(event)
@@ -427,6 +472,23 @@ class Connection:
     #: that tests can switch it off (tests/wire/test_fast_path.py).
     _read_fast = staticmethod(read_fast)
 
+    def _read_compact(self, raw: list[Any]) -> Event:
+        """A compact call (we are the host) or reply (the child). Out of order is said
+        before what is wrong inside, as the general reader does."""
+        etype = CallRequest if self.our_role == HOST else CallReply
+        if not self._compact_in:
+            self._state.check(self.their_role, etype)  # out of order is said first
+            raise RemoteProtocolError(
+                f"compact frame {show(raw)} before compact frames were agreed (the "
+                "child's first call, a full message, takes the host's offer); until "
+                "then every frame must be a JSON object"
+            )
+        try:
+            return read_call(raw) if etype is CallRequest else read_reply(raw)
+        except RemoteProtocolError:
+            self._state.check(self.their_role, etype)
+            raise
+
     def _read(self, raw: Any) -> Event:
         """The general reader (:func:`~kernelgate.wire.reader.read`), judging the order
         by the peer's table before the fields."""
@@ -436,12 +498,21 @@ class Connection:
         return self._state.check(self.their_role, etype)
 
 
+def _marked_compact(msg: dict[str, Any]) -> bool:
+    """``metadata.kernelgate.compact`` is 1 (an offer on comm_open, a yes on a call)."""
+    kg = msg["metadata"].get("kernelgate")
+    if type(kg) is not dict:
+        return False
+    mark = kg.get(COMPACT_KEY)
+    return type(mark) is int and mark == 1
+
+
 #: Events besides calls that change more than the states (the comm, the request's header,
 #: the end).
 _RECORDED = frozenset({OpenBindings, ExecuteRequest, ExecuteReply})
 #: The debugger's events: allowed only in a debugged run, replies only to requests waiting.
 _DEBUG = frozenset({DebugRequest, DebugReply, DebugEvent})
-_BUILDERS: dict[type, Callable[[Connection, Any], dict[str, Any]]] = {
+_BUILDERS: dict[type, Callable[[Connection, Any], Any]] = {
     OpenBindings: Connection._open_bindings,
     ExecuteRequest: Connection._execute_request,
     CallReply: Connection._call_reply,

@@ -81,6 +81,10 @@ class MessageFactory:
             "version": PROTOCOL_VERSION,
         }
 
+    def skip(self) -> int:
+        """Count a message sent in compact form (it has no header; its number is its id's)."""
+        return next(self._ids)
+
     def message(
         self,
         msg_type: str,

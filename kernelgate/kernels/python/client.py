@@ -39,6 +39,7 @@ _os_write = os.write
 _os_read = os.read
 _os_exit = os._exit
 _select = select.select
+_SelectorLoop = asyncio.SelectorEventLoop
 
 
 class CallClient:
@@ -53,7 +54,10 @@ class CallClient:
         self.fd = fd
         os.set_blocking(fd, False)
         self.conn = Connection(
-            CHILD, session=f"child-{os.getpid()}", max_frame_bytes=_HOST_FRAME_CEILING
+            CHILD,
+            session=f"child-{os.getpid()}",
+            max_frame_bytes=_HOST_FRAME_CEILING,
+            compact=True,  # takes the host's offer of compact call frames, if it makes one
         )
         self.fallback = fallback
         # call id -> (future of the answer, in the loop that made the call; binding label)
@@ -158,6 +162,15 @@ class CallClient:
             replies = self._take_replies()
             if replies is None:
                 return  # another loop took it
+            self._hand_over(replies)
+        except Exception as exc:
+            # Replies can no longer be read (the program broke something this needs):
+            # end the run now rather than let it wait for answers until wall_seconds.
+            self.give_up(f"reading the host's replies failed: {_brief(exc)}")
+
+    def _hand_over(self, replies: list[CallReply]) -> None:
+        """Give each reply to its call's future, in the loop that made the call."""
+        if replies:
             here = _get_running_loop()
             pending = self.pending
             for reply in replies:
@@ -173,10 +186,6 @@ class CallClient:
                         loop.call_soon_threadsafe(_resolve, fut, reply, tool)
                     except RuntimeError:
                         pass  # that loop is closed: nobody waits for the answer
-        except Exception as exc:
-            # Replies can no longer be read (the program broke something this needs):
-            # end the run now rather than let it wait for answers until wall_seconds.
-            self.give_up(f"reading the host's replies failed: {_brief(exc)}")
 
     def _take_replies(self) -> list[CallReply] | None:
         """Read what fd 3 holds and decode the replies in it (None: nothing to read)."""
@@ -232,7 +241,51 @@ class CallClient:
             self._write_frame(frame)
         if loop is not self.loop:
             self._watch(loop, fut)
+        elif not self.reader:
+            self._wait_here(loop, fut)
         return fut
+
+    def _wait_here(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any]) -> None:
+        """While nothing else in the program's loop can run, wait for the reply here,
+        blocked on fd 3, instead of in a turn of the loop (two turns per call: the read,
+        then the task's wakeup).
+
+        Nothing else can run when the loop has no callback ready and watches no fd but
+        fd 3 and its own wakeup socket (signals, other threads' ``call_soon_threadsafe``):
+        then the loop itself would block on just these. A timer bounds the wait. Anything
+        but our reply (the wakeup socket, a timer due, the replies of other calls waking
+        their tasks) ends the wait and the call is awaited as usual; nothing is read
+        here that the loop would have read differently.
+        """
+        if type(loop) is not _SelectorLoop:
+            return  # a loop the program brought: its internals are not ours to read
+        fd = self.fd
+        try:
+            wakeup = loop._ssock.fileno()  # type: ignore[attr-defined]
+            watched = loop._selector.get_map()  # type: ignore[attr-defined]
+            if len(watched) != 2 or fd not in watched or wakeup not in watched:
+                return  # the program watches fds of its own
+        except Exception:
+            return
+        while not fut.done() and not loop._ready:  # type: ignore[attr-defined]
+            timeout = None
+            timers = loop._scheduled  # type: ignore[attr-defined]
+            if timers:
+                timeout = timers[0].when() - loop.time()
+                if timeout <= 0:
+                    return
+            try:
+                readable = _select([fd, wakeup], [], [], timeout)[0]
+            except InterruptedError:
+                continue
+            if not readable or wakeup in readable:
+                return
+            try:
+                replies = self._take_replies()
+                if replies is not None:
+                    self._hand_over(replies)
+            except Exception as exc:
+                self.give_up(f"reading the host's replies failed: {_brief(exc)}")
 
     def _watch(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any]) -> None:
         """Let a loop of another thread read fd 3 while it waits for ``fut``."""

@@ -61,8 +61,8 @@ def rehearsal_frames() -> list[bytes]:
     reply), encoded once: the zygote makes them, its children only read them."""
     global _rehearsal_frames
     if _rehearsal_frames is None:
-        host = Connection(HOST, session="rehearsal")
-        child = Connection(CHILD, session="rehearsal")
+        host = Connection(HOST, session="rehearsal", compact=True)
+        child = Connection(CHILD, session="rehearsal", compact=True)
         frames = [
             host.send(OpenBindings("rehearsal", {"tools": {"echo": _REHEARSAL_SPEC}})),
             host.send(ExecuteRequest(_REHEARSAL_PROGRAM, {"cwd": "/"})),
@@ -95,7 +95,7 @@ def rehearse(loop: asyncio.AbstractEventLoop) -> None:
     here outlives the call.
     """
     opening, executing, replying = rehearsal_frames()
-    peer = Connection(CHILD, session="rehearsal")
+    peer = Connection(CHILD, session="rehearsal", compact=True)
     peer.receive_data(opening + executing)
     opened, request = peer.next_event(), peer.next_event()
     assert type(opened) is OpenBindings and type(request) is ExecuteRequest
