@@ -34,6 +34,10 @@ connection is as it was and the caller may send something else instead (the host
 such a call with an error reply).
 """
 
+# long: just over the ~500 lines a module may have: send, receive and the compact frames
+# (issue 23) read and write one connection's state (its states, call ids, the agreement);
+# the per-event encoders are methods so that they see it, as in h11's Connection.
+
 from __future__ import annotations
 
 from collections.abc import Callable
