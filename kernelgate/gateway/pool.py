@@ -3,8 +3,12 @@
 Every run still gets a fresh process: a pooled child has imported the bootstrap and asyncio
 (inherited from the zygote, which never runs user code), entered its sandbox and waits for
 its one program; it serves one run and exits. The pool refills in the background; when it
-is empty a run waits for the next fork as long as the zygote keeps delivering, and spawns a
+is empty a run waits for the next child as long as the zygote keeps delivering, and spawns a
 cold child when it does not (or before the zygote is up).
+
+A child is ready once it has booted and parked (its first byte on fd 3, see :func:`booted`),
+not when the zygote has forked it: a child that dies or hangs while booting is discarded,
+never handed out, and the pool forks one child at a time, each booted before the next.
 
 The zygote's messages are :mod:`kernelgate.wire.zygote`'s events; the pool's teardown
 helpers live in :mod:`.teardown`.
@@ -30,6 +34,7 @@ from typing import Any
 
 from kernelgate.kernels.python import ZYGOTE_LOADER, package_root
 from kernelgate.wire.zygote import (
+    BOOTED,
     Exited,
     Forked,
     ForkFailed,
@@ -53,6 +58,7 @@ from .teardown import (
     discard,
     discard_all_blocking,
     discard_idle,
+    discard_now,
     empty_cgroup,
     reap,
     remove_cgroup,
@@ -66,6 +72,9 @@ __all__ = ["WarmChild", "WarmPool", "PooledChild", "Zygote", "sweep_leftovers"]
 
 #: How long a refill waits when other children are still ready: about a warm run.
 _REFILL_DELAY = 0.02
+#: How long a forked child may take to boot and park before it is given up (a child that
+#: hangs while booting is killed, never handed out); generous: a loaded machine is slow.
+_BOOT_TIMEOUT = 10.0
 #: Memory a finished run may leave charged to its cgroup for the cgroup to be reused.
 _LEFT_MEMORY = 1 << 20
 
@@ -188,8 +197,9 @@ class Zygote:
         read_paths: tuple[str, ...] = (),
         ids: RunIds | None = None,
     ) -> PooledChild:
-        """A new child, booted and waiting for its program; on a root host it takes on
-        ``ids`` (its run's own uid and gid) before it enters its sandbox."""
+        """A new child, forked and booting: :func:`booted` says when it has parked,
+        waiting for its program. On a root host it takes on ``ids`` (its run's own uid and
+        gid) before it enters its sandbox."""
         if self.dead:
             raise OSError("the zygote exited")
         self._ensure_reader()
@@ -289,6 +299,38 @@ class Zygote:
         """Kill the zygote and reap it without blocking the event loop."""
         if self._kill():
             await reap(self.pid)
+
+
+async def booted(child: PooledChild, timeout: float) -> bool:
+    """Wait until ``child`` has booted and parked (its first byte on fd 3 is
+    :data:`~kernelgate.wire.zygote.BOOTED`, consumed here); False if it exited, sent
+    anything else, or did neither within ``timeout``: it must not be handed to a run.
+
+    Never blocks: the socket and the child's pidfd are watched on the loop. The byte comes
+    before any program could run in the child, so no program can forge or withhold it.
+    """
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    fds = [child.control.fileno()] + ([child.pidfd] if child.pidfd >= 0 else [])
+    for fd in fds:
+        loop.add_reader(fd, wake)
+    try:
+        await asyncio.wait_for(woken, timeout)
+    except asyncio.TimeoutError:
+        return False
+    finally:
+        for fd in fds:
+            loop.remove_reader(fd)
+    try:
+        first = child.control.recv(1)
+    except OSError:  # nothing to read: its pidfd fired (it exited before it parked)
+        return False
+    return first == BOOTED
 
 
 def exit_code_of(status: int) -> int | None:
@@ -392,6 +434,8 @@ class WarmPool:
         self._waiters: list[asyncio.Future[None]] = []  # runs waiting for the next child
         self._behind = False  # a wait for a child ran out: the zygote is not keeping up
         self._delivered_at = 0.0  # loop time of the last child made ready
+        #: Seconds a forked child may take to boot and park before it is killed.
+        self.boot_timeout = _BOOT_TIMEOUT
         no_zygote: list[Zygote | None] = [None]
         self._finalizer = weakref.finalize(
             self, discard_all_blocking, self._ready, no_zygote, self._free_cgroups
@@ -560,6 +604,17 @@ class WarmPool:
                 raise
             child.ids = ids
             child.cgroup = cgroup
+            try:
+                # Ready once booted and parked, not at the fork: a run must not wait for
+                # (or share the CPUs with) its child's boot when another one is parked.
+                ok = await booted(child, self.boot_timeout)
+            except BaseException:  # closing (cancelled), or destroyed with its loop
+                discard_now(child)
+                raise
+            if not ok:
+                failures += 1
+                await discard(child)
+                continue
             if self.closed:
                 await discard(child)
                 return

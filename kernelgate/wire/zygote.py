@@ -29,6 +29,11 @@ refusal is a :class:`ZygoteProtocolError` naming the field and the value. The JS
   "read_paths": [...], "owner": "kernelgate-<pid>-<start>-<pidns>-", "ids": [U, G] | null}``
 * ``{"id": N, "pid": P}``, ``{"id": N | null, "error": "..."}``
 * ``{"exit": P, "status": S, "rusage": [user_s, system_s, maxrss_kib]}``
+
+On its own fd 3 (the host's stream socket, not this one), a child the zygote forked writes
+the single byte :data:`BOOTED` once it has booted (cgroups, sandbox, rehearsal) and parked,
+just before it blocks for its program: the host hands out only children whose first byte
+was that one. No program has run in the child by then, so nothing can forge it.
 """
 
 from __future__ import annotations
@@ -51,7 +56,11 @@ __all__ = [
     "encode",
     "decode_request",
     "decode_reply",
+    "BOOTED",
 ]
+
+#: A pooled child's first byte on its fd 3: booted, parked, waiting for its program (ACK).
+BOOTED = b"\x06"
 
 _NO_ID = 2**32 - 1  # (uid_t)-1: "no change" to setresuid, never an id
 _MAX_MESSAGE = 8 * 1024  # a ForkFailed error text is cut to this

@@ -222,7 +222,7 @@ def _reply(sock: socket.socket) -> object:
 
 
 def test_a_real_zygote_refuses_what_it_cannot_read_and_goes_on(tmp_path):
-    from kernelgate.gateway.pool import Zygote  # the gateway layer: only this test needs it
+    from kernelgate.gateway.pool import Zygote, booted  # the gateway layer: only this test
 
     zygote = Zygote(sys.executable, {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
     run_dir = tmp_path / "run"
@@ -247,6 +247,8 @@ def test_a_real_zygote_refuses_what_it_cannot_read_and_goes_on(tmp_path):
         # Still serving: a real fork, through the pool's own client.
         child = asyncio.run(zygote.fork("process", str(run_dir), ()))
         try:
+            # It says when it has booted and parked, and only then: then no program comes.
+            assert asyncio.run(booted(child, 60))
             child.control.close()  # no program will come: the child exits
             exited = _reply(zygote.sock)
             assert type(exited) is Exited and exited.pid == child.pid

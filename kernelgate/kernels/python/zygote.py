@@ -51,6 +51,7 @@ from typing import Any, NoReturn
 
 from kernelgate.model.removal import remove_tree
 from kernelgate.wire.zygote import (
+    BOOTED,
     Exited,
     Forked,
     ForkFailed,
@@ -130,10 +131,19 @@ def _child(
         run_dir=request.run_dir,
         read_paths=list(request.read_paths),
         born_in=born_in,
-        rehearse=rehearsal.rehearse,
+        rehearse=_rehearse_and_park,
         ids=request.ids,
     )
     os._exit(0)
+
+
+def _rehearse_and_park(loop: asyncio.AbstractEventLoop) -> None:
+    """The last step of a warm child's boot: rehearse a run, then tell the host it is
+    booted (:data:`BOOTED` on fd 3) just before it blocks for its program. Until this byte
+    arrives the pool does not hand the child out; no program has run yet to forge it."""
+    rehearsal.rehearse(loop)
+    if os.write(bootstrap.CONTROL_FD, BOOTED) != 1:  # fd 3: the host's end of the run
+        raise OSError("could not tell the host this child is booted")
 
 
 def close_fds_except(keep: set[int]) -> None:

@@ -1,0 +1,130 @@
+"""A pooled child is ready once it has booted and parked, never at its fork (issue 23).
+
+The zygote's ``Forked`` reply comes before the child has joined its cgroups, entered its
+sandbox and rehearsed a run; the child says it is parked with one byte on its fd 3. These
+tests stop or kill real children of a real zygote right after their fork and check that
+the pool never hands out one that has not parked, and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+
+import pytest
+
+from kernelgate.gateway import pool as pool_mod
+from kernelgate.gateway.teardown import discard
+from kernelgate.wire.zygote import BOOTED
+from tests.procs import pid_alive
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _parked(child: pool_mod.PooledChild) -> bool:
+    """Whether ``child`` has already said it is parked (its byte waits unread)."""
+    try:
+        return child.control.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == BOOTED
+    except BlockingIOError:
+        return False
+
+
+def _intercept_forks(monkeypatch, sig: int, first_only: bool = False):
+    """Send ``sig`` to each child the zygote forks (or the first) as soon as its fork is
+    reported; returns the list of (child, already parked when signalled) and an event."""
+    seen: list[tuple[pool_mod.PooledChild, bool]] = []
+    forked = asyncio.Event()
+    real_fork = pool_mod.Zygote.fork
+
+    async def fork(self, *args, **kwargs):
+        child = await real_fork(self, *args, **kwargs)
+        if not (first_only and seen):
+            os.kill(child.pid, sig)
+            seen.append((child, _parked(child)))
+            forked.set()
+        return child
+
+    monkeypatch.setattr(pool_mod.Zygote, "fork", fork)
+    return seen, forked
+
+
+def test_a_booting_child_is_not_handed_out_before_it_parks(make_gateway, monkeypatch):
+    """A child stopped before it parks is not ready, whatever the wait: runs go cold; once
+    it goes on and parks, it is the one handed out."""
+    gw = make_gateway(pool_size=1)
+    seen, forked = _intercept_forks(monkeypatch, signal.SIGSTOP, first_only=True)
+
+    async def main():
+        first = await gw.run("return 1")  # cold: starts the zygote and the refill
+        await asyncio.wait_for(forked.wait(), 60)
+        pool = gw._pool
+        child, parked_before = seen[0]
+        taken = await pool.acquire(wait=0.3)
+        ready_while_stopped = pool.ready
+        later = await gw.run("return 2")
+        os.kill(child.pid, signal.SIGCONT)
+        await pool._filler
+        again = await pool.acquire(wait=30)
+        if taken is not None:
+            await discard(taken)
+        if again is not None:
+            await discard(again)
+        return first, later, child, parked_before, taken, ready_while_stopped, again
+
+    first, later, child, parked_before, taken, ready_while_stopped, again = asyncio.run(main())
+    assert first.ok and later.ok, (first.message, later.message)
+    if parked_before:
+        pytest.skip("the child parked before the test could stop it (a slow host): rerun")
+    assert taken is None and ready_while_stopped == 0
+    assert not later.usage["warm"]
+    assert again is not None and again.pid == child.pid
+
+
+def test_a_child_that_hangs_while_booting_is_killed_and_never_handed_out(make_gateway, monkeypatch):
+    gw = make_gateway(pool_size=1)
+    seen, forked = _intercept_forks(monkeypatch, signal.SIGSTOP, first_only=True)
+
+    async def main():
+        await gw.run("return 1")
+        pool = gw._pool
+        pool.boot_timeout = 0.5
+        await asyncio.wait_for(forked.wait(), 60)
+        await pool._filler  # the stopped child given up, the next one booted
+        taken = await pool.acquire(wait=30)
+        if taken is not None:
+            await discard(taken)
+        return seen[0], taken
+
+    (hung, parked_before), taken = asyncio.run(main())
+    if parked_before:
+        pytest.skip("the child parked before the test could stop it (a slow host): rerun")
+    assert taken is not None and taken.pid != hung.pid
+    assert not pid_alive(hung.pid)
+    assert not os.path.exists(hung.run_dir)
+
+
+def test_a_child_that_dies_while_booting_is_never_handed_out(make_gateway, monkeypatch):
+    """Every child killed as it boots: no run is warm, every run still answers, and each
+    child's directory, cgroup and fds are gone (the fixtures check the directories and
+    fds at the end)."""
+    gw = make_gateway(pool_size=2)
+    seen, _ = _intercept_forks(monkeypatch, signal.SIGKILL)
+
+    async def main():
+        results = [await gw.run(f"return {i}") for i in range(3)]
+        pool = gw._pool
+        if pool._filler is not None:
+            await pool._filler
+        return results, pool.ready, pool.cold_fallbacks
+
+    results, ready, cold = asyncio.run(main())
+    assert [r.value for r in results] == [0, 1, 2]
+    assert not any(r.usage["warm"] for r in results)
+    assert ready == 0 and cold == 3
+    assert seen and not any(pid_alive(c.pid) for c, _ in seen)
+    for child, _ in seen:
+        assert not os.path.exists(child.run_dir)
+        if child.cgroup is not None:
+            assert not any(os.path.exists(path) for path in child.cgroup.paths)
