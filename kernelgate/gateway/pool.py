@@ -431,6 +431,11 @@ class WarmPool:
         self.zygote_restarts = 0
         self._free_cgroups: list[RunCgroup] = []  # emptied by finished runs, for reuse
         self._discarding: set[asyncio.Task[None]] = set()  # dead children being removed
+        #: Children forked and not yet parked, each watched by a task of ``_boots``.
+        self._booting: list[PooledChild] = []
+        self._boots: set[asyncio.Task[bool]] = set()
+        #: Set by refill() while the refill waits for boots: more children are wanted.
+        self._more: asyncio.Future[None] | None = None
         self._waiters: list[asyncio.Future[None]] = []  # runs waiting for the next child
         self._behind = False  # a wait for a child ran out: the zygote is not keeping up
         self._delivered_at = 0.0  # loop time of the last child made ready
@@ -496,8 +501,19 @@ class WarmPool:
             self.cold_fallbacks += 1
         return child
 
+    async def filled(self) -> None:
+        """Wait until the refill in progress (if any) is over: every child it forked has
+        booted and parked, or been given up (for tests and benchmarks)."""
+        while not self.closed:
+            pending = [t for t in (self._filler, *self._boots) if t is not None and not t.done()]
+            if not pending:
+                return
+            await asyncio.wait(pending)
+
     def _filling(self) -> bool:
-        return not self.closed and self._filler is not None and not self._filler.done()
+        if self.closed:
+            return False
+        return bool(self._booting) or (self._filler is not None and not self._filler.done())
 
     def _wake_one(self) -> None:
         while self._waiters:
@@ -525,12 +541,22 @@ class WarmPool:
         task.add_done_callback(self._discarding.discard)
 
     def refill(self, delay: float = 0.0) -> None:
+        """Fork children until ``size`` are ready or booting (after ``delay`` seconds)."""
         if self.closed or self.size <= 0:
             return
         if self._filler is not None and not self._filler.done():
+            # It is waiting for boots: have it look at the demand again.
+            if delay:
+                asyncio.get_running_loop().call_later(delay, self._want_more)
+            else:
+                self._want_more()
             return
         self._filler = asyncio.get_running_loop().create_task(self._fill(delay))
         self._filler.add_done_callback(lambda _: self._wake_all())
+
+    def _want_more(self) -> None:
+        if self._more is not None and not self._more.done():
+            self._more.set_result(None)
 
     def _wake_all(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -539,89 +565,126 @@ class WarmPool:
                 waiter.set_result(None)
 
     async def _fill(self, delay: float = 0.0) -> None:
+        """The refill: fork children while fewer than wanted are ready or booting, and
+        return once none is booting any more (each parked, or given up) and none is
+        wanted; three failures (a fork, a boot) end it early, until the next refill."""
         if delay:
             await asyncio.sleep(delay)
         failures = 0
-        while (
-            not self.closed and len(self._ready) < self.size + len(self._waiters) and failures < 3
-        ):
-            zygote = self._zygote
-            if zygote is None or zygote.dead:
-                if zygote is not None:
-                    await zygote.aclose()
-                    self.zygote_restarts += 1
-                zygote = self._zygote = Zygote(self.python, self.env)
-                self._finalizer.detach()
-                self._finalizer = weakref.finalize(
-                    self, discard_all_blocking, self._ready, [zygote], self._free_cgroups
-                )
-            name = f"pool-{self._token}-{next(self._names)}"
-            cgroup: RunCgroup | None = None
-            if self._free_cgroups:
-                # With the last run's limits: the next run sets its own (usually the same,
-                # then nothing is written); an idle child needs far less than any run.
-                cgroup = self._free_cgroups.pop()
-            elif self.cgroup_roots is not None:
-                # A child whose processes cannot be capped is not made: runs then spawn
-                # cold, and the cold path caps them its own way. Idle, its memory is
-                # unbounded (it runs no user code); the run that takes it bounds it.
-                try:
-                    cgroup = RunCgroup(self.cgroup_roots, name, 1 << 20)
-                except OSError:
-                    failures += 1
-                    continue
-            # The child's own uid, before it exists: it takes it on as it enters its
-            # sandbox, before any program is known (see .runids).
-            ids: RunIds | None = None
-            try:
-                ids = allocate_ids()
-                run_dir = make_run_dir(self.base_dir, name, ids)
-            except OSError:
-                if ids is not None:
-                    ids.release()
-                failures += 1
-                if cgroup is not None:
-                    await remove_cgroup(cgroup)
+        while not self.closed:
+            if failures < 3 and len(self._ready) + len(self._booting) < self.size + len(
+                self._waiters
+            ):
+                failures += not await self._fork_one()
                 continue
-            try:
-                child = await zygote.fork(
-                    self.level, run_dir, cgroup.paths if cgroup else (), self.read_paths, ids
-                )
-            except OSError:
-                failures += 1
-                await remove_dir(run_dir)
-                if cgroup is not None:
-                    await remove_cgroup(cgroup)
-                if ids is not None:
-                    ids.release()
-                continue
-            except BaseException:  # cancelled, or its task destroyed with its loop
-                remove_tree(run_dir)
-                if cgroup is not None and not cgroup.settle():
-                    settle_off_loop(cgroup, ids)  # the child may be forked: uid after it
-                elif ids is not None:
-                    ids.release()
-                raise
-            child.ids = ids
-            child.cgroup = cgroup
-            try:
-                # Ready once booted and parked, not at the fork: a run must not wait for
-                # (or share the CPUs with) its child's boot when another one is parked.
-                ok = await booted(child, self.boot_timeout)
-            except BaseException:  # closing (cancelled), or destroyed with its loop
-                discard_now(child)
-                raise
-            if not ok:
-                failures += 1
-                await discard(child)
-                continue
-            if self.closed:
-                await discard(child)
+            boots = [task for task in self._boots if not task.done()]
+            if not boots:
                 return
+            more = self._more = asyncio.get_running_loop().create_future()
+            try:
+                done, _ = await asyncio.wait([*boots, more], return_when="FIRST_COMPLETED")
+            finally:
+                self._more = None
+                more.cancel()
+            failures += sum(1 for task in done if task is not more and not task.result())
+
+    async def _fork_one(self) -> bool:
+        """Fork one child and start watching its boot; False if that failed."""
+        zygote = self._zygote
+        if zygote is None or zygote.dead:
+            if zygote is not None:
+                await zygote.aclose()
+                self.zygote_restarts += 1
+            zygote = self._zygote = Zygote(self.python, self.env)
+            self._finalizer.detach()
+            self._finalizer = weakref.finalize(
+                self, discard_all_blocking, self._ready, [zygote], self._free_cgroups
+            )
+        name = f"pool-{self._token}-{next(self._names)}"
+        cgroup: RunCgroup | None = None
+        if self._free_cgroups:
+            # With the last run's limits: the next run sets its own (usually the same,
+            # then nothing is written); an idle child needs far less than any run.
+            cgroup = self._free_cgroups.pop()
+        elif self.cgroup_roots is not None:
+            # A child whose processes cannot be capped is not made: runs then spawn
+            # cold, and the cold path caps them its own way. Idle, its memory is
+            # unbounded (it runs no user code); the run that takes it bounds it.
+            try:
+                cgroup = RunCgroup(self.cgroup_roots, name, 1 << 20)
+            except OSError:
+                return False
+        # The child's own uid, before it exists: it takes it on as it enters its
+        # sandbox, before any program is known (see .runids).
+        ids: RunIds | None = None
+        try:
+            ids = allocate_ids()
+            run_dir = make_run_dir(self.base_dir, name, ids)
+        except OSError:
+            if ids is not None:
+                ids.release()
+            if cgroup is not None:
+                await remove_cgroup(cgroup)
+            return False
+        try:
+            child = await zygote.fork(
+                self.level, run_dir, cgroup.paths if cgroup else (), self.read_paths, ids
+            )
+        except OSError:
+            await remove_dir(run_dir)
+            if cgroup is not None:
+                await remove_cgroup(cgroup)
+            if ids is not None:
+                ids.release()
+            return False
+        except BaseException:  # cancelled, or its task destroyed with its loop
+            remove_tree(run_dir)
+            if cgroup is not None and not cgroup.settle():
+                settle_off_loop(cgroup, ids)  # the child may be forked: uid after it
+            elif ids is not None:
+                ids.release()
+            raise
+        child.ids = ids
+        child.cgroup = cgroup
+        if self.closed:
+            await discard(child)
+            return True
+        # Ready once booted and parked, not at the fork: a run must not wait for (or
+        # share the CPUs with) its child's boot while another one is parked. The next
+        # fork does not wait for this boot: a boot also waits on the kernel (the first
+        # cgroup.procs write after an idle spell, namespaces), not only for a CPU.
+        self._booting.append(child)
+        task = asyncio.get_running_loop().create_task(self._boot(child))
+        self._boots.add(task)
+        task.add_done_callback(self._boots.discard)
+        return True
+
+    async def _boot(self, child: PooledChild) -> bool:
+        """Make ``child`` ready once it has parked; discard it if it dies or hangs first
+        (False)."""
+        try:
+            ok = await booted(child, self.boot_timeout)
+        except asyncio.CancelledError:  # closing: aclose() awaits this task
+            if child in self._booting:  # else close() took it over
+                self._booting.remove(child)
+                await discard(child)  # cancelled again, it finishes without the loop
+            raise
+        except BaseException:  # destroyed with its loop: nothing can be awaited
+            if child in self._booting:
+                self._booting.remove(child)
+                discard_now(child)
+            raise
+        if child not in self._booting:
+            return True  # close() took it over
+        self._booting.remove(child)
+        if ok and not self.closed:
             self._ready.append(child)
             self._behind = False
             self._delivered_at = asyncio.get_running_loop().time()
             self._wake_one()
+            return True
+        await discard(child)
+        return self.closed
 
     async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
         """Empty the cgroup of a finished run and take it back for the next child; or
@@ -648,17 +711,22 @@ class WarmPool:
     def _stop(self) -> None:
         self.closed = True
         self._wake_all()  # runs waiting for a child go cold
-        if self._filler is not None and not self._filler.done():
-            try:
-                self._filler.cancel()
-            except RuntimeError:
-                pass  # its loop is closed
+        for task in (self._filler, *self._boots):
+            if task is not None and not task.done():
+                try:
+                    task.cancel()
+                except RuntimeError:
+                    pass  # its loop is closed
 
     def close(self) -> None:
         """Stop the zygote and every idle child; remove their directories and cgroups,
         waiting for them: for synchronous callers, never on the event loop (there,
         :meth:`aclose`)."""
         self._stop()
+        # Booting children are idle children too: the finalizer discards them with the
+        # ready ones (their boot tasks, cancelled, then leave them alone).
+        self._ready.extend(self._booting)
+        self._booting.clear()
         while self._free_cgroups:
             self._free_cgroups.pop().settle_blocking()
         self._finalizer()
@@ -670,7 +738,7 @@ class WarmPool:
         await discard_idle(
             self._ready,
             self._free_cgroups,
-            (self._filler, *self._discarding),
+            (self._filler, *self._boots, *self._discarding),
             self._finalizer,
             "pool",
             then=zygote.aclose if zygote is not None else None,
