@@ -66,6 +66,7 @@ from .teardown import (
     settle_off_loop,
     sweep_leftovers,
 )
+from .usage import descendants
 
 __all__ = ["WarmChild", "WarmPool", "PooledChild", "Zygote", "sweep_leftovers"]
 
@@ -196,6 +197,7 @@ class Zygote:
         cgroups: tuple[str, ...],
         read_paths: tuple[str, ...] = (),
         ids: RunIds | None = None,
+        background: bool = False,
     ) -> PooledChild:
         """A new child, forked and booting: :func:`booted` says when it has parked,
         waiting for its program. On a root host it takes on ``ids`` (its run's own uid and
@@ -220,6 +222,7 @@ class Zygote:
                     tuple(read_paths),
                     owner_prefix(),
                     None if ids is None else (ids.uid, ids.gid),
+                    background,
                 )
                 socket.send_fds(self.sock, [encode(request)], [theirs.fileno(), out_w, err_w])
             finally:
@@ -333,6 +336,32 @@ async def booted(child: PooledChild, timeout: float) -> bool:
     return first == BOOTED
 
 
+def in_foreground(child: PooledChild) -> bool:
+    """Put every thread of ``child``'s processes (its cgroup's, and those below it) back to
+    nice 0: a root host's warm child boots at a lower priority (the zygote's ``_child``),
+    and no program may run at a priority it did not start with. False if a thread could
+    not be set (the child must not be handed out); a process gone meanwhile is not an
+    error (its death shows elsewhere). A few /proc reads and a syscall per thread: done
+    once the child has parked, or when a run is about to wait for it."""
+    pids = set(descendants(child.pid))
+    if child.cgroup is not None:
+        pids.update(child.cgroup.pids())
+    for pid in pids:
+        try:
+            tids = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+        except (OSError, ValueError):
+            continue  # gone
+        for tid in tids:
+            try:
+                if os.getpriority(os.PRIO_PROCESS, tid) != 0:
+                    os.setpriority(os.PRIO_PROCESS, tid, 0)
+            except ProcessLookupError:
+                continue
+            except OSError:
+                return False
+    return True
+
+
 def exit_code_of(status: int) -> int | None:
     """How a process ended, ``os.waitpid`` style (-N for signal N), from a wait status
     that may be any the zygote relays; never raises.
@@ -441,6 +470,8 @@ class WarmPool:
         self._delivered_at = 0.0  # loop time of the last child made ready
         #: Seconds a forked child may take to boot and park before it is killed.
         self.boot_timeout = _BOOT_TIMEOUT
+        #: A root host's children boot at a lower priority (see :func:`in_foreground`).
+        self._background_boots = os.geteuid() == 0
         no_zygote: list[Zygote | None] = [None]
         self._finalizer = weakref.finalize(
             self, discard_all_blocking, self._ready, no_zygote, self._free_cgroups
@@ -464,6 +495,11 @@ class WarmPool:
         zygote cannot keep up at all.
         """
         child = self._take_ready()
+        if not self._ready and self._background_boots:
+            # No parked child left: the next run would wait for a booting one, so they
+            # boot at full priority from now.
+            for booting in self._booting:
+                in_foreground(booting)  # a failure shows when it has parked
         if child is not None and self._ready:
             # Others are ready: refill a moment later, not while this run starts and
             # runs (booting a child costs milliseconds of CPU the run would wait for).
@@ -627,8 +663,15 @@ class WarmPool:
                 await remove_cgroup(cgroup)
             return False
         try:
+            # In the background (a root host) while two parked children cover the runs.
+            background = self._background_boots and len(self._ready) >= 2
             child = await zygote.fork(
-                self.level, run_dir, cgroup.paths if cgroup else (), self.read_paths, ids
+                self.level,
+                run_dir,
+                cgroup.paths if cgroup else (),
+                self.read_paths,
+                ids,
+                background,
             )
         except OSError:
             await remove_dir(run_dir)
@@ -677,6 +720,8 @@ class WarmPool:
         if child not in self._booting:
             return True  # close() took it over
         self._booting.remove(child)
+        if ok and self._background_boots:
+            ok = in_foreground(child)
         if ok and not self.closed:
             self._ready.append(child)
             self._behind = False

@@ -12,13 +12,17 @@ import asyncio
 import os
 import signal
 import socket
+import sys
 
 import pytest
 
 from kernelgate.gateway import pool as pool_mod
+from kernelgate.gateway.sandbox import probe_support
 from kernelgate.gateway.teardown import discard
 from kernelgate.wire.zygote import BOOTED
 from tests.procs import pid_alive
+
+from .conftest import warmed_up
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -127,3 +131,48 @@ def test_a_child_that_dies_while_booting_is_never_handed_out(make_gateway, monke
         assert not os.path.exists(child.run_dir)
         if child.cgroup is not None:
             assert not any(os.path.exists(path) for path in child.cgroup.paths)
+
+
+LEVELS = ["process", "namespaces", "namespaces+landlock"]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_program_never_runs_at_the_priority_its_child_booted_at(make_gateway, level, monkeypatch):
+    """A root host's warm children boot at a lower priority while others are parked; each
+    is put back to nice 0 before it is handed out: every thread of a program, warm, at
+    every level, runs at nice 0 under SCHED_OTHER, as a cold one does."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root host boots children in the background")
+    missing = probe_support(os.path.realpath(sys.executable)).missing(level)
+    if missing:
+        pytest.skip(missing)
+    asked: list[bool] = []
+    real_fork = pool_mod.Zygote.fork
+
+    async def fork(self, *args, **kwargs):
+        asked.append(bool(args[5] if len(args) > 5 else kwargs.get("background")))
+        return await real_fork(self, *args, **kwargs)
+
+    monkeypatch.setattr(pool_mod.Zygote, "fork", fork)
+    gw = make_gateway(pool_size=4, sandbox=level)
+    program = (
+        "import os, threading\n"
+        "return [os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0),"
+        " sorted(os.listdir('/proc/self/task')) == [str(threading.get_native_id())]]"
+    )
+
+    async def main():
+        await warmed_up(gw)
+        results = []
+        for _ in range(8):  # each refill forks in the background: two others are parked
+            results.append(await gw.run(program))
+            await gw.wait_finished()
+            await gw._pool.filled()
+        return results
+
+    results = asyncio.run(main())
+    assert any(asked), "no child booted in the background: the test proves nothing"
+    for r in results:
+        assert r.ok, r.message
+        assert r.value == [0, os.SCHED_OTHER, True], r.value
+    assert sum(r.usage["warm"] for r in results) >= 6
