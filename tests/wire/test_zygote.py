@@ -80,7 +80,22 @@ def test_the_json_shapes():
         "read_paths": ["/data"],
         "owner": "o-",
         "ids": None,
+        "background": False,
     }
+    background = ForkRequest(3, "process", "/r", (), (), "o-", None, True)
+    assert decode_request(encode(background)).background is True
+    assert (
+        decode_request(
+            b'{"op": "fork", "id": 1, "level": "process", "run_dir": "/r", '
+            b'"cgroups": [], "read_paths": [], "owner": ""}'
+        ).background
+        is False
+    )
+    with pytest.raises(ZygoteProtocolError, match="background must be true or false"):
+        decode_request(
+            b'{"op": "fork", "id": 1, "level": "process", "run_dir": "/r", '
+            b'"cgroups": [], "read_paths": [], "owner": "", "background": 1}'
+        )
     with_ids = ForkRequest(3, "process", "/r", (), (), "o-", (2068250624, 2068250624))
     assert json.loads(encode(with_ids))["ids"] == [2068250624, 2068250624]
     assert json.loads(encode(Forked(3, 7))) == {"id": 3, "pid": 7}
