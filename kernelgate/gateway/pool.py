@@ -399,6 +399,8 @@ class PooledChild(WarmChild):
     """A child forked by the zygote: the zygote reaps it and reports its status."""
 
     reaped_by_zygote = True
+    #: Forked to boot at a lower priority (put back before it is handed out).
+    background = False
 
     def __init__(self, *args: Any, zygote: Zygote, run_dir: str) -> None:
         super().__init__(*args, run_dir=run_dir)
@@ -499,7 +501,8 @@ class WarmPool:
             # No parked child left: the next run would wait for a booting one, so they
             # boot at full priority from now.
             for booting in self._booting:
-                in_foreground(booting)  # a failure shows when it has parked
+                if booting.background:
+                    in_foreground(booting)  # a failure shows when it has parked
         if child is not None and self._ready:
             # Others are ready: refill a moment later, not while this run starts and
             # runs (booting a child costs milliseconds of CPU the run would wait for).
@@ -689,6 +692,7 @@ class WarmPool:
             raise
         child.ids = ids
         child.cgroup = cgroup
+        child.background = background
         if self.closed:
             await discard(child)
             return True
@@ -720,7 +724,7 @@ class WarmPool:
         if child not in self._booting:
             return True  # close() took it over
         self._booting.remove(child)
-        if ok and self._background_boots:
+        if ok and child.background:
             ok = in_foreground(child)
         if ok and not self.closed:
             self._ready.append(child)
