@@ -176,3 +176,36 @@ def test_a_program_never_runs_at_the_priority_its_child_booted_at(make_gateway, 
         assert r.ok, r.message
         assert r.value == [0, os.SCHED_OTHER, True], r.value
     assert sum(r.usage["warm"] for r in results) >= 6
+
+
+@pytest.mark.parametrize("closing", ["aclose", "loop-ends-then-close"])
+def test_closing_the_pool_while_children_boot_leaves_none_behind(
+    make_gateway, monkeypatch, closing
+):
+    """aclose() while children are still booting (here stopped before they park), or the
+    loop ending under them (asyncio.run cancels their boot tasks) and then close(): each
+    is killed, its directory and cgroup removed (the fixtures check directories and
+    fds), the zygote gone."""
+    gw = make_gateway(pool_size=2)
+    _, forked = _intercept_forks(monkeypatch, signal.SIGSTOP)
+
+    async def main():
+        await gw.run("return 1")
+        await asyncio.wait_for(forked.wait(), 60)
+        pool = gw._pool
+        zygote = pool._zygote.pid
+        booting = list(pool._booting)
+        if closing == "aclose":
+            await gw.aclose()
+        return zygote, booting
+
+    zygote, booting = asyncio.run(main())
+    if closing != "aclose":
+        gw.close()
+    assert booting, "no child was booting: the test proves nothing"
+    for child in booting:
+        assert not pid_alive(child.pid)
+        assert not os.path.exists(child.run_dir)
+        if child.cgroup is not None:
+            assert not any(os.path.exists(path) for path in child.cgroup.paths)
+    assert not pid_alive(zygote)
