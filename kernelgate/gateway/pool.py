@@ -8,7 +8,9 @@ cold child when it does not (or before the zygote is up).
 
 A child is ready once it has booted and parked (its first byte on fd 3, see :func:`booted`),
 not when the zygote has forked it: a child that dies or hangs while booting is discarded,
-never handed out, and the pool forks one child at a time, each booted before the next.
+never handed out. Forks do not wait for each other's boots; on a root host a child forked
+while two others are parked boots at a lower priority, put back before it is handed out
+(:func:`in_foreground`).
 
 The zygote's messages are :mod:`kernelgate.wire.zygote`'s events; the pool's teardown
 helpers live in :mod:`.teardown`.
@@ -625,7 +627,11 @@ class WarmPool:
             finally:
                 self._more = None
                 more.cancel()
-            failures += sum(1 for task in done if task is not more and not task.result())
+            for task in done:
+                if task is not more and (
+                    task.cancelled() or task.exception() is not None or not task.result()
+                ):
+                    failures += 1  # a boot given up (its child discarded)
 
     async def _fork_one(self) -> bool:
         """Fork one child and start watching its boot; False if that failed."""
