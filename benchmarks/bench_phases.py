@@ -19,6 +19,11 @@ The timestamps come from wrappers this script installs on kernelgate's host-side
 in kernelgate changes, and nothing is recorded unless this script runs. The wrappers cost
 a few microseconds per run (two ``perf_counter_ns`` and a list append per boundary).
 
+Since issue 23's pool change a child is ready once it has parked (``pool.booted``), not at
+the zygote's ``Forked``: the script also wraps ``booted``, shows how long the child taken had
+been parked, and counts a refill as in flight from its fork request until its child parked
+(against older code, which has no ``booted``, only the fork is counted).
+
 Also measured here, host side: the write of a process into a run cgroup's ``cgroup.procs``
 (what the zygote's child does for itself as it boots), back to back and after the idle
 spell, per controller; garbage collections (``gc.callbacks``) inside each run; and from
