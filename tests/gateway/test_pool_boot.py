@@ -26,6 +26,14 @@ from .conftest import warmed_up
 
 pytestmark = pytest.mark.timeout(120)
 
+LEVELS = ["process", "namespaces", "namespaces+landlock"]
+
+
+def _skip_unless(level: str) -> None:
+    missing = probe_support(os.path.realpath(sys.executable)).missing(level)
+    if missing:
+        pytest.skip(missing)
+
 
 def _parked(child: pool_mod.PooledChild) -> bool:
     """Whether ``child`` has already said it is parked (its byte waits unread)."""
@@ -33,6 +41,16 @@ def _parked(child: pool_mod.PooledChild) -> bool:
         return child.control.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == BOOTED
     except BlockingIOError:
         return False
+
+
+def _signal_child(pid: int, sig: int) -> None:
+    """``sig`` to the child's whole group (at a namespace level, its init too); before the
+    child has started its session (its group), to the child alone, which then has not
+    forked anything yet."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        os.kill(pid, sig)
 
 
 def _intercept_forks(monkeypatch, sig: int, first_only: bool = False):
@@ -45,7 +63,7 @@ def _intercept_forks(monkeypatch, sig: int, first_only: bool = False):
     async def fork(self, *args, **kwargs):
         child = await real_fork(self, *args, **kwargs)
         if not (first_only and seen):
-            os.kill(child.pid, sig)
+            _signal_child(child.pid, sig)
             seen.append((child, _parked(child)))
             forked.set()
         return child
@@ -54,10 +72,12 @@ def _intercept_forks(monkeypatch, sig: int, first_only: bool = False):
     return seen, forked
 
 
-def test_a_booting_child_is_not_handed_out_before_it_parks(make_gateway, monkeypatch):
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_booting_child_is_not_handed_out_before_it_parks(make_gateway, monkeypatch, level):
     """A child stopped before it parks is never ready, however long a run waits: runs get
     another child (one forked for them) or go cold; once it goes on and parks, it is."""
-    gw = make_gateway(pool_size=1)
+    _skip_unless(level)
+    gw = make_gateway(pool_size=1, sandbox=level)
     seen, forked = _intercept_forks(monkeypatch, signal.SIGSTOP, first_only=True)
 
     async def main():
@@ -71,7 +91,7 @@ def test_a_booting_child_is_not_handed_out_before_it_parks(make_gateway, monkeyp
             await discard(taken)
         later = await gw.run("return 2")
         await gw.wait_finished()
-        os.kill(child.pid, signal.SIGCONT)
+        _signal_child(child.pid, signal.SIGCONT)
         await pool._filler
         return first, later, child, parked_before, taken, ready_while_stopped, pool._ready
 
@@ -84,9 +104,13 @@ def test_a_booting_child_is_not_handed_out_before_it_parks(make_gateway, monkeyp
     assert child in ready  # parked once it could go on
 
 
-def test_a_child_that_hangs_while_booting_is_killed_and_never_handed_out(make_gateway, monkeypatch):
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_child_that_hangs_while_booting_is_killed_and_never_handed_out(
+    make_gateway, monkeypatch, level
+):
     monkeypatch.setattr(pool_mod, "_BOOT_TIMEOUT", 0.5)  # the pool's, from its start
-    gw = make_gateway(pool_size=1)
+    _skip_unless(level)
+    gw = make_gateway(pool_size=1, sandbox=level)
     seen, forked = _intercept_forks(monkeypatch, signal.SIGSTOP, first_only=True)
 
     async def main():
@@ -108,11 +132,13 @@ def test_a_child_that_hangs_while_booting_is_killed_and_never_handed_out(make_ga
     assert not os.path.exists(hung.run_dir)
 
 
-def test_a_child_that_dies_while_booting_is_never_handed_out(make_gateway, monkeypatch):
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_child_that_dies_while_booting_is_never_handed_out(make_gateway, monkeypatch, level):
     """Every child killed as it boots: no run is warm, every run still answers, and each
     child's directory, cgroup and fds are gone (the fixtures check the directories and
     fds at the end)."""
-    gw = make_gateway(pool_size=2)
+    _skip_unless(level)
+    gw = make_gateway(pool_size=2, sandbox=level)
     seen, _ = _intercept_forks(monkeypatch, signal.SIGKILL)
 
     async def main():
@@ -133,9 +159,6 @@ def test_a_child_that_dies_while_booting_is_never_handed_out(make_gateway, monke
             assert not any(os.path.exists(path) for path in child.cgroup.paths)
 
 
-LEVELS = ["process", "namespaces", "namespaces+landlock"]
-
-
 @pytest.mark.parametrize("level", LEVELS)
 def test_a_program_never_runs_at_the_priority_its_child_booted_at(make_gateway, level, monkeypatch):
     """A root host's warm children boot at a lower priority while others are parked; each
@@ -143,9 +166,7 @@ def test_a_program_never_runs_at_the_priority_its_child_booted_at(make_gateway, 
     every level, runs at nice 0 under SCHED_OTHER, as a cold one does."""
     if os.geteuid() != 0:
         pytest.skip("only a root host boots children in the background")
-    missing = probe_support(os.path.realpath(sys.executable)).missing(level)
-    if missing:
-        pytest.skip(missing)
+    _skip_unless(level)
     asked: list[bool] = []
     real_fork = pool_mod.Zygote.fork
 
