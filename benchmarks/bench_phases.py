@@ -19,6 +19,11 @@ The timestamps come from wrappers this script installs on kernelgate's host-side
 in kernelgate changes, and nothing is recorded unless this script runs. The wrappers cost
 a few microseconds per run (two ``perf_counter_ns`` and a list append per boundary).
 
+Since issue 23's pool change a child is ready once it has parked (``pool.booted``), not at
+the zygote's ``Forked``: the script also wraps ``booted``, shows how long the child taken had
+been parked, and counts a refill as in flight from its fork request until its child parked
+(against older code, which has no ``booted``, only the fork is counted).
+
 Also measured here, host side: the write of a process into a run cgroup's ``cgroup.procs``
 (what the zygote's child does for itself as it boots), back to back and after the idle
 spell, per controller; garbage collections (``gc.callbacks``) inside each run; and from
@@ -87,6 +92,7 @@ class Recorder:
         self.by_teardown: dict[int, Rec] = {}
         self.forks: list[tuple[int, int, int]] = []  # (start, end, pid) of every zygote fork
         self.forked_at: dict[int, int] = {}  # pid -> when its Forked reply arrived
+        self.booted_at: dict[int, int] = {}  # pid -> when the pool saw it parked
         self.gcs: list[tuple[int, int]] = []
         self.pool: Any = None  # the gateway's WarmPool, seen at its first acquire
         self.channel: Any = None  # the current run's ChildChannel
@@ -161,6 +167,9 @@ def install() -> None:
             born = R.forked_at.get(child.pid)
             if born is not None:
                 R.current.facts["child_age_ms"] = (now() - born) / 1e6
+            parked = R.booted_at.get(child.pid)
+            if parked is not None:
+                R.current.facts["child_parked_ms"] = (now() - parked) / 1e6
         if R.current is not None and child is not None:
             R.current.facts["child_pid"] = child.pid
 
@@ -252,6 +261,22 @@ def install() -> None:
         return child
 
     pool_mod.Zygote.fork = fork  # type: ignore[method-assign]
+
+    # A child is ready once booted and parked (its byte on fd 3, issue 23): the refill is
+    # in flight from its fork request until then.
+    orig_booted = getattr(pool_mod, "booted", None)
+    if orig_booted is not None:
+
+        async def booted(child: Any, timeout: float) -> bool:
+            ok = await orig_booted(child, timeout)
+            t1 = now()
+            R.booted_at[child.pid] = t1
+            for i, (t0, _, pid) in enumerate(R.forks):
+                if pid == child.pid:
+                    R.forks[i] = (t0, t1, pid)
+            return ok
+
+        pool_mod.booted = booted
     wrap_async(pool_mod.WarmPool, "recycle_cgroup", td_rc("recycle"), td_rc("recycled"))
     gc.callbacks.append(R.on_gc)
 
@@ -391,7 +416,8 @@ PHASES: list[tuple[str, str, str]] = [
 FACTS = [
     ("ready children at acquire", "ready_at_acquire"),
     ("age of the child taken (ms since Forked)", "child_age_ms"),
-    ("refill fork in flight during run (ms)", "fork_overlap_ms"),
+    ("parked for (ms since booted, issue 23)", "child_parked_ms"),
+    ("refill fork (+ boot, issue 23) in flight during run (ms)", "fork_overlap_ms"),
     ("GC inside the run (ms)", "gc_ms"),
     ("fd-3 wakeups", "wakeups"),
     ("host main thread: CPU (ms)", "host_thread_cpu_ms"),

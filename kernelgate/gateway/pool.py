@@ -3,8 +3,14 @@
 Every run still gets a fresh process: a pooled child has imported the bootstrap and asyncio
 (inherited from the zygote, which never runs user code), entered its sandbox and waits for
 its one program; it serves one run and exits. The pool refills in the background; when it
-is empty a run waits for the next fork as long as the zygote keeps delivering, and spawns a
+is empty a run waits for the next child as long as the zygote keeps delivering, and spawns a
 cold child when it does not (or before the zygote is up).
+
+A child is ready once it has booted and parked (its first byte on fd 3, see :func:`booted`),
+not when the zygote has forked it: a child that dies or hangs while booting is discarded,
+never handed out. Forks do not wait for each other's boots; on a root host a child forked
+while two others are parked boots at a lower priority, put back before it is handed out
+(:func:`in_foreground`).
 
 The zygote's messages are :mod:`kernelgate.wire.zygote`'s events; the pool's teardown
 helpers live in :mod:`.teardown`.
@@ -30,6 +36,7 @@ from typing import Any
 
 from kernelgate.kernels.python import ZYGOTE_LOADER, package_root
 from kernelgate.wire.zygote import (
+    BOOTED,
     Exited,
     Forked,
     ForkFailed,
@@ -53,6 +60,7 @@ from .teardown import (
     discard,
     discard_all_blocking,
     discard_idle,
+    discard_now,
     empty_cgroup,
     reap,
     remove_cgroup,
@@ -60,12 +68,16 @@ from .teardown import (
     settle_off_loop,
     sweep_leftovers,
 )
+from .usage import descendants
 
 __all__ = ["WarmChild", "WarmPool", "PooledChild", "Zygote", "sweep_leftovers"]
 
 
 #: How long a refill waits when other children are still ready: about a warm run.
 _REFILL_DELAY = 0.02
+#: How long a forked child may take to boot and park before it is given up (a child that
+#: hangs while booting is killed, never handed out); generous: a loaded machine is slow.
+_BOOT_TIMEOUT = 10.0
 #: Memory a finished run may leave charged to its cgroup for the cgroup to be reused.
 _LEFT_MEMORY = 1 << 20
 
@@ -187,9 +199,11 @@ class Zygote:
         cgroups: tuple[str, ...],
         read_paths: tuple[str, ...] = (),
         ids: RunIds | None = None,
+        background: bool = False,
     ) -> PooledChild:
-        """A new child, booted and waiting for its program; on a root host it takes on
-        ``ids`` (its run's own uid and gid) before it enters its sandbox."""
+        """A new child, forked and booting: :func:`booted` says when it has parked,
+        waiting for its program. On a root host it takes on ``ids`` (its run's own uid and
+        gid) before it enters its sandbox."""
         if self.dead:
             raise OSError("the zygote exited")
         self._ensure_reader()
@@ -210,6 +224,7 @@ class Zygote:
                     tuple(read_paths),
                     owner_prefix(),
                     None if ids is None else (ids.uid, ids.gid),
+                    background,
                 )
                 socket.send_fds(self.sock, [encode(request)], [theirs.fileno(), out_w, err_w])
             finally:
@@ -291,6 +306,64 @@ class Zygote:
             await reap(self.pid)
 
 
+async def booted(child: PooledChild, timeout: float) -> bool:
+    """Wait until ``child`` has booted and parked (its first byte on fd 3 is
+    :data:`~kernelgate.wire.zygote.BOOTED`, consumed here); False if it exited, sent
+    anything else, or did neither within ``timeout``: it must not be handed to a run.
+
+    Never blocks: the socket and the child's pidfd are watched on the loop. The byte comes
+    before any program could run in the child, so no program can forge or withhold it.
+    """
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    fds = [child.control.fileno()] + ([child.pidfd] if child.pidfd >= 0 else [])
+    for fd in fds:
+        loop.add_reader(fd, wake)
+    try:
+        await asyncio.wait_for(woken, timeout)
+    except asyncio.TimeoutError:
+        return False
+    finally:
+        for fd in fds:
+            loop.remove_reader(fd)
+    try:
+        first = child.control.recv(1)
+    except OSError:  # nothing to read: its pidfd fired (it exited before it parked)
+        return False
+    return first == BOOTED
+
+
+def in_foreground(child: PooledChild) -> bool:
+    """Put every thread of ``child``'s processes (its cgroup's, and those below it) back to
+    nice 0: a root host's warm child boots at a lower priority (the zygote's ``_child``),
+    and no program may run at a priority it did not start with. False if a thread could
+    not be set (the child must not be handed out); a process gone meanwhile is not an
+    error (its death shows elsewhere). A few /proc reads and a syscall per thread: done
+    once the child has parked, or when a run is about to wait for it."""
+    pids = set(descendants(child.pid))
+    if child.cgroup is not None:
+        pids.update(child.cgroup.pids())
+    for pid in pids:
+        try:
+            tids = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+        except (OSError, ValueError):
+            continue  # gone
+        for tid in tids:
+            try:
+                if os.getpriority(os.PRIO_PROCESS, tid) != 0:
+                    os.setpriority(os.PRIO_PROCESS, tid, 0)
+            except ProcessLookupError:
+                continue
+            except OSError:
+                return False
+    return True
+
+
 def exit_code_of(status: int) -> int | None:
     """How a process ended, ``os.waitpid`` style (-N for signal N), from a wait status
     that may be any the zygote relays; never raises.
@@ -328,6 +401,8 @@ class PooledChild(WarmChild):
     """A child forked by the zygote: the zygote reaps it and reports its status."""
 
     reaped_by_zygote = True
+    #: Forked to boot at a lower priority (put back before it is handed out).
+    background = False
 
     def __init__(self, *args: Any, zygote: Zygote, run_dir: str) -> None:
         super().__init__(*args, run_dir=run_dir)
@@ -389,9 +464,18 @@ class WarmPool:
         self.zygote_restarts = 0
         self._free_cgroups: list[RunCgroup] = []  # emptied by finished runs, for reuse
         self._discarding: set[asyncio.Task[None]] = set()  # dead children being removed
+        #: Children forked and not yet parked, each watched by a task of ``_boots``.
+        self._booting: list[PooledChild] = []
+        self._boots: set[asyncio.Task[bool]] = set()
+        #: Set by refill() while the refill waits for boots: more children are wanted.
+        self._more: asyncio.Future[None] | None = None
         self._waiters: list[asyncio.Future[None]] = []  # runs waiting for the next child
         self._behind = False  # a wait for a child ran out: the zygote is not keeping up
         self._delivered_at = 0.0  # loop time of the last child made ready
+        #: Seconds a forked child may take to boot and park before it is killed.
+        self.boot_timeout = _BOOT_TIMEOUT
+        #: A root host's children boot at a lower priority (see :func:`in_foreground`).
+        self._background_boots = os.geteuid() == 0
         no_zygote: list[Zygote | None] = [None]
         self._finalizer = weakref.finalize(
             self, discard_all_blocking, self._ready, no_zygote, self._free_cgroups
@@ -415,6 +499,12 @@ class WarmPool:
         zygote cannot keep up at all.
         """
         child = self._take_ready()
+        if not self._ready and self._background_boots:
+            # No parked child left: the next run would wait for a booting one, so they
+            # boot at full priority from now.
+            for booting in self._booting:
+                if booting.background:
+                    in_foreground(booting)  # a failure shows when it has parked
         if child is not None and self._ready:
             # Others are ready: refill a moment later, not while this run starts and
             # runs (booting a child costs milliseconds of CPU the run would wait for).
@@ -452,8 +542,19 @@ class WarmPool:
             self.cold_fallbacks += 1
         return child
 
+    async def filled(self) -> None:
+        """Wait until the refill in progress (if any) is over: every child it forked has
+        booted and parked, or been given up (for tests and benchmarks)."""
+        while not self.closed:
+            pending = [t for t in (self._filler, *self._boots) if t is not None and not t.done()]
+            if not pending:
+                return
+            await asyncio.wait(pending)
+
     def _filling(self) -> bool:
-        return not self.closed and self._filler is not None and not self._filler.done()
+        if self.closed:
+            return False
+        return bool(self._booting) or (self._filler is not None and not self._filler.done())
 
     def _wake_one(self) -> None:
         while self._waiters:
@@ -481,12 +582,22 @@ class WarmPool:
         task.add_done_callback(self._discarding.discard)
 
     def refill(self, delay: float = 0.0) -> None:
+        """Fork children until ``size`` are ready or booting (after ``delay`` seconds)."""
         if self.closed or self.size <= 0:
             return
         if self._filler is not None and not self._filler.done():
+            # It is waiting for boots: have it look at the demand again.
+            if delay:
+                asyncio.get_running_loop().call_later(delay, self._want_more)
+            else:
+                self._want_more()
             return
         self._filler = asyncio.get_running_loop().create_task(self._fill(delay))
         self._filler.add_done_callback(lambda _: self._wake_all())
+
+    def _want_more(self) -> None:
+        if self._more is not None and not self._more.done():
+            self._more.set_result(None)
 
     def _wake_all(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -495,78 +606,140 @@ class WarmPool:
                 waiter.set_result(None)
 
     async def _fill(self, delay: float = 0.0) -> None:
+        """The refill: fork children while fewer than wanted are ready or booting, and
+        return once none is booting any more (each parked, or given up) and none is
+        wanted; three failures (a fork, a boot) end it early, until the next refill."""
         if delay:
             await asyncio.sleep(delay)
         failures = 0
-        while (
-            not self.closed and len(self._ready) < self.size + len(self._waiters) and failures < 3
-        ):
-            zygote = self._zygote
-            if zygote is None or zygote.dead:
-                if zygote is not None:
-                    await zygote.aclose()
-                    self.zygote_restarts += 1
-                zygote = self._zygote = Zygote(self.python, self.env)
-                self._finalizer.detach()
-                self._finalizer = weakref.finalize(
-                    self, discard_all_blocking, self._ready, [zygote], self._free_cgroups
-                )
-            name = f"pool-{self._token}-{next(self._names)}"
-            cgroup: RunCgroup | None = None
-            if self._free_cgroups:
-                # With the last run's limits: the next run sets its own (usually the same,
-                # then nothing is written); an idle child needs far less than any run.
-                cgroup = self._free_cgroups.pop()
-            elif self.cgroup_roots is not None:
-                # A child whose processes cannot be capped is not made: runs then spawn
-                # cold, and the cold path caps them its own way. Idle, its memory is
-                # unbounded (it runs no user code); the run that takes it bounds it.
-                try:
-                    cgroup = RunCgroup(self.cgroup_roots, name, 1 << 20)
-                except OSError:
-                    failures += 1
-                    continue
-            # The child's own uid, before it exists: it takes it on as it enters its
-            # sandbox, before any program is known (see .runids).
-            ids: RunIds | None = None
-            try:
-                ids = allocate_ids()
-                run_dir = make_run_dir(self.base_dir, name, ids)
-            except OSError:
-                if ids is not None:
-                    ids.release()
-                failures += 1
-                if cgroup is not None:
-                    await remove_cgroup(cgroup)
+        while not self.closed:
+            if failures < 3 and len(self._ready) + len(self._booting) < self.size + len(
+                self._waiters
+            ):
+                failures += not await self._fork_one()
                 continue
-            try:
-                child = await zygote.fork(
-                    self.level, run_dir, cgroup.paths if cgroup else (), self.read_paths, ids
-                )
-            except OSError:
-                failures += 1
-                await remove_dir(run_dir)
-                if cgroup is not None:
-                    await remove_cgroup(cgroup)
-                if ids is not None:
-                    ids.release()
-                continue
-            except BaseException:  # cancelled, or its task destroyed with its loop
-                remove_tree(run_dir)
-                if cgroup is not None and not cgroup.settle():
-                    settle_off_loop(cgroup, ids)  # the child may be forked: uid after it
-                elif ids is not None:
-                    ids.release()
-                raise
-            child.ids = ids
-            child.cgroup = cgroup
-            if self.closed:
-                await discard(child)
+            boots = [task for task in self._boots if not task.done()]
+            if not boots:
                 return
+            more = self._more = asyncio.get_running_loop().create_future()
+            try:
+                done, _ = await asyncio.wait([*boots, more], return_when="FIRST_COMPLETED")
+            finally:
+                self._more = None
+                more.cancel()
+            for task in done:
+                if task is not more and (
+                    task.cancelled() or task.exception() is not None or not task.result()
+                ):
+                    failures += 1  # a boot given up (its child discarded)
+
+    async def _fork_one(self) -> bool:
+        """Fork one child and start watching its boot; False if that failed."""
+        zygote = self._zygote
+        if zygote is None or zygote.dead:
+            if zygote is not None:
+                await zygote.aclose()
+                self.zygote_restarts += 1
+            zygote = self._zygote = Zygote(self.python, self.env)
+            self._finalizer.detach()
+            self._finalizer = weakref.finalize(
+                self, discard_all_blocking, self._ready, [zygote], self._free_cgroups
+            )
+        name = f"pool-{self._token}-{next(self._names)}"
+        cgroup: RunCgroup | None = None
+        if self._free_cgroups:
+            # With the last run's limits: the next run sets its own (usually the same,
+            # then nothing is written); an idle child needs far less than any run.
+            cgroup = self._free_cgroups.pop()
+        elif self.cgroup_roots is not None:
+            # A child whose processes cannot be capped is not made: runs then spawn
+            # cold, and the cold path caps them its own way. Idle, its memory is
+            # unbounded (it runs no user code); the run that takes it bounds it.
+            try:
+                cgroup = RunCgroup(self.cgroup_roots, name, 1 << 20)
+            except OSError:
+                return False
+        # The child's own uid, before it exists: it takes it on as it enters its
+        # sandbox, before any program is known (see .runids).
+        ids: RunIds | None = None
+        try:
+            ids = allocate_ids()
+            run_dir = make_run_dir(self.base_dir, name, ids)
+        except OSError:
+            if ids is not None:
+                ids.release()
+            if cgroup is not None:
+                await remove_cgroup(cgroup)
+            return False
+        try:
+            # In the background (a root host) while two parked children cover the runs.
+            background = self._background_boots and len(self._ready) >= 2
+            child = await zygote.fork(
+                self.level,
+                run_dir,
+                cgroup.paths if cgroup else (),
+                self.read_paths,
+                ids,
+                background,
+            )
+        except OSError:
+            await remove_dir(run_dir)
+            if cgroup is not None:
+                await remove_cgroup(cgroup)
+            if ids is not None:
+                ids.release()
+            return False
+        except BaseException:  # cancelled, or its task destroyed with its loop
+            remove_tree(run_dir)
+            if cgroup is not None and not cgroup.settle():
+                settle_off_loop(cgroup, ids)  # the child may be forked: uid after it
+            elif ids is not None:
+                ids.release()
+            raise
+        child.ids = ids
+        child.cgroup = cgroup
+        child.background = background
+        if self.closed:
+            await discard(child)
+            return True
+        # Ready once booted and parked, not at the fork: a run must not wait for (or
+        # share the CPUs with) its child's boot while another one is parked. The next
+        # fork does not wait for this boot: a boot also waits on the kernel (the first
+        # cgroup.procs write after an idle spell, namespaces), not only for a CPU.
+        self._booting.append(child)
+        task = asyncio.get_running_loop().create_task(self._boot(child))
+        self._boots.add(task)
+        task.add_done_callback(self._boots.discard)
+        return True
+
+    async def _boot(self, child: PooledChild) -> bool:
+        """Make ``child`` ready once it has parked; discard it if it dies or hangs first
+        (False)."""
+        try:
+            ok = await booted(child, self.boot_timeout)
+        except asyncio.CancelledError:  # closing: aclose() awaits this task
+            if child in self._booting:  # else close() took it over
+                self._booting.remove(child)
+                await discard(child)  # cancelled again, it finishes without the loop
+            raise
+        except BaseException:  # destroyed with its loop: nothing can be awaited
+            if child in self._booting:
+                self._booting.remove(child)
+                discard_now(child)
+            raise
+        if child not in self._booting:
+            return True  # close() took it over
+        self._booting.remove(child)
+        if ok and child.background:
+            ok = in_foreground(child)
+        if ok and not self.closed:
             self._ready.append(child)
             self._behind = False
             self._delivered_at = asyncio.get_running_loop().time()
             self._wake_one()
+            return True
+        await discard(child)
+        return self.closed
 
     async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
         """Empty the cgroup of a finished run and take it back for the next child; or
@@ -593,17 +766,22 @@ class WarmPool:
     def _stop(self) -> None:
         self.closed = True
         self._wake_all()  # runs waiting for a child go cold
-        if self._filler is not None and not self._filler.done():
-            try:
-                self._filler.cancel()
-            except RuntimeError:
-                pass  # its loop is closed
+        for task in (self._filler, *self._boots):
+            if task is not None and not task.done():
+                try:
+                    task.cancel()
+                except RuntimeError:
+                    pass  # its loop is closed
 
     def close(self) -> None:
         """Stop the zygote and every idle child; remove their directories and cgroups,
         waiting for them: for synchronous callers, never on the event loop (there,
         :meth:`aclose`)."""
         self._stop()
+        # Booting children are idle children too: the finalizer discards them with the
+        # ready ones (their boot tasks, cancelled, then leave them alone).
+        self._ready.extend(self._booting)
+        self._booting.clear()
         while self._free_cgroups:
             self._free_cgroups.pop().settle_blocking()
         self._finalizer()
@@ -615,7 +793,7 @@ class WarmPool:
         await discard_idle(
             self._ready,
             self._free_cgroups,
-            (self._filler, *self._discarding),
+            (self._filler, *self._boots, *self._discarding),
             self._finalizer,
             "pool",
             then=zygote.aclose if zygote is not None else None,

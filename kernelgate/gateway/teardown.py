@@ -27,6 +27,7 @@ __all__ = [
     "discard",
     "discard_all_blocking",
     "discard_idle",
+    "discard_now",
     "sweep_leftovers",
     "empty_cgroup",
     "off_loop",
@@ -200,12 +201,7 @@ async def discard(child: IdleChild) -> None:
     try:
         await wait_gone(child)
     except BaseException:  # cancelled: finish without the loop
-        child.close()
-        remove_tree(child.run_dir)
-        if child.cgroup is not None and not child.cgroup.settle():
-            settle_off_loop(child.cgroup, child.ids)
-        else:
-            release_ids(child)
+        discard_now(child)
         raise
     child.close()
     try:
@@ -214,6 +210,19 @@ async def discard(child: IdleChild) -> None:
             await remove_cgroup(child.cgroup)  # cancelled: finished off the loop
     finally:
         release_ids(child)  # the child is gone: its uid is free, cancelled or not
+
+
+def discard_now(child: IdleChild) -> None:
+    """:func:`discard` without the loop and without waiting (cancelled, or the loop gone):
+    kill it, remove its directory; its cgroup (which the kill empties) is removed now or,
+    if its processes have not left yet, in a thread of its own, then its uid given back."""
+    child.kill_all()
+    child.close()
+    remove_tree(child.run_dir)
+    if child.cgroup is not None and not child.cgroup.settle():
+        settle_off_loop(child.cgroup, child.ids)
+    else:
+        release_ids(child)
 
 
 async def discard_idle(

@@ -10,24 +10,34 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .process import stat_fields
-
 __all__ = ["descendants", "measure_usage", "proc_usage"]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def _read(path: str, size: int) -> bytes | None:
+    """One /proc file, whole (``size`` is more than it holds); None if gone. os.open and a
+    single read: a third of the builtin open()'s cost, and this is on a run's reply path."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def proc_usage(pid: int) -> tuple[float, float, int, float] | None:
     """(user s, system s, peak RSS bytes, its own CPU s) of ``pid`` and its reaped
     children (the first three), from /proc."""
-    fields = stat_fields(pid)
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            status = f.read()
-    except OSError:
+    stat = _read(f"/proc/{pid}/stat", 4096)  # about 300 bytes
+    status = _read(f"/proc/{pid}/status", 65536)  # about 1.5 KiB
+    if stat is None or status is None:
         return None
-    if fields is None:
-        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
     try:
         user = (int(fields[11]) + int(fields[13])) / _CLK_TCK
         system = (int(fields[12]) + int(fields[14])) / _CLK_TCK

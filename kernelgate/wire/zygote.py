@@ -26,9 +26,16 @@ as the fd-3 events are); what is decoded goes through the same constructors, and
 refusal is a :class:`ZygoteProtocolError` naming the field and the value. The JSON shapes:
 
 * ``{"op": "fork", "id": N, "level": L, "run_dir": D, "cgroups": [C, ...],
-  "read_paths": [...], "owner": "kernelgate-<pid>-<start>-<pidns>-", "ids": [U, G] | null}``
+  "read_paths": [...], "owner": "kernelgate-<pid>-<start>-<pidns>-", "ids": [U, G] | null,
+  "background": B}`` (``background``: the child boots at a lower priority, which the host
+  puts back before it hands the child out; a root host only)
 * ``{"id": N, "pid": P}``, ``{"id": N | null, "error": "..."}``
 * ``{"exit": P, "status": S, "rusage": [user_s, system_s, maxrss_kib]}``
+
+On its own fd 3 (the host's stream socket, not this one), a child the zygote forked writes
+the single byte :data:`BOOTED` once it has booted (cgroups, sandbox, rehearsal) and parked,
+just before it blocks for its program: the host hands out only children whose first byte
+was that one. No program has run in the child by then, so nothing can forge it.
 """
 
 from __future__ import annotations
@@ -51,7 +58,11 @@ __all__ = [
     "encode",
     "decode_request",
     "decode_reply",
+    "BOOTED",
 ]
+
+#: A pooled child's first byte on its fd 3: booted, parked, waiting for its program (ACK).
+BOOTED = b"\x06"
 
 _NO_ID = 2**32 - 1  # (uid_t)-1: "no change" to setresuid, never an id
 _MAX_MESSAGE = 8 * 1024  # a ForkFailed error text is cut to this
@@ -118,7 +129,16 @@ class ForkRequest(_Event):
     if the host dies), and the run's own uid and gid on a root host (``ids``; None: the
     host's own, or the shared one)."""
 
-    __slots__ = ("request_id", "level", "run_dir", "cgroups", "read_paths", "owner", "ids")
+    __slots__ = (
+        "request_id",
+        "level",
+        "run_dir",
+        "cgroups",
+        "read_paths",
+        "owner",
+        "ids",
+        "background",
+    )
     wire_name = "zygote fork request"
     request_id: int
     level: str
@@ -127,6 +147,7 @@ class ForkRequest(_Event):
     read_paths: tuple[str, ...]
     owner: str
     ids: tuple[int, int] | None
+    background: bool
 
     def __init__(
         self,
@@ -137,6 +158,7 @@ class ForkRequest(_Event):
         read_paths: tuple[str, ...],
         owner: str,
         ids: tuple[int, int] | None = None,
+        background: bool = False,
     ) -> None:
         where = "zygote fork request"
         _set = object.__setattr__
@@ -165,6 +187,9 @@ class ForkRequest(_Event):
                 if type(n) is not int or not 0 < n < _NO_ID:
                     raise _bad(f"{where} ids[{i}]", f"an id from 1 to {_NO_ID - 1}", n)
         _set(self, "ids", ids)
+        if type(background) is not bool:
+            raise _bad(f"{where} background", "true or false", background)
+        _set(self, "background", background)
 
 
 class Forked(_Event):
@@ -247,6 +272,7 @@ def encode(event: ZygoteEvent) -> bytes:
             "read_paths": list(event.read_paths),
             "owner": event.owner,
             "ids": None if event.ids is None else list(event.ids),
+            "background": event.background,
         }
     elif type(event) is Forked:
         message = {"id": event.request_id, "pid": event.pid}
@@ -314,6 +340,7 @@ def decode_request(data: bytes) -> ForkRequest:
             read_paths,
             _field(message, "owner", what, request_id),
             None if ids is None else tuple(ids),
+            message.get("background", False),
         )
     except LocalProtocolError as exc:
         raise ZygoteProtocolError(str(exc), request_id) from None

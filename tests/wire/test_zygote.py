@@ -80,7 +80,22 @@ def test_the_json_shapes():
         "read_paths": ["/data"],
         "owner": "o-",
         "ids": None,
+        "background": False,
     }
+    background = ForkRequest(3, "process", "/r", (), (), "o-", None, True)
+    assert decode_request(encode(background)).background is True
+    assert (
+        decode_request(
+            b'{"op": "fork", "id": 1, "level": "process", "run_dir": "/r", '
+            b'"cgroups": [], "read_paths": [], "owner": ""}'
+        ).background
+        is False
+    )
+    with pytest.raises(ZygoteProtocolError, match="background must be true or false"):
+        decode_request(
+            b'{"op": "fork", "id": 1, "level": "process", "run_dir": "/r", '
+            b'"cgroups": [], "read_paths": [], "owner": "", "background": 1}'
+        )
     with_ids = ForkRequest(3, "process", "/r", (), (), "o-", (2068250624, 2068250624))
     assert json.loads(encode(with_ids))["ids"] == [2068250624, 2068250624]
     assert json.loads(encode(Forked(3, 7))) == {"id": 3, "pid": 7}
@@ -222,7 +237,7 @@ def _reply(sock: socket.socket) -> object:
 
 
 def test_a_real_zygote_refuses_what_it_cannot_read_and_goes_on(tmp_path):
-    from kernelgate.gateway.pool import Zygote  # the gateway layer: only this test needs it
+    from kernelgate.gateway.pool import Zygote, booted  # the gateway layer: only this test
 
     zygote = Zygote(sys.executable, {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
     run_dir = tmp_path / "run"
@@ -247,6 +262,8 @@ def test_a_real_zygote_refuses_what_it_cannot_read_and_goes_on(tmp_path):
         # Still serving: a real fork, through the pool's own client.
         child = asyncio.run(zygote.fork("process", str(run_dir), ()))
         try:
+            # It says when it has booted and parked, and only then: then no program comes.
+            assert asyncio.run(booted(child, 60))
             child.control.close()  # no program will come: the child exits
             exited = _reply(zygote.sock)
             assert type(exited) is Exited and exited.pid == child.pid
