@@ -53,7 +53,15 @@ from .confine import (
     system_paths,
 )
 from .syscalls import landlock_abi
-from .userns import Born, enter_namespaces, fork_into_namespaces, probe, read_all, read_status
+from .userns import (
+    Born,
+    clones_into_namespaces,
+    enter_namespaces,
+    fork_into_namespaces,
+    probe,
+    read_all,
+    read_status,
+)
 
 __all__ = [
     "LEVELS",
@@ -70,6 +78,7 @@ __all__ = [
     "warm_sandbox",
     "Born",
     "fork_into_namespaces",
+    "clones_into_namespaces",
     "interpreter_paths",
     "landlock_abi",
     "read_all",
