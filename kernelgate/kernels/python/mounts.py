@@ -138,7 +138,11 @@ def private_dirs(
 
 def idmap_userns(uid: int = RUN_UID, gid: int = RUN_GID) -> int:
     """An fd of a user namespace mapping 0 to ``uid``/``gid`` (for an idmapped mount),
-    made by a short-lived child; the caller must be root (it writes the maps)."""
+    made by a short-lived child; the caller must be root (it writes the maps).
+
+    The child names itself as ``/proc`` knows it: the caller may be in a new pid
+    namespace of its own (a root zygote's child) while ``/proc`` is still the host's.
+    """
     ready_r, ready_w = os.pipe()
     done_r, done_w = os.pipe()
     pid = os.fork()
@@ -147,17 +151,18 @@ def idmap_userns(uid: int = RUN_UID, gid: int = RUN_GID) -> int:
             os.close(ready_r)
             os.close(done_w)
             unshare(CLONE_NEWUSER, "unshare user namespace")
-            os.write(ready_w, b"x")
+            os.write(ready_w, os.readlink("/proc/self").encode())
             os.read(done_r, 1)
         finally:
             os._exit(0)
     os.close(ready_w)
     os.close(done_r)
     try:
-        if os.read(ready_r, 1) != b"x":
+        seen = os.read(ready_r, 32)
+        if not seen.isdigit():
             raise OSError("could not make a user namespace for an idmapped mount")
-        write_maps(pid, uid, gid)
-        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        write_maps(int(seen), uid, gid)
+        return os.open(f"/proc/{int(seen)}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         os.close(ready_r)
         os.close(done_w)
