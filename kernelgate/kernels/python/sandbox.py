@@ -49,6 +49,7 @@ from .confine import (
     interpreter_paths,
     lock_down,
     not_dumpable,
+    read_rules,
     run_ids,
     system_paths,
 )
@@ -94,7 +95,7 @@ LEVELS = ("process", "namespaces", "namespaces+landlock")
 
 def warm_sandbox() -> None:
     """Build what every lock-down needs (paths, the seccomp filter) ahead of the children."""
-    interpreter_paths()
+    read_rules(interpreter_paths())  # what landlock gets, resolved once
     seccomp.warm()  # a machine without a filter table is left for lock_down to report
 
 
