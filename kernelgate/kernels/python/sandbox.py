@@ -41,7 +41,7 @@ from typing import Any
 
 from kernelgate.model.constants import RUN_GID, RUN_UID
 
-from . import seccomp
+from . import mounts, seccomp
 from .confine import (
     Ids,
     apply_rlimits,
@@ -96,6 +96,7 @@ LEVELS = ("process", "namespaces", "namespaces+landlock")
 def warm_sandbox() -> None:
     """Build what every lock-down needs (paths, the seccomp filter) ahead of the children."""
     read_rules(interpreter_paths())  # what landlock gets, resolved once
+    mounts.warm(_kept_paths())  # what the view needs to know of them
     seccomp.warm()  # a machine without a filter table is left for lock_down to report
 
 
