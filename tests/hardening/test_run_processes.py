@@ -8,6 +8,7 @@ that dies with the processes above it.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from kernelgate import Limits
 from kernelgate.gateway import runids
 from tests.procs import descendants, pid_alive
 
@@ -149,3 +151,35 @@ def test_a_warm_run_and_the_idle_children_die_with_their_zygote_and_host(tmp_pat
         if name.startswith("kernelgate-"):
             subprocess.run(["rm", "-rf", str(tmp_path / name)], check=False)
     assert alive == [], "the warm run or an idle child outlived its zygote and host"
+
+
+_FORK_UNTIL_REFUSED = """
+import os, time
+pids, err = [], None
+for _ in range(40):
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        err = exc.errno
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+return [len(pids), err]
+"""
+
+
+@NS_LEVELS
+@BOTH
+def test_a_run_at_a_namespace_level_has_exactly_max_processes(hostile, level, warm):
+    # The sandbox's own processes (the init, and a cold child's mirror) are allowed on top
+    # of max_processes, and no more: a warm child born in its namespaces has no mirror, so
+    # an allowance for one would be a process more for the program.
+    limits = Limits(wall_seconds=20, kill_grace_seconds=0.3, cpu_seconds=10, max_processes=4)
+    r = hostile.run(_FORK_UNTIL_REFUSED, limits, warm=warm, sandbox=level, strict=True)
+    assert r.status == "ok", r.message
+    assert r.value == [3, errno.EAGAIN], r.value  # the program and 3 children: 4
