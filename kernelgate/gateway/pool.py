@@ -403,6 +403,9 @@ class PooledChild(WarmChild):
     reaped_by_zygote = True
     #: Forked to boot at a lower priority (put back before it is handed out).
     background = False
+    #: At a namespace level it is born in its namespaces as their init: no mirror outside
+    #: (``SandboxPlan.pids_max``; a zygote refused the clone adds one, the run is stricter).
+    born_in_namespaces = True
 
     def __init__(self, *args: Any, zygote: Zygote, run_dir: str) -> None:
         super().__init__(*args, run_dir=run_dir)

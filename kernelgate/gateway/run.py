@@ -223,8 +223,12 @@ class Run:
         pooled = await plan.pool.acquire() if plan.pool is not None else None
         max_pids = plan.sandbox.pids_max(self.limits.max_processes)
         if pooled is not None and pooled.cgroup is not None:
+            born = bool(getattr(pooled, "born_in_namespaces", False))
             try:
-                pooled.cgroup.begin(max_pids, self.limits.memory_bytes)
+                pooled.cgroup.begin(
+                    plan.sandbox.pids_max(self.limits.max_processes, born),
+                    self.limits.memory_bytes,
+                )
             except OSError:
                 # The idle child holds more than memory_bytes already (or the cgroup
                 # went): it cannot run bounded. A cold child shows what happens then.

@@ -122,15 +122,19 @@ class SandboxPlan:
     #: workers): added to ``max_processes`` wherever tasks are counted.
     own_tasks: int = 0
 
-    def pids_max(self, max_processes: int) -> int:
+    def pids_max(self, max_processes: int, born_in_namespaces: bool = False) -> int:
         """``pids.max`` of the run's cgroup: ``max_processes`` for the program and what it
-        forks, plus at the namespace levels the two processes the sandbox adds (the mirror
-        outside the namespaces and their init). ``process`` adds none.
+        forks, plus at the namespace levels the processes the sandbox adds: their init,
+        and for a child not ``born_in_namespaces`` (a cold one) the mirror outside them.
+        ``process`` adds none.
 
-        >>> SandboxPlan("process", {}).pids_max(8), SandboxPlan("namespaces", {}).pids_max(8)
-        (8, 10)
+        >>> plan = SandboxPlan("namespaces", {})
+        >>> SandboxPlan("process", {}).pids_max(8), plan.pids_max(8), plan.pids_max(8, True)
+        (8, 10, 9)
         """
-        return max_processes + self.own_tasks + (0 if self.level == "process" else 2)
+        if self.level == "process":
+            return max_processes + self.own_tasks
+        return max_processes + self.own_tasks + (1 if born_in_namespaces else 2)
 
     def child_options(self, ids: RunIds | None = None) -> dict[str, Any]:
         """What the child is told (``ids``: the run's own uid and gid, on a root host)."""

@@ -26,6 +26,7 @@ import ctypes
 import os
 import resource
 import signal
+import stat
 import sys
 
 from kernelgate.model.constants import RUN_GID, RUN_UID
@@ -55,6 +56,7 @@ __all__ = [
     "die_with_parent",
     "interpreter_paths",
     "system_paths",
+    "read_rules",
     "lock_down",
 ]
 
@@ -179,7 +181,37 @@ def _handled_fs(abi: int) -> int:
     return handled
 
 
+_read_rules: dict[tuple[str, ...], list[str]] = {}
+
+
+def read_rules(paths: list[str]) -> list[str]:
+    """The paths of ``paths`` worth a read rule, resolved: each followed to where it
+    leads (the rule is on what a path opens to), those that do not exist (or are not
+    absolute) left out, and only the outermost (a rule covers everything beneath it,
+    mount points included: landlock walks up through them to the root).
+
+    Found once per list (a zygote's children inherit it: about 27 paths and a third of
+    them nested for the interpreter's own, ``sys.path`` under its prefix).
+    """
+    key = tuple(paths)
+    rules = _read_rules.get(key)
+    if rules is None:
+        found = {os.path.realpath(p) for p in paths if os.path.isabs(p)}
+        rules = _outermost([p for p in found if os.path.exists(p)])
+        _read_rules[key] = rules
+    return list(rules)
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    outer: list[str] = []
+    for path in sorted(paths):
+        if not any(path == o or path.startswith(o.rstrip("/") + "/") for o in outer):
+            outer.append(path)
+    return outer
+
+
 def _landlock(read_paths: list[str], write_paths: list[str]) -> None:
+    """``read_paths``: as :func:`read_rules` gives them (resolved, outermost)."""
     abi = landlock_abi()
     if abi < 1:
         raise OSError("landlock is not available in this kernel")
@@ -196,7 +228,7 @@ def _landlock(read_paths: list[str], write_paths: list[str]) -> None:
                     continue  # a configured path that does not exist grants nothing
                 try:
                     allowed = rights & handled
-                    if not os.path.isdir(path):
+                    if not stat.S_ISDIR(os.fstat(fd).st_mode):
                         allowed &= _FILE_RIGHTS
                     landlock_add_path_rule(ruleset, allowed, fd, path)
                 finally:
@@ -336,7 +368,9 @@ def lock_down(
         _landlock_domain()
     if level == "namespaces+landlock":
         _landlock(
-            [*(interpreter_paths() if runtime_paths is None else runtime_paths), *read_paths],
+            read_rules(
+                [*(interpreter_paths() if runtime_paths is None else runtime_paths), *read_paths]
+            ),
             [run_dir, "/tmp", "/dev/shm", "/dev/null", *(write_paths or [])],
         )
     if level != "process":

@@ -52,6 +52,7 @@ __all__ = [
     "private_view",
     "private_dirs",
     "untraversable_ancestors",
+    "warm",
     "idmap_userns",
     "writable_proc",
     "write_maps",
@@ -108,14 +109,49 @@ def untraversable_ancestors(paths: list[str], uid: int = RUN_UID) -> list[str]:
         parts = path.split("/")
         for end in range(2, len(parts)):
             ancestor = "/".join(parts[:end])
-            try:
-                st = os.stat(ancestor)
-            except OSError:
+            owner_mode = _known_ancestors.get(ancestor) or _owner_mode(ancestor)
+            if owner_mode is None:
                 break
-            if st.st_uid != uid and not st.st_mode & stat.S_IXOTH:
+            if owner_mode[0] != uid and not owner_mode[1] & stat.S_IXOTH:
                 found.append(ancestor)
                 break
     return found
+
+
+def _owner_mode(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_uid, st.st_mode
+
+
+#: What :func:`warm` found: the interpreter's paths that exist (per list, normalised), and
+#: the owner and mode of each of their ancestors. Found once in the zygote, not by each of
+#: its children (about 100 stat calls). A path that appears later is not brought back
+#: (the interpreter would not see it), one that goes away is skipped: neither opens
+#: anything up.
+_known_kept: dict[tuple[str, ...], list[str]] = {}
+_known_ancestors: dict[str, tuple[int, int]] = {}
+
+
+def warm(kept: list[str]) -> None:
+    """Find once what :func:`private_view` needs to know of the interpreter's paths
+    ``kept`` (which exist, and their ancestors' owners and modes), for every child."""
+    existing = _existing(kept)
+    for path in existing:
+        parts = path.split("/")
+        for end in range(2, len(parts)):
+            ancestor = "/".join(parts[:end])
+            owner_mode = _owner_mode(ancestor)
+            if owner_mode is None:
+                break
+            _known_ancestors[ancestor] = owner_mode
+    _known_kept[tuple(kept)] = existing
+
+
+def _existing(paths: list[str]) -> list[str]:
+    return [os.path.normpath(p) for p in paths if p and os.path.exists(p)]
 
 
 def private_dirs(
@@ -138,7 +174,11 @@ def private_dirs(
 
 def idmap_userns(uid: int = RUN_UID, gid: int = RUN_GID) -> int:
     """An fd of a user namespace mapping 0 to ``uid``/``gid`` (for an idmapped mount),
-    made by a short-lived child; the caller must be root (it writes the maps)."""
+    made by a short-lived child; the caller must be root (it writes the maps).
+
+    The child names itself as ``/proc`` knows it: the caller may be in a new pid
+    namespace of its own (a root zygote's child) while ``/proc`` is still the host's.
+    """
     ready_r, ready_w = os.pipe()
     done_r, done_w = os.pipe()
     pid = os.fork()
@@ -147,17 +187,18 @@ def idmap_userns(uid: int = RUN_UID, gid: int = RUN_GID) -> int:
             os.close(ready_r)
             os.close(done_w)
             unshare(CLONE_NEWUSER, "unshare user namespace")
-            os.write(ready_w, b"x")
+            os.write(ready_w, os.readlink("/proc/self").encode())
             os.read(done_r, 1)
         finally:
             os._exit(0)
     os.close(ready_w)
     os.close(done_r)
     try:
-        if os.read(ready_r, 1) != b"x":
+        seen = os.read(ready_r, 32)
+        if not seen.isdigit():
             raise OSError("could not make a user namespace for an idmapped mount")
-        write_maps(pid, uid, gid)
-        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        write_maps(int(seen), uid, gid)
+        return os.open(f"/proc/{int(seen)}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         os.close(ready_r)
         os.close(done_w)
@@ -205,8 +246,9 @@ def private_view(
     """
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     run_dir = os.path.normpath(run_dir)
-    kept = [os.path.normpath(p) for p in kept if p and os.path.exists(p)]
-    read_paths = [os.path.normpath(p) for p in read_paths if p and os.path.exists(p)]
+    known = _known_kept.get(tuple(kept))
+    kept = _existing(kept) if known is None else known
+    read_paths = _existing(read_paths)
     private = private_dirs(run_dir, [*kept, *read_paths], root_host, ids[0])
 
     def hidden(path: str) -> bool:
@@ -220,7 +262,10 @@ def private_view(
         # attaching: the interpreter's trees, then the read paths (which may lie inside
         # them), then the run directory (which may lie inside any of them).
         for path in _outermost([p for p in kept if hidden(p)]):
-            trees.append((path, _open_tree(path, ro)))
+            try:
+                trees.append((path, _open_tree(path, ro)))
+            except FileNotFoundError:
+                continue  # gone since :func:`warm` found it: nothing to bring back
         if root_host:
             wanted = [p for p in read_paths if p != "/"]
             if wanted:

@@ -41,7 +41,7 @@ from typing import Any
 
 from kernelgate.model.constants import RUN_GID, RUN_UID
 
-from . import seccomp
+from . import mounts, seccomp
 from .confine import (
     Ids,
     apply_rlimits,
@@ -49,11 +49,20 @@ from .confine import (
     interpreter_paths,
     lock_down,
     not_dumpable,
+    read_rules,
     run_ids,
     system_paths,
 )
 from .syscalls import landlock_abi
-from .userns import Born, enter_namespaces, fork_into_namespaces, probe, read_all, read_status
+from .userns import (
+    Born,
+    clones_into_namespaces,
+    enter_namespaces,
+    fork_into_namespaces,
+    probe,
+    read_all,
+    read_status,
+)
 
 __all__ = [
     "LEVELS",
@@ -70,6 +79,7 @@ __all__ = [
     "warm_sandbox",
     "Born",
     "fork_into_namespaces",
+    "clones_into_namespaces",
     "interpreter_paths",
     "landlock_abi",
     "read_all",
@@ -85,7 +95,8 @@ LEVELS = ("process", "namespaces", "namespaces+landlock")
 
 def warm_sandbox() -> None:
     """Build what every lock-down needs (paths, the seccomp filter) ahead of the children."""
-    interpreter_paths()
+    read_rules(interpreter_paths())  # what landlock gets, resolved once
+    mounts.warm(_kept_paths())  # what the view needs to know of them
     seccomp.warm()  # a machine without a filter table is left for lock_down to report
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import resource
+import select
 import signal
 from typing import Any
 
@@ -57,6 +58,7 @@ __all__ = [
     "NAMESPACES",
     "Born",
     "fork_into_namespaces",
+    "clones_into_namespaces",
     "probe",
     "enter_namespaces",
     "read_all",
@@ -81,15 +83,58 @@ class Born:
         self.uid, self.gid, self.status_fd, self.mapped = uid, gid, status_fd, mapped
 
 
+#: What a root zygote's child is born in: every namespace but the user namespace, which
+#: the child makes itself once it has arranged its view as real root
+#: (:func:`_become_the_runs_root`).
+ROOT_BORN = NAMESPACES & ~CLONE_NEWUSER
+
+
 def fork_into_namespaces() -> int:
-    """``os.fork()``, with the child born in new user, mount, network and pid namespaces
+    """``os.fork()``, with the child born in new mount, network, pid and IPC namespaces
     (as pid 1 of its own): one process where ``unshare`` needs two, since unshare moves
-    only the caller's later children into a new pid namespace.
+    only the caller's later children into a new pid namespace. A non-root caller's child
+    is born in a new user namespace too; a root caller's makes its own
+    (:func:`enter_namespaces`), so that no process of the run stays outside to map it.
 
     The interpreter's fork bookkeeping runs as in ``os.fork``; for a single-threaded caller
     only (the zygote). See :func:`.syscalls.clone_with_flags`.
     """
-    return clone_with_flags(NAMESPACES)
+    return clone_with_flags(ROOT_BORN if os.geteuid() == 0 else NAMESPACES)
+
+
+_clones: bool | None = None
+
+
+def clones_into_namespaces() -> bool:
+    """Whether a child of :func:`fork_into_namespaces` can enter its sandbox on this host.
+
+    A non-root caller: yes (a clone that fails raises, and the caller forks instead). Root:
+    only if a process whose effective uid is a run's may make a user namespace (it must own
+    the run's, and map its own ids in it); a sysctl such as Debian's
+    ``kernel.unprivileged_userns_clone=0`` refuses that. Tried once, in a throwaway process;
+    where refused, the child is forked and maps its init from outside
+    (:func:`_unprivileged_init`).
+    """
+    global _clones
+    if _clones is None:
+        _clones = os.geteuid() != 0 or _run_uid_may_own_a_user_namespace()
+    return _clones
+
+
+def _run_uid_may_own_a_user_namespace() -> bool:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the forked probe
+        code = 1
+        try:
+            os.setgroups([])
+            os.setresgid(-1, RUN_GID, -1)
+            os.setresuid(-1, RUN_UID, -1)
+            unshare(CLONE_NEWUSER | CLONE_NEWNS)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def probe() -> dict[str, Any]:
@@ -131,19 +176,20 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def _map_ids(uid: int, gid: int) -> None:
+def _map_ids(uid: int, gid: int, proc: str = "/proc") -> None:
     # Root inside maps to whoever we are outside: the namespace grants nothing new on the
     # host, and capabilities are dropped before the program runs. A process that is not
     # dumpable (the zygote's children) cannot open its own maps (/proc/self is owned by
     # root then): dumpable only while it writes them, before any program exists.
+    # ``proc``: where a writable /proc is (a root-born child's view made /proc read-only).
     prctl(PR_SET_DUMPABLE, 1)
     try:
         try:
-            _write("/proc/self/setgroups", "deny")
+            _write(f"{proc}/self/setgroups", "deny")
         except FileNotFoundError:
             pass
-        _write("/proc/self/uid_map", f"0 {uid} 1")
-        _write("/proc/self/gid_map", f"0 {gid} 1")
+        _write(f"{proc}/self/uid_map", f"0 {uid} 1")
+        _write(f"{proc}/self/gid_map", f"0 {gid} 1")
     finally:
         prctl(PR_SET_DUMPABLE, 0)
 
@@ -242,10 +288,14 @@ def enter_namespaces(
     uid and gid outside (None: the shared :data:`RUN_UID`).
     """
     mirror = born_in is None
+    proc_mounted = False
     if born_in is None and os.geteuid() == 0:
         born_in = _unprivileged_init(run_dir, kept, read_paths, ids or (RUN_UID, RUN_GID))
         mirror = False
-    if born_in is None or not born_in.mapped:
+    elif born_in is not None and not born_in.mapped and os.geteuid() == 0:
+        _become_the_runs_root(run_dir, kept, read_paths, ids or (RUN_UID, RUN_GID))
+        proc_mounted = True
+    elif born_in is None or not born_in.mapped:
         if born_in is None:
             uid, gid = os.geteuid(), os.getegid()
             unshare(NAMESPACES)
@@ -268,15 +318,65 @@ def enter_namespaces(
     # If the host's child dies (the host's SIGKILL), the namespace goes with it. (Our ppid
     # reads 0 here: the parent is outside this pid namespace.)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    try:
-        # Read-only: /proc/sys above all (a root host's core_pattern runs code as root).
-        mount("proc", "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    except OSError:
-        pass  # /proc keeps the outer view (read-only too); not a reason to refuse the run
+    if born_in is not None and not _parent_holds(status_w):
+        os._exit(1)  # the zygote died before our parent-death signal was set again
+    if not proc_mounted:
+        _mount_proc()
     program = os.fork()
     if program:
         serve_as_init(program, status_w)  # never returns
     os.close(status_w)
+
+
+def _mount_proc() -> None:
+    """This pid namespace's /proc, read-only: /proc/sys above all (a root host's
+    core_pattern runs code as root)."""
+    try:
+        mount("proc", "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:
+        pass  # /proc keeps the outer view (read-only too); not a reason to refuse the run
+
+
+def _become_the_runs_root(
+    run_dir: str, kept: list[str], read_paths: list[str], ids: tuple[int, int]
+) -> None:
+    """A root zygote's child, born in new mount, network, pid and IPC namespaces (their
+    pid 1) but still real root in the host's user namespace: arrange the view and this pid
+    namespace's /proc as real root, then make the run's user namespace ourselves, owned by
+    the run's uid and gid ``ids`` (so its per-user counts are the run's, not root's), and
+    map 0 inside to them, which a process may do for its own effective ids alone.
+
+    The new mount namespace that comes with the user namespace copies the view and locks
+    every mount in it (the program cannot unmount what hides the host, nor make the tree
+    writable), as the clone of :func:`_unprivileged_init` does; and no process of the run
+    stays outside to write the maps and mirror the init's exit (a fork and an exit per
+    run): the zygote is our parent, outside, and reads the program's status from us.
+    Our supplementary groups go first: the program would inherit them.
+    """
+    uid, gid = ids
+    proc = mounts.writable_proc()  # the view makes /proc read-only; the maps are in it
+    try:
+        mounts.private_view(run_dir, kept, read_paths, root_host=True, ids=ids)
+        _mount_proc()  # as real root: a pid namespace owned by the host's user namespace
+        os.setgroups([])
+        os.setresgid(-1, gid, -1)
+        os.setresuid(-1, uid, -1)  # the new user namespace's owner: the run's uid
+        unshare(CLONE_NEWUSER | CLONE_NEWNS, "unshare user namespace")
+        _map_ids(uid, gid, f"/proc/self/fd/{proc}")
+    finally:
+        os.close(proc)
+    # Every id of ours the run's now; uid 0 here is the run's uid outside.
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+
+
+def _parent_holds(status_w: int) -> bool:
+    """Whether the process that reads our status (the zygote, or the mirror) still holds
+    the pipe: a credential change cleared our parent-death signal, and it may have died
+    before we set it again (our ppid reads 0 from inside the pid namespace)."""
+    poller = select.poll()
+    poller.register(status_w, select.POLLOUT)
+    return not any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 # -- the mirror and the init -----------------------------------------------------------------

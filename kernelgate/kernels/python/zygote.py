@@ -185,10 +185,9 @@ def _fork(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: F
     the program's exit, is saved (a fork and an exit, some milliseconds of CPU per run).
     """
     global _can_clone
-    # On a root host the child is forked normally: it arranges its view as real root and
-    # clones the namespaces' init itself, mapping its uid 0 to an unprivileged id from
-    # outside (sandbox._unprivileged_init), which a clone from here could not do.
-    if _can_clone and request.level in _NAMESPACE_LEVELS and os.geteuid() != 0:
+    # On a root host the child is born outside a user namespace: it arranges its view as
+    # real root, then makes the run's (userns._become_the_runs_root).
+    if _can_clone and request.level in _NAMESPACE_LEVELS and sandbox.clones_into_namespaces():
         status_r, status_w = os.pipe()
         go_r, go_w = os.pipe()
         born_in = sandbox.Born(os.geteuid(), os.getegid(), status_w)
