@@ -1669,6 +1669,9 @@ def goals(t: Table, paths: Paths, concs: list[int]) -> list[tuple[str, str, str]
                 f"p99 {idle.pct(0.99):.2f} ms"
             )
             ok = ok and idle.median <= 1.2
+        else:
+            parts.append("after idle: not measured (--quick)")
+            ok = False
         out.append((goal, "; ".join(parts) + f" (n={len(warm.samples)})", verdict(ok)))
 
     seq, floor = t.median("seq_child"), t.median("pp_ahost")
