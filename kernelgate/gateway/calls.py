@@ -342,7 +342,12 @@ class CallDispatcher:
         sweep timer)."""
         done = self._done
         while done:
-            self._thread_done(*done.popleft())
+            try:
+                self._thread_done(*done.popleft())
+            except Exception as exc:  # as a loop callback's: reported, the caller goes on
+                self._loop.call_exception_handler(
+                    {"message": "recording a binding call failed", "exception": exc}
+                )
 
     def _swept(self) -> None:
         """The sweep timer: settle what the threads left, and again while any run."""
@@ -529,6 +534,7 @@ class CallDispatcher:
 
     def cancel_now(self) -> None:
         """Cancel every call still running (without waiting for them)."""
+        self._settle_threads()  # answered already: recorded, whatever ends the run
         self._over = True
         if self._sweep is not None:
             self._sweep.cancel()
@@ -538,6 +544,7 @@ class CallDispatcher:
 
     async def cancel_all(self) -> None:
         """End the calls still running: the program is over, nobody awaits them."""
+        self._settle_threads()  # answered already: recorded, whatever ends the run
         self._over = True
         if self._sweep is not None:
             self._sweep.cancel()
