@@ -19,9 +19,13 @@ and no policy runs stage 4 inside fd 3's read callback, and a value that is read
 goes on in a task through the same stage functions.
 """
 
+# long: one call's five stages and its hand-off to a worker thread are one path, read
+# top to bottom; split, the hot path would cross modules for each call.
+
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import functools
 import inspect
@@ -46,6 +50,10 @@ from .plan import CallListener, RunPlan
 from .tracing import RunTrace
 
 __all__ = ["CallDispatcher"]
+
+#: How long a call answered from a worker thread may wait to be recorded when the child
+#: sends nothing after its answer (it usually does at once: see CallDispatcher._done).
+_SWEEP_S = 0.002
 
 
 class _Refused(Exception):
@@ -114,6 +122,17 @@ class CallDispatcher:
         self._threads = 0
         self._over = False
         self._claim = threading.Lock()  # who answers a thread's call (_ThreadOutcome)
+        # Calls whose binding ended in a worker thread, for the loop to record. The thread
+        # puts its call here before it writes the answer; whatever the child sends after
+        # its answer is read after this queue is emptied (ChildChannel.before_read), so
+        # the record comes before it. A thread that answered needs no wakeup of the loop
+        # (a self-pipe write, a loop turn: about a fifth of the host's CPU per call): the
+        # child's next frame, output or exit wakes it, or else _SWEEP_S later a timer.
+        self._done: collections.deque[tuple[CallRecord, float, _ThreadOutcome]] = (
+            collections.deque()
+        )
+        self._sweep: asyncio.TimerHandle | None = None
+        channel.before_read = self._settle_threads
         self.calls: list[CallRecord] = []
         #: Failures of the host's own hooks (on_call), kept for the result's note.
         self.hook_errors: list[str] = []
@@ -251,6 +270,8 @@ class CallDispatcher:
             self._answer(record, started, error=exc)
             return
         self._threads += 1
+        if self._sweep is None:
+            self._sweep = self._loop.call_later(_SWEEP_S, self._swept)
 
     def _take_slot(self) -> bool:
         """Take a free slot without waiting (False if none is free)."""
@@ -273,10 +294,11 @@ class CallDispatcher:
         args: list[Any],
         kwargs: dict[str, Any],
     ) -> None:
-        """In the worker thread: the binding, its result checked, the loop told (first:
-        it records the call before it reads anything the child sends after its answer),
-        then the answer written to the child from here, unless the loop got to it first
-        or must send it itself (see :meth:`ChildChannel.send_from_thread`)."""
+        """In the worker thread: the binding, its result checked, the call queued for the
+        loop to record (before the answer leaves: the loop records it before it reads
+        anything the child sends after its answer), the answer written to the child from
+        here, unless the loop got to it first or must send it itself (see
+        :meth:`ChildChannel.send_from_thread`), then the loop woken."""
         outcome = _ThreadOutcome()
         try:
             outcome.value = context.run(fn, *args, **kwargs)
@@ -290,15 +312,20 @@ class CallDispatcher:
             except BaseException as exc:  # a conversion that failed otherwise than it should
                 outcome.value, outcome.error = None, exc
             outcome.checked = True
+        self._done.append((record, started, outcome))
+        if direct and self._send_from_thread(record, outcome) and not self._tasks:
+            return  # answered, and nothing waits on the loop for it: see _done
         try:
-            self._loop.call_soon_threadsafe(self._thread_done, record, started, outcome)
+            self._loop.call_soon_threadsafe(self._settle_threads)
         except RuntimeError:
-            return  # the loop is closed: nobody waits for the answer
-        if not direct:
-            return
+            pass  # the loop is closed: nobody waits for the answer
+
+    def _send_from_thread(self, record: CallRecord, outcome: _ThreadOutcome) -> bool:
+        """In the worker thread: write a checked answer, unless the loop claimed it
+        (True: this thread sent it)."""
         with self._claim:
             if outcome.state != "pending":
-                return
+                return False
             sent = False
             if not self._over and not self._verdicts.settled:
                 try:
@@ -307,6 +334,27 @@ class CallDispatcher:
                 except BaseException:  # nothing was sent: the loop answers
                     sent = False
             outcome.state = "sent" if sent else "loop"
+        return sent
+
+    def _settle_threads(self) -> None:
+        """On the loop: record the calls whose binding ended in a worker thread (called
+        when a thread wakes the loop, before the channel reads anything, and by the
+        sweep timer)."""
+        done = self._done
+        while done:
+            try:
+                self._thread_done(*done.popleft())
+            except Exception as exc:  # as a loop callback's: reported, the caller goes on
+                self._loop.call_exception_handler(
+                    {"message": "recording a binding call failed", "exception": exc}
+                )
+
+    def _swept(self) -> None:
+        """The sweep timer: settle what the threads left, and again while any run."""
+        self._sweep = None
+        self._settle_threads()
+        if self._threads and not self._over:
+            self._sweep = self._loop.call_later(_SWEEP_S, self._swept)
 
     def _thread_done(self, record: CallRecord, started: float, outcome: _ThreadOutcome) -> None:
         """On the loop: record (and answer, unless its thread did) a call whose binding
@@ -486,13 +534,21 @@ class CallDispatcher:
 
     def cancel_now(self) -> None:
         """Cancel every call still running (without waiting for them)."""
+        self._settle_threads()  # answered already: recorded, whatever ends the run
         self._over = True
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for task in self._tasks:
             task.cancel()
 
     async def cancel_all(self) -> None:
         """End the calls still running: the program is over, nobody awaits them."""
+        self._settle_threads()  # answered already: recorded, whatever ends the run
         self._over = True
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

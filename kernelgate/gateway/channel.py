@@ -11,6 +11,7 @@ cannot keep the run from settling.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -78,6 +79,10 @@ class ChildChannel:
         self.paused = False
         self.bytes_in = 0
         self.bytes_out = 0
+        #: Called on the loop after each read of the child's fds, before what was read is
+        #: handed on (and before its exit is): what happened before the child could send
+        #: it (a call answered from a worker thread) is recorded first.
+        self.before_read: Callable[[], None] | None = None
 
     def open(self, on_exit: Callable[[], None]) -> None:
         """Start reading fd 3, 1 and 2, and watch the child's pidfd with ``on_exit``."""
@@ -86,13 +91,18 @@ class ChildChannel:
             (self._control_fd, self._on_control),
             (child.stdout_fd, lambda: self._on_pipe("stdout")),
             (child.stderr_fd, lambda: self._on_pipe("stderr")),
-            (child.pidfd, on_exit),
+            (child.pidfd, functools.partial(self._on_exit, on_exit)),
         ):
             if fd >= 0:
                 self._loop.add_reader(fd, callback)
                 self._readers.append(fd)
 
     # -- reading -------------------------------------------------------------------------
+
+    def _on_exit(self, on_exit: Callable[[], None]) -> None:
+        if self.before_read is not None:
+            self.before_read()
+        on_exit()
 
     def _on_control(self, drain: bool = False) -> None:
         sock = self._child.control
@@ -104,6 +114,8 @@ class ChildChannel:
                 return
             except OSError:
                 data = b""
+            if self.before_read is not None:
+                self.before_read()
             if not data:
                 self.unwatch(self._control_fd)
                 return
@@ -143,6 +155,8 @@ class ChildChannel:
                 return
             except OSError:
                 data = b""
+            if self.before_read is not None:
+                self.before_read()
             if not data:
                 self.unwatch(fd)
                 return

@@ -189,3 +189,33 @@ return out
     assert r.status == "ok", r.message
     assert r.value == ["TypeError", [1], "TypeError"]
     assert [c.ok for c in r.calls] == [False, True, False]
+
+
+@pytest.mark.timeout(120)
+@WARM_COLD
+def test_a_call_answered_from_a_thread_is_recorded_live_while_the_child_is_quiet(warm):
+    """A call answered from the binding's thread is recorded when the child next sends
+    something, or by a timer: a child that sends nothing for a while after its answer
+    must not hold back the live ``on_call`` (nor the call's slot) until it does."""
+
+    def echo(x: int) -> int:
+        return x
+
+    async def main() -> tuple[RunResult, list[float], float]:
+        seen: list[float] = []
+        gw = Gateway(bindings={"echo": echo}, pool_size=1 if warm else 0)
+        async with gw:
+            if warm:
+                assert (await gw.run("1")).ok
+            loop = asyncio.get_running_loop()
+            r = await gw.run(
+                "import time\nassert await tools.echo(7) == 7\ntime.sleep(1.5)\nreturn 1",
+                limits=LIMITS,
+                on_call=lambda record: seen.append(loop.time()),
+            )
+            return r, seen, loop.time()
+
+    r, seen, ended = asyncio.run(main())
+    assert r.status == "ok", r.message
+    assert [c.value for c in r.calls] == [7] and len(seen) == 1
+    assert ended - seen[0] > 1.0, "on_call waited for the child's next frame"
