@@ -31,12 +31,17 @@ from .report import with_usage
 __all__ = ["rehearse", "rehearsal_frames"]
 
 
-# A program's common shapes, kept short: parsing and compiling it writes the reference
-# counts of the AST node types and the compiler's objects it uses, which the run's own
-# compile then finds copied; but each line costs CPU in every warm child (the 11-line
-# program this replaced cost 3.1 ms and 300 page faults a child, at load, for about
-# 0.2 ms less in the run: issue 23). Run as it is: no output, no side effect, a JSON value.
+# The common shapes of an agent's program: parsing and compiling them writes the reference
+# counts of the AST node types and the compiler's objects they use, which the run's own
+# compile then finds copied. Each line costs CPU in every warm child: the 11-line program
+# this replaced cost 2.5-2.8 ms and ~265 page faults a child at load (this one ~2.0 ms,
+# ~255), and 2 lines (~1.3 ms) left a 6-line program's compile in the run 0.1 ms slower
+# (issue 23). Run as it is: no output, no side effect, a JSON value.
 _REHEARSAL_PROGRAM = """
+import json
+def f(a, b=2):
+    return [a * b + i for i in range(3) if i % 2 == 0]
+data = {"a": [1.5, None, True], "b": (f(1), f"{len('x'):>4}", json.dumps([1])[0])}
 results = [await tools.echo(n) for n in range(1)]
 len(results)
 """
