@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import os
 from typing import Any
 
 from kernelgate.wire.connection import CHILD, HOST, Connection
@@ -27,30 +26,24 @@ from kernelgate.wire.values import check_json
 from .display import plain_repr
 from .namespace import Binding, Namespace
 from .program import bind_globals, compile_program, forget_source
-from .report import restore_builtins, with_usage
-from .streams import OutputLedger, OutputStream
+from .report import with_usage
 
 __all__ = ["rehearse", "rehearsal_frames"]
 
 
 # The common shapes of an agent's program: parsing and compiling them writes the reference
-# counts of the AST node types and the compiler's objects they use (about 35 page copies a
-# run, measured with a program of a few lines, when the rehearsal compiled only "x = 1").
-# Kept short: compiling costs about 30 us of CPU a line in every warm child. Run as it is:
-# no output, no side effect, a JSON value.
+# counts of the AST node types and the compiler's objects they use, which the run's own
+# compile then finds copied. Each line costs CPU in every warm child: the 11-line program
+# this replaced cost 2.5-2.8 ms and ~265 page faults a child at load (this one ~2.0 ms,
+# ~255), and 2 lines (~1.3 ms) left a 6-line program's compile in the run 0.1 ms slower
+# (issue 23). Run as it is: no output, no side effect, a JSON value.
 _REHEARSAL_PROGRAM = """
 import json
-def f(a, b=2, *args, **kw):
+def f(a, b=2):
     return [a * b + i for i in range(3) if i % 2 == 0]
-total = 0
-for i, (k, v) in enumerate({"a": 1, "b": [1.5, None, True]}.items()):
-    total += len(k) if v and not i < 0 else -1
-try:
-    text = f"{total:>4} {json.dumps({'a': [1]})} {f(1, key=2)[0]!r}"
-except (KeyError, ValueError) as exc:
-    raise RuntimeError(str(exc)) from exc
+data = {"a": [1.5, None, True], "b": (f(1), f"{len('x'):>4}", json.dumps([1])[0])}
 results = [await tools.echo(n) for n in range(1)]
-total
+len(results)
 """
 _REHEARSAL_SPEC = {"params": [["x", "POSITIONAL_OR_KEYWORD", False]], "signature": "(x)", "doc": ""}
 _rehearsal_frames: list[bytes] | None = None
@@ -77,14 +70,6 @@ def rehearsal_frames() -> list[bytes]:
     return _rehearsal_frames
 
 
-def _discard(name: str, text: str) -> None:
-    pass
-
-
-def _nothing() -> None:
-    pass
-
-
 def rehearse(loop: asyncio.AbstractEventLoop) -> None:
     """In a warm child, booted, before its program arrives: go once through the child's
     side of a run, on throwaway objects, on the run's event loop ``loop``.
@@ -92,7 +77,9 @@ def rehearse(loop: asyncio.AbstractEventLoop) -> None:
     A forked child shares the zygote's memory until it writes to it, and merely using an
     object writes its reference count: the first run of every code path pays a page
     copy for each page it touches. This pays them before the program arrives. Nothing
-    here outlives the call.
+    here outlives the call. What :meth:`.runner.Child.prepare` makes right after (the
+    output streams, the builtins snapshot, the globals, the loop current and watching
+    fd 3) is not rehearsed: preparing it pays the same page copies, once.
     """
     opening, executing, replying = rehearsal_frames()
     peer = Connection(CHILD, session="rehearsal", compact=True)
@@ -105,14 +92,6 @@ def rehearse(loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon(fut.set_result, getattr(reply, "value", None))
         return fut
 
-    # The run's own set-up: its output streams, and its snapshot of the builtins (put
-    # back before reporting): a reference to each builtin writes its reference count, one
-    # page copy per page they sit on (about 50 here).
-    ledger = OutputLedger(1 << 16)
-    streams = [OutputStream(name, _discard, ledger) for name in ("stdout", "stderr")]
-    streams[0].write("rehearsal\n")
-    streams[0].flush()
-    restore_builtins(dict(builtins.__dict__))
     echo = Binding("tools", "echo", _REHEARSAL_SPEC, start, 1 << 20)
     namespace = Namespace("tools", {"echo": echo})
     fn = bind_globals(compile_program(request.code), {"tools": namespace, "__builtins__": builtins})
@@ -127,13 +106,6 @@ def rehearse(loop: asyncio.AbstractEventLoop) -> None:
 
     outcome = loop.run_until_complete(one_run())
     check_json(outcome[1], "value", 1 << 20)
-    # The run's loop set as current and watching fd 3 (here a throwaway pipe).
-    asyncio.set_event_loop(loop)
-    r, w = os.pipe()
-    loop.add_reader(r, _nothing)
-    loop.remove_reader(r)
-    os.close(r)
-    os.close(w)
     peer.send(ExecuteResult({"application/json": 1, "text/plain": plain_repr(1)}))
     peer.send(with_usage(ExecuteReply("ok")))
     forget_source()
