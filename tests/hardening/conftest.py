@@ -181,7 +181,26 @@ def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
 
 BINDINGS = {"add": add, "echo": echo}
 
-
+#: A program that forks children (each sleeping) until refused, then kills and reaps them:
+#: returns ``[children made, errno of the refusal or None]`` (max_processes tests).
+FORK_UNTIL_REFUSED = """
+import os, time
+pids, err = [], None
+for _ in range(40):
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        err = exc.errno
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+return [len(pids), err]
+"""
 
 
 def kernelgate_cgroups(names: set[str]) -> list[str]:

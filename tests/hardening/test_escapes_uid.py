@@ -32,7 +32,7 @@ from kernelgate.kernels.python.syscalls import landlock_abi
 from tests.procs import descendants, pid_alive, processes_with
 
 from .asuser import make_as_user, unavailable
-from .conftest import ROOT_HOST, at_levels
+from .conftest import FORK_UNTIL_REFUSED, ROOT_HOST, at_levels
 
 _libc = ctypes.CDLL(None, use_errno=True)
 BOTH = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
@@ -409,32 +409,12 @@ def no_pids_cgroup() -> Any:
         host_sandbox._cache.update(saved)
 
 
-_FORKS = """
-import errno, os, time
-pids, err = [], None
-for _ in range(40):
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        err = exc.errno
-        break
-    if pid == 0:
-        time.sleep(30)
-        os._exit(0)
-    pids.append(pid)
-for pid in pids:
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-return [len(pids), err]
-"""
-
-
 @NEEDS_ROOT
 @BOTH
 def test_max_processes_holds_at_process_level_without_a_pids_cgroup(hostile, no_pids_cgroup, warm):
     # RLIMIT_NPROC counts a uid's processes: with a uid of its own, only the run's.
     limits = Limits(wall_seconds=10, kill_grace_seconds=0.3, max_processes=6)
-    r = hostile.run(_FORKS, limits, warm=warm, sandbox="process", strict=True)
+    r = hostile.run(FORK_UNTIL_REFUSED, limits, warm=warm, sandbox="process", strict=True)
     assert r.status == "ok", r.message
     forked, err = r.value
     assert err == errno.EAGAIN and 0 < forked < 6, r.value

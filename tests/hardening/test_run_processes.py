@@ -23,7 +23,7 @@ from kernelgate import Limits
 from kernelgate.gateway import runids
 from tests.procs import descendants, pid_alive
 
-from .conftest import ALL_LEVELS, NS_LEVELS
+from .conftest import ALL_LEVELS, FORK_UNTIL_REFUSED, NS_LEVELS
 
 BOTH = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 _NAMESPACES = ("user", "mnt", "net", "pid", "ipc")
@@ -153,26 +153,6 @@ def test_a_warm_run_and_the_idle_children_die_with_their_zygote_and_host(tmp_pat
     assert alive == [], "the warm run or an idle child outlived its zygote and host"
 
 
-_FORK_UNTIL_REFUSED = """
-import os, time
-pids, err = [], None
-for _ in range(40):
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        err = exc.errno
-        break
-    if pid == 0:
-        time.sleep(30)
-        os._exit(0)
-    pids.append(pid)
-for pid in pids:
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-return [len(pids), err]
-"""
-
-
 @NS_LEVELS
 @BOTH
 def test_a_run_at_a_namespace_level_has_exactly_max_processes(hostile, level, warm):
@@ -180,6 +160,6 @@ def test_a_run_at_a_namespace_level_has_exactly_max_processes(hostile, level, wa
     # of max_processes, and no more: a warm child born in its namespaces has no mirror, so
     # an allowance for one would be a process more for the program.
     limits = Limits(wall_seconds=20, kill_grace_seconds=0.3, cpu_seconds=10, max_processes=4)
-    r = hostile.run(_FORK_UNTIL_REFUSED, limits, warm=warm, sandbox=level, strict=True)
+    r = hostile.run(FORK_UNTIL_REFUSED, limits, warm=warm, sandbox=level, strict=True)
     assert r.status == "ok", r.message
     assert r.value == [3, errno.EAGAIN], r.value  # the program and 3 children: 4
