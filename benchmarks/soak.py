@@ -29,6 +29,7 @@ import asyncio
 import collections
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -46,6 +47,8 @@ from kernelgate.gateway.cgroups import CgroupRoots  # noqa: E402
 from kernelgate.gateway.process import owner_prefix  # noqa: E402
 
 MARKER = f"kg-soak-{os.getpid()}"
+_FLOOD_LAST = "flood line 2999 " + "x" * 60 + "\n"
+_CUT = re.compile(r"\[kernelgate: \d+ bytes \(\d+ lines\) of stdout cut here")
 
 LIMITS = Limits(
     wall_seconds=10,
@@ -72,10 +75,7 @@ SMALL_MEMORY = Limits(
     max_output_bytes=16 * 1024,
 )
 
-_SLEEPER = (
-    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', "
-    f"{MARKER!r}])"
-)
+_SLEEPER = f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {MARKER!r}])"
 
 #: name -> (program, per-run limits or None, statuses it may end with, check of the result)
 PROGRAMS: dict[str, tuple[str, Limits | None, tuple[str, ...], Callable[[RunResult], bool]]] = {
@@ -86,15 +86,18 @@ PROGRAMS: dict[str, tuple[str, Limits | None, tuple[str, ...], Callable[[RunResu
         "return [x, ys, await tools.echo('e', k=1)]",
         None,
         ("ok",),
-        lambda r: r.value == [3, [3, 4, 5, 6, 7], {"args": ["e"], "kwargs": {"k": 1}}]
-        and len(r.calls) == 7,
+        lambda r: (
+            r.value == [3, [3, 4, 5, 6, 7], {"args": ["e"], "kwargs": {"k": 1}}]
+            and len(r.calls) == 7
+        ),
     ),
     "exception": (
         "print('about to fail')\nraise ValueError('planned')",
         None,
         ("exception",),
-        lambda r: r.error is not None and r.error.ename == "ValueError"
-        and r.stdout == "about to fail\n",
+        lambda r: (
+            r.error is not None and r.error.ename == "ValueError" and r.stdout == "about to fail\n"
+        ),
     ),
     "os_exit": (
         "print('bye', flush=True)\nimport os\nos._exit(3)",
@@ -112,7 +115,8 @@ PROGRAMS: dict[str, tuple[str, Limits | None, tuple[str, ...], Callable[[RunResu
         "for i in range(3000):\n    print('flood line', i, 'x' * 60)",
         None,
         ("ok",),
-        lambda r: r.stdout.count("[kernelgate: output cut here") == 1,
+        # Head and tail kept, one marker between them saying what was cut (issue 21).
+        lambda r: len(_CUT.findall(r.stdout)) == 1 and r.stdout.endswith(_FLOOD_LAST),
     ),
     "garbage": (
         "import os, time\nos.write(3, b'\\x00garbage on fd 3\\n')\ntime.sleep(30)",
@@ -138,8 +142,9 @@ PROGRAMS: dict[str, tuple[str, Limits | None, tuple[str, ...], Callable[[RunResu
         "hog = []\nwhile True:\n    hog.append(bytearray(10 ** 7))",
         SMALL_MEMORY,
         ("exception", "worker_exit"),
-        lambda r: r.error is not None
-        and (r.error.ename == "MemoryError" or "memory" in r.error.evalue),
+        lambda r: (
+            r.error is not None and (r.error.ename == "MemoryError" or "memory" in r.error.evalue)
+        ),
     ),
 }
 
