@@ -10,7 +10,11 @@ processes on the machine (another engineer's test run of the same test, a kernel
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import shutil
+import signal
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 
 def _stat(pid: int | str) -> tuple[bytes, int] | None:
@@ -86,3 +90,27 @@ def kernelgate_command() -> list[str]:
 
     script = Path(sys.executable).parent / "kernelgate"
     return [str(script)] if script.is_file() else [sys.executable, "-m", "kernelgate.cli"]
+
+
+def survivors_of_a_dead_host(
+    pids: Iterable[int], run_base: Path, seconds: float = 3.0
+) -> list[int]:
+    """The processes of ``pids`` still alive ``seconds`` after their host was killed (a
+    SIGKILLed process takes a moment to go); each is then killed, and the dead host's run
+    directories under ``run_base`` (what the next sweep would remove) are removed, so that a
+    failing test leaves nothing behind."""
+    pids = list(pids)
+    deadline = time.monotonic() + seconds
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in pids if pid_alive(p)]
+        time.sleep(0.01)
+    for p in alive:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for name in os.listdir(run_base):
+        if name.startswith("kernelgate-"):
+            shutil.rmtree(run_base / name, ignore_errors=True)
+    return alive

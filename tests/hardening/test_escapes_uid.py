@@ -19,7 +19,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -29,7 +28,7 @@ from kernelgate.gateway import runids
 from kernelgate.gateway import sandbox as host_sandbox
 from kernelgate.gateway.sandbox import LEVELS
 from kernelgate.kernels.python.syscalls import landlock_abi
-from tests.procs import descendants, pid_alive, processes_with
+from tests.procs import descendants, processes_with, survivors_of_a_dead_host
 
 from .asuser import make_as_user, unavailable
 from .conftest import FORK_UNTIL_REFUSED, ROOT_HOST, at_levels
@@ -383,16 +382,7 @@ def test_a_cold_run_dies_with_its_host_after_taking_its_uid(tmp_path, level):
         if host.poll() is None:
             host.kill()
             host.wait(timeout=10)
-    deadline = time.monotonic() + 3  # the program would sleep 40 s
-    alive = below
-    while alive and time.monotonic() < deadline:  # SIGKILLed processes take a moment
-        alive = [p for p in below if pid_alive(p)]
-        time.sleep(0.01)
-    for p in alive:
-        os.kill(p, signal.SIGKILL)
-    for name in os.listdir(tmp_path):  # a dead host's run directory: the next sweep's
-        if name.startswith("kernelgate-"):
-            shutil.rmtree(tmp_path / name, ignore_errors=True)
+    alive = survivors_of_a_dead_host(below, tmp_path)  # the program would sleep 40 s
     assert alive == [], "the run outlived its host"
 
 

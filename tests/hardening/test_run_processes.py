@@ -14,14 +14,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
 
 from kernelgate import Limits
 from kernelgate.gateway import runids
-from tests.procs import descendants, pid_alive
+from tests.procs import descendants, survivors_of_a_dead_host
 
 from .conftest import ALL_LEVELS, FORK_UNTIL_REFUSED, NS_LEVELS
 
@@ -140,16 +139,7 @@ def test_a_warm_run_and_the_idle_children_die_with_their_zygote_and_host(tmp_pat
         if host.poll() is None:
             host.kill()
             host.wait(timeout=10)
-    deadline = time.monotonic() + 3  # the program would sleep 40 s
-    alive = below
-    while alive and time.monotonic() < deadline:  # SIGKILLed processes take a moment
-        alive = [p for p in below if pid_alive(p)]
-        time.sleep(0.01)
-    for p in alive:
-        os.kill(p, signal.SIGKILL)
-    for name in os.listdir(tmp_path):  # a dead host's run directories: the next sweep's
-        if name.startswith("kernelgate-"):
-            subprocess.run(["rm", "-rf", str(tmp_path / name)], check=False)
+    alive = survivors_of_a_dead_host(below, tmp_path)  # the program would sleep 40 s
     assert alive == [], "the warm run or an idle child outlived its zygote and host"
 
 
