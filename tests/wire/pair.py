@@ -25,6 +25,14 @@ from kernelgate.wire import (
 )
 from kernelgate.wire.connection import _BUILDERS
 
+
+class GeneralOnly(Connection):
+    """The same Connection with the fast reader switched off: every frame, full or compact,
+    through the general reader (what the fast paths must agree with)."""
+
+    _read_fast = staticmethod(lambda raw, our_role, comm_id: None)
+
+
 COMM_ID = "bindings-run1"
 SPECS = {
     "tools": {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kernelgate.wire import (
@@ -29,22 +29,12 @@ from kernelgate.wire import (
 )
 from kernelgate.wire.compact import expand
 
-from .pair import drain
+from .pair import GeneralOnly, drain
+from .test_fast_path import FUZZ
 from .test_fuzz import cuts, jsonish, mutate, mutation, split_at
 
 COMM_ID = "bindings-c"
 SPECS = {"tools": {"add": {"params": [["a", "POSITIONAL_OR_KEYWORD", False]]}}}
-FUZZ = settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-
-
-class GeneralOnly(Connection):
-    """Every full frame through the general reader."""
-
-    _read_fast = staticmethod(lambda raw, our_role, comm_id: None)
 
 
 def pair(host_compact=True, child_compact=True, host_cls=Connection, child_cls=Connection):

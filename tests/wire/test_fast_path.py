@@ -28,7 +28,7 @@ from kernelgate.wire import (
     Stream,
 )
 
-from .pair import drain
+from .pair import GeneralOnly, drain
 from .test_fuzz import cuts, jsonish, mutate, mutation, paths, split_at
 
 COMM_ID = "bindings-fast"
@@ -38,12 +38,6 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-
-
-class GeneralOnly(Connection):
-    """Every frame through the general reader."""
-
-    _read_fast = staticmethod(lambda raw, our_role, comm_id: None)
 
 
 class Counting(Connection):
