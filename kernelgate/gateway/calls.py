@@ -54,6 +54,9 @@ __all__ = ["CallDispatcher"]
 #: How long a call answered from a worker thread may wait to be recorded when the child
 #: sends nothing after its answer (it usually does at once: see CallDispatcher._done).
 _SWEEP_S = 0.002
+#: The sweep's longest interval: while a slow binding runs and nothing has ended, the timer
+#: backs off (doubling) to this, rather than waking the loop 500 times a second.
+_SWEEP_MAX_S = 0.05
 
 
 class _Refused(Exception):
@@ -132,6 +135,7 @@ class CallDispatcher:
             collections.deque()
         )
         self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_s = _SWEEP_S
         channel.before_read = self._settle_threads
         self.calls: list[CallRecord] = []
         #: Failures of the host's own hooks (on_call), kept for the result's note.
@@ -270,6 +274,7 @@ class CallDispatcher:
             self._answer(record, started, error=exc)
             return
         self._threads += 1
+        self._sweep_s = _SWEEP_S  # a call just started: it may end soon
         if self._sweep is None:
             self._sweep = self._loop.call_later(_SWEEP_S, self._swept)
 
@@ -352,9 +357,13 @@ class CallDispatcher:
     def _swept(self) -> None:
         """The sweep timer: settle what the threads left, and again while any run."""
         self._sweep = None
-        self._settle_threads()
+        if self._done:
+            self._settle_threads()
+            self._sweep_s = _SWEEP_S
+        else:
+            self._sweep_s = min(self._sweep_s * 2, _SWEEP_MAX_S)
         if self._threads and not self._over:
-            self._sweep = self._loop.call_later(_SWEEP_S, self._swept)
+            self._sweep = self._loop.call_later(self._sweep_s, self._swept)
 
     def _thread_done(self, record: CallRecord, started: float, outcome: _ThreadOutcome) -> None:
         """On the loop: record (and answer, unless its thread did) a call whose binding
