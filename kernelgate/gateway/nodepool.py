@@ -40,6 +40,7 @@ from .teardown import (
     discard,
     discard_all_blocking,
     discard_idle,
+    discard_in_task,
     empty_cgroup,
     off_loop,
     remove_cgroup,
@@ -173,9 +174,7 @@ class NodePool:
             await asyncio.wait([filler])
 
     def _discard_later(self, child: LaunchedChild) -> None:
-        task = asyncio.get_running_loop().create_task(discard(child))
-        self._discarding.add(task)
-        task.add_done_callback(self._discarding.discard)
+        discard_in_task(child, self._discarding)
 
     def refill(self, delay: float = 0.0) -> None:
         """Start children until ``size`` are ready, in a task (never on the caller's time)."""

@@ -60,6 +60,7 @@ from .teardown import (
     discard,
     discard_all_blocking,
     discard_idle,
+    discard_in_task,
     discard_now,
     empty_cgroup,
     reap,
@@ -580,9 +581,7 @@ class WarmPool:
 
     def _discard_later(self, child: PooledChild) -> None:
         """Discard a dead child in a task: its exit is awaited, never waited for."""
-        task = asyncio.get_running_loop().create_task(discard(child))
-        self._discarding.add(task)
-        task.add_done_callback(self._discarding.discard)
+        discard_in_task(child, self._discarding)
 
     def refill(self, delay: float = 0.0) -> None:
         """Fork children until ``size`` are ready or booting (after ``delay`` seconds)."""
@@ -792,6 +791,11 @@ class WarmPool:
     async def aclose(self) -> None:
         """:meth:`close` without blocking the event loop: every exit is awaited."""
         self._stop()
+        # Booting children are discarded here, not by their boot tasks: a task cancelled
+        # before its first step (forked in this loop turn) never runs its own cleanup.
+        # The cancelled tasks that did start find their child gone and leave it alone.
+        self._ready.extend(self._booting)
+        self._booting.clear()
         zygote = self._zygote
         await discard_idle(
             self._ready,

@@ -73,4 +73,3 @@ def runtime_for(
             "for the node on PATH)"
         )
     return node_runtime(lang, node)
-

@@ -28,6 +28,7 @@ __all__ = [
     "discard_all_blocking",
     "discard_idle",
     "discard_now",
+    "discard_in_task",
     "sweep_leftovers",
     "empty_cgroup",
     "off_loop",
@@ -210,6 +211,29 @@ async def discard(child: IdleChild) -> None:
             await remove_cgroup(child.cgroup)  # cancelled: finished off the loop
     finally:
         release_ids(child)  # the child is gone: its uid is free, cancelled or not
+
+
+def discard_in_task(child: IdleChild, tasks: set[asyncio.Task[None]]) -> None:
+    """:func:`discard` ``child`` in a task of the running loop, kept in ``tasks`` until done.
+
+    A task cancelled before its first step (the loop ending, a pool closed in the same
+    turn) never runs its coroutine, so its own cleanup never runs either: its done
+    callback then discards the child without the loop."""
+    started = False
+
+    async def run() -> None:
+        nonlocal started
+        started = True
+        await discard(child)
+
+    def done(task: asyncio.Task[None]) -> None:
+        tasks.discard(task)
+        if not started:
+            discard_now(child)
+
+    task = asyncio.get_running_loop().create_task(run())
+    tasks.add(task)
+    task.add_done_callback(done)
 
 
 def discard_now(child: IdleChild) -> None:

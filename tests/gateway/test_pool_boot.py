@@ -230,3 +230,28 @@ def test_closing_the_pool_while_children_boot_leaves_none_behind(
         if child.cgroup is not None:
             assert not any(os.path.exists(path) for path in child.cgroup.paths)
     assert not pid_alive(zygote)
+
+
+def test_closing_the_pool_before_a_boot_task_first_runs_leaves_nothing_behind(make_gateway):
+    """aclose() in the same loop turn as a fork (the last run ending as the kernel shuts
+    down): the boot task is cancelled before its first step, so its own cleanup never
+    runs; the pool still kills the child and removes its directory, cgroup and fds (CI
+    caught one left, with its run-id lock, under load)."""
+    gw = make_gateway(pool_size=1)
+
+    async def main():
+        await warmed_up(gw)
+        pool = gw._pool
+        # No await between the fork's boot task being made and aclose(): it never starts.
+        assert await pool._fork_one()
+        booting = list(pool._booting)
+        await gw.aclose()
+        return booting
+
+    booting = asyncio.run(main())
+    assert booting, "no child was booting: the test proves nothing"
+    for child in booting:
+        assert not pid_alive(child.pid)
+        assert not os.path.exists(child.run_dir)
+        if child.cgroup is not None:
+            assert not any(os.path.exists(path) for path in child.cgroup.paths)
