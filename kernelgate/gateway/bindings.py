@@ -13,6 +13,7 @@ from kernelgate.model.signatures import signature_of, spec_from_signature
 from kernelgate.model.signatures import signature_text as _signature_text
 from kernelgate.wire.messages import binding_label
 
+from .paramschema import annotation_schema, evaluated_signature, signature_schema
 from .schemas import OUTPUT_ATTR, schema_of
 from .typecheck import BindingTypes, Mismatch, binding_types
 
@@ -78,11 +79,40 @@ class Binding:
 
     def spec(self) -> dict[str, Any]:
         """What the child needs to check calls: parameters (no default values), text, doc
-        (see :mod:`kernelgate.model.signatures`), and the binding's JSON Schema if it has one."""
+        (see :mod:`kernelgate.model.signatures`), and the binding's JSON Schema if it has one.
+
+        ``described``: :meth:`described`, where the binding takes or returns named types
+        (a dataclass, TypedDict, Enum): the child's ``help()`` then shows them as
+        ``describe()`` does, not as ``__main__.Point`` (only there: it costs bytes per run).
+        """
         spec = spec_from_signature(self.signature, self.doc)
         if self.schema is not None:
             spec["schema"] = self.schema
+        described = self.described()
+        if _names_types(described["parameters"]) or _names_types(described["returns"]):
+            spec["described"] = described
         return spec
+
+    def described(self) -> dict[str, Any]:
+        """This binding as ``describe(format="json")`` lists it: its parameters and answer
+        as JSON Schemas, named types under ``$defs``."""
+        signature = evaluated_signature(self.fn, self.signature)
+        if self.schema is not None:
+            parameters = self.schema
+        else:
+            parameters = signature_schema(signature)
+        returns = getattr(self.fn, OUTPUT_ATTR, None)
+        if not isinstance(returns, dict):
+            returns = annotation_schema(
+                signature.return_annotation if signature is not None else inspect.Parameter.empty
+            )
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "description": self.doc,
+            "parameters": parameters,
+            "returns": returns,
+        }
 
     def check_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> None:
         """Raise ``TypeError`` if ``fn(*args, **kwargs)`` does not fit the signature."""
@@ -270,7 +300,7 @@ class BindingRegistry:
             if not isinstance(bindings, Mapping):
                 raise TypeError(
                     f"bindings of namespace {ns!r} must be a mapping of name -> callable, "
-                    f"got {type(bindings).__name__}"
+                    f"got {type(bindings).__name__}{_as_mapping_hint(bindings)}"
                 )
             table: dict[str, Binding] = {}
             for name, fn in bindings.items():
@@ -333,3 +363,17 @@ class BindingRegistry:
                 for ns, table in self._bindings.items()
             }
         return {ns: dict(table) for ns, table in self._signatures.items()}
+
+
+def _names_types(schema: Any) -> bool:
+    """Whether a schema refers to named types (``$defs``), at its root."""
+    return isinstance(schema, dict) and bool(schema.get("$defs"))
+
+
+def _as_mapping_hint(value: Any) -> str:
+    """What to pass instead of a list or tuple of callables: the dict they make."""
+    if isinstance(value, (list, tuple)) and value and all(callable(f) for f in value):
+        names = ", ".join(f"{n!r}: {n}" for n in (getattr(f, "__name__", "f") for f in value[:3]))
+        more = ", ..." if len(value) > 3 else ""
+        return f"; name each binding: {{{names}{more}}}"
+    return ""

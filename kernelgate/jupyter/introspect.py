@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernelgate.gateway.bindings import Binding
-from kernelgate.model.describe import render_binding, render_stub
+from kernelgate.model.describe import render_help, render_stub
 from kernelgate.model.signatures import signature_text as _signature_text
 
 __all__ = ["complete", "describe_name", "inspect_code", "is_complete", "plain_doc"]
@@ -182,7 +182,7 @@ def _describe(token: str, namespaces: Namespaces) -> str | None:
         if len(parts) == 1:
             return render_stub({parts[0]: {name: b.spec() for name, b in table.items()}})
         if len(parts) == 2 and parts[1] in table:
-            return render_binding(parts[0], parts[1], table[parts[1]].spec())
+            return render_help(parts[0], parts[1], table[parts[1]].spec())
         return None
     if len(parts) == 1 and parts[0] in _GLOBAL_DOCS:
         sig, doc = _GLOBAL_DOCS[parts[0]]

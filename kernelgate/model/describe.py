@@ -41,6 +41,7 @@ __all__ = [
     "how_to_call",
     "render_binding",
     "render_definitions",
+    "render_help",
     "render_stub",
     "type_hint",
 ]
@@ -479,6 +480,11 @@ def render_stub(
     by_name: dict[str, dict[str, Mapping[str, Any]]] = {}
     for entry in described:
         by_name.setdefault(str(entry.get("namespace")), {})[str(entry.get("name"))] = entry
+    for ns, table in namespaces.items():  # what a child was given (see render_help)
+        for name, spec in table.items():
+            given = spec.get("described")
+            if isinstance(given, Mapping):
+                by_name.setdefault(ns, {}).setdefault(name, given)
     defs = Definitions(reserved=set(_TYPING_NAMES) | set(namespaces))
     rendered = [render_namespace(ns, namespaces[ns], defs, by_name.get(ns)) for ns in namespaces]
     parts = [how_to_call(list(namespaces))]
@@ -486,3 +492,21 @@ def render_stub(
     if definitions:
         parts.append(definitions)
     return "\n\n".join(parts + rendered) + "\n"
+
+
+def render_help(namespace: str, name: str, spec: Mapping[str, Any]) -> str:
+    """What ``help(tools.name)`` prints in a program (and the Jupyter kernel's inspect):
+    the binding's stub, after the named types it uses, from its spec (its ``described``
+    entry, where it takes or returns named types; :func:`render_stub` reads it too).
+
+    >>> print(render_help("tools", "inc", {"signature": "(a: int) -> int", "doc": "Add one."}))
+    async def inc(a: int) -> int:
+        \"\"\"Add one.\"\"\"
+    """
+    defs = Definitions(reserved=set(_TYPING_NAMES) | {namespace})
+    entry = spec.get("described")
+    stub = render_binding(
+        namespace, name, spec, defs=defs, entry=entry if isinstance(entry, Mapping) else None
+    )
+    definitions = render_definitions(defs)
+    return f"{definitions}\n\n{stub}" if definitions else stub

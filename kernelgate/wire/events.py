@@ -191,7 +191,9 @@ class OpenBindings(_Event):
     ``{"params": [[name, kind, has_default], ...], "signature": str, "doc": str}`` where
     ``kind`` is an ``inspect.Parameter`` kind name such as ``"POSITIONAL_OR_KEYWORD"``.
     Only the nesting is checked here (object of objects of objects, string keys): a spec
-    may carry more keys than these.
+    may carry more keys than these (``"schema"``, the arguments' JSON Schema the child
+    checks; ``"described"``, what ``describe(format="json")`` says of a binding that
+    takes or returns named types, which ``help()`` renders).
 
     >>> OpenBindings("bindings-1", {"tools": {"add": {"params": []}}})
     OpenBindings(comm_id='bindings-1', namespaces={'tools': {'add': {'params': []}}})

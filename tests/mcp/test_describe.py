@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import doctest
+import enum
 import importlib
 from pathlib import Path
 from typing import Any
@@ -128,6 +130,55 @@ def test_help_in_a_program_prints_describe_and_inspect_shows_it() -> None:
     registry = BindingRegistry({"tools": BINDINGS})
     shown = inspect_code("tools", None, registry.namespaces)["data"]["text/plain"]
     assert shown == plain_doc(alone)  # the same text, reST literals shown plainly
+
+
+@dataclasses.dataclass
+class Point:
+    """A point on the map."""
+
+    x: int
+    y: int
+
+
+class Unit(enum.Enum):
+    METRE = "m"
+    KILOMETRE = "km"
+
+
+def distance(a: Point, b: Point, unit: Unit = Unit.METRE) -> Point:
+    """How far apart two points are."""
+    return Point(b.x - a.x, b.y - a.y)
+
+
+def test_help_in_a_program_shows_named_types_as_describe_does() -> None:
+    """A binding taking a dataclass and an Enum: ``help(tools)`` in a program prints the
+    stub ``describe()`` gives a model (``Point`` defined once as a TypedDict, ``Unit`` as
+    its Literal), never ``__main__.Point`` with nothing saying what a Point is; so do
+    ``help(tools.distance)`` and the Jupyter kernel's inspect of it."""
+    bindings = {"distance": distance, **BINDINGS}
+    with Gateway(bindings=bindings, pool_size=0) as gw:
+        described = gw.describe()
+        r = gw.run_sync("help(tools)\nprint('@@')\nhelp(tools.distance)", limits=FAST)
+    assert r.status == "ok", r.message
+    whole, one = r.stdout.split("@@\n")
+    assert whole == described
+    assert "class Point(TypedDict):" in whole and "Unit = Literal['m', 'km']" in whole
+    assert "__main__" not in r.stdout and "test_describe." not in r.stdout
+    assert one.startswith("# Types the bindings take and return")
+    assert "class Point(TypedDict):" in one
+    assert "async def distance(a: Point, b: Point, unit: Unit = ...) -> Point:" in one
+    registry = BindingRegistry({"tools": bindings})
+    shown = inspect_code("tools.distance", None, registry.namespaces)["data"]["text/plain"]
+    assert shown == plain_doc(one.rstrip("\n"))
+
+
+def test_a_binding_without_named_types_sends_the_child_no_more_than_before() -> None:
+    """Only bindings with named types carry their described entry to the child: the
+    announcement every run sends grows by nothing for the rest."""
+    registry = BindingRegistry({"tools": {"distance": distance, **BINDINGS}})
+    specs = registry.specs()["tools"]
+    assert "described" in specs["distance"]
+    assert all("described" not in spec for name, spec in specs.items() if name != "distance")
 
 
 def test_a_binding_schema_is_checked_in_the_child_and_on_the_host() -> None:

@@ -118,9 +118,9 @@ class Binding:
         return BindingCall(self, list(args), kwargs)
 
     def _kg_help(self) -> str:
-        from kernelgate.model.describe import render_binding  # only when help() is asked
+        from kernelgate.model.describe import render_help  # only when help() is asked
 
-        return render_binding(self._namespace, self._name, self._spec)
+        return render_help(self._namespace, self._name, self._spec)
 
     def __repr__(self) -> str:
         return f"<binding {self._label}{self._shown}>"
