@@ -111,6 +111,9 @@ def prctl(option: int, arg: int = 0) -> int:
     return int(libc().prctl(option, arg, 0, 0, 0))
 
 
+_held_syscall: Any = None  # libc's syscall(), called with the GIL held (a PyDLL's)
+
+
 def clone_with_flags(flags: int) -> int:
     """``os.fork()`` through ``clone(flags | SIGCHLD)``: 0 in the child, its pid in the parent.
 
@@ -121,10 +124,14 @@ def clone_with_flags(flags: int) -> int:
     number = syscall_number("clone")
     if number is None:
         raise OSError(38, "clone: no syscall number for this machine")  # ENOSYS
+    global _held_syscall
+    if _held_syscall is None:
+        # Looked up once (a zygote clones every warm child through it): a new handle per
+        # call is a dlopen and a new function object, in the zygote and in each child.
+        _held_syscall = ctypes.PyDLL(None, use_errno=True).syscall
     api = ctypes.pythonapi
-    held = ctypes.PyDLL(None, use_errno=True)
     api.PyOS_BeforeFork()
-    pid = held.syscall(
+    pid = _held_syscall(
         ctypes.c_long(number), ctypes.c_ulong(flags | signal.SIGCHLD), None, None, None, None
     )
     if pid == 0:

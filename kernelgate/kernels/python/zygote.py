@@ -27,8 +27,9 @@ prefix (its cold runs' too). A host that merely closed the pool is alive: it cle
 itself (and kills the zygote), so the zygote then just exits.
 
 Before its first fork the zygote warms up (:func:`warm_up`): it encodes once what every child
-would make itself, and each warm child rehearses a run on throwaway objects
-(:func:`.rehearsal.rehearse`) while it waits for its program.
+would make itself, and rehearses runs itself until their code is specialized
+(:func:`.rehearsal.rehearse_in_zygote`); each warm child rehearses a run on throwaway
+objects (:func:`.rehearsal.rehearse`) while it waits for its program.
 """
 
 # long: over the ~500 lines a module may have: the fork loop, the cleanup after a dead host and
@@ -241,6 +242,7 @@ def main() -> None:
     asyncio.new_event_loop().close()
     compile("async def f():\n    await g()\n", "<warm>", "exec", dont_inherit=True)
     warm_up()
+    rehearsal.rehearse_in_zygote()  # after warm_up's rehome: it replaces the code objects
     # Children share these objects with us until they write to them; a garbage collection
     # in a child would walk (and so copy) all of them. Frozen, they are never walked.
     gc.collect()
