@@ -173,9 +173,16 @@ _MAX_FD = 2**31 - 1
 
 
 def _attach(cgroups: tuple[str, ...], pid: int) -> None:
+    # os.open and one write, not a text file object: once per child in the zygote, whose
+    # every page a first write copies while children share it (issue 23).
+    data = str(pid).encode()
     for cgroup in cgroups:
-        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
+        fd = os.open(os.path.join(cgroup, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(f"could not join the run's cgroup {cgroup}")
+        finally:
+            os.close(fd)
 
 
 def _fork(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: ForkRequest) -> int:
