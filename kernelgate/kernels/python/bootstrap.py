@@ -29,7 +29,6 @@ from collections.abc import Callable
 from .client import CONTROL_FD
 from .program import FILENAME, safe_str
 from .rehome import PACKAGE_DIR, rehome_code
-from .report import cache_fallback, fallback_frame
 from .runner import Child
 from .sandbox import Born, Ids, die_with_parent, lock_down, not_dumpable
 from .sandbox import prepare as prepare_sandbox
@@ -64,8 +63,8 @@ def main(
     sys.argv = [FILENAME]
     die_with_parent()
     not_dumpable()  # a same-uid program elsewhere must not reach our fd 3 or memory
-    cache_fallback()  # a warm child has the zygote's; a cold one encodes it once, here
-    fallback = fallback_frame()
+    child = Child(prepared=level is not None)
+    fallback = child.fallback
     try:
         import faulthandler
 
@@ -77,10 +76,6 @@ def main(
         if level is not None and run_dir is not None:
             try:
                 prepare_sandbox(level, run_dir, read_paths, born_in, ids)
-                # In the program's process from here (pid 2 at a namespace level): its
-                # init never runs a program, so it does not make one's objects (issue 23:
-                # 0.19 ms and 53 page faults less in every warm run's init).
-                child = Child(prepared=True)
                 lock_down(level, run_dir, list(read_paths or []), ids=ids)
                 # The event loop does not depend on the program either: make it while
                 # the child waits, booted, for its program.
@@ -92,8 +87,6 @@ def main(
             except Exception:
                 # Before any program: exit quietly; the pool sees a dead child and drops it.
                 _os_exit(71)
-        else:
-            child = Child(prepared=level is not None)
         child.run()
     except BaseException as exc:  # reporting failed: say so with the pre-encoded frame
         try:
