@@ -200,7 +200,7 @@ def _fork(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: F
         go_r, go_w = os.pipe()
         born_in = sandbox.Born(os.geteuid(), os.getegid(), status_w)
         try:
-            pid = sandbox.fork_into_namespaces()
+            pid = sandbox.fork_into_namespaces(init_only=True)  # it forks the program
         except OSError:
             for fd in (status_r, status_w, go_r, go_w):
                 os.close(fd)
