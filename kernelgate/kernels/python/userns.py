@@ -89,7 +89,7 @@ class Born:
 ROOT_BORN = NAMESPACES & ~CLONE_NEWUSER
 
 
-def fork_into_namespaces() -> int:
+def fork_into_namespaces(init_only: bool = False) -> int:
     """``os.fork()``, with the child born in new mount, network, pid and IPC namespaces
     (as pid 1 of its own): one process where ``unshare`` needs two, since unshare moves
     only the caller's later children into a new pid namespace. A non-root caller's child
@@ -97,9 +97,10 @@ def fork_into_namespaces() -> int:
     (:func:`enter_namespaces`), so that no process of the run stays outside to map it.
 
     The interpreter's fork bookkeeping runs as in ``os.fork``; for a single-threaded caller
-    only (the zygote). See :func:`.syscalls.clone_with_flags`.
+    only (the zygote). ``init_only``: the child only serves as the init (it forks the
+    program in :func:`enter_namespaces`): see :func:`.syscalls.clone_with_flags`.
     """
-    return clone_with_flags(ROOT_BORN if os.geteuid() == 0 else NAMESPACES)
+    return clone_with_flags(ROOT_BORN if os.geteuid() == 0 else NAMESPACES, init_only)
 
 
 _clones: bool | None = None

@@ -27,8 +27,9 @@ prefix (its cold runs' too). A host that merely closed the pool is alive: it cle
 itself (and kills the zygote), so the zygote then just exits.
 
 Before its first fork the zygote warms up (:func:`warm_up`): it encodes once what every child
-would make itself, and each warm child rehearses a run on throwaway objects
-(:func:`.rehearsal.rehearse`) while it waits for its program.
+would make itself, and rehearses runs itself until their code is specialized
+(:func:`.rehearsal.rehearse_in_zygote`); each warm child rehearses a run on throwaway
+objects (:func:`.rehearsal.rehearse`) while it waits for its program.
 """
 
 # long: over the ~500 lines a module may have: the fork loop, the cleanup after a dead host and
@@ -172,9 +173,16 @@ _MAX_FD = 2**31 - 1
 
 
 def _attach(cgroups: tuple[str, ...], pid: int) -> None:
+    # os.open and one write, not a text file object: once per child in the zygote, whose
+    # every page a first write copies while children share it (issue 23).
+    data = str(pid).encode()
     for cgroup in cgroups:
-        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
+        fd = os.open(os.path.join(cgroup, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(f"could not join the run's cgroup {cgroup}")
+        finally:
+            os.close(fd)
 
 
 def _fork(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: ForkRequest) -> int:
@@ -192,7 +200,7 @@ def _fork(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: F
         go_r, go_w = os.pipe()
         born_in = sandbox.Born(os.geteuid(), os.getegid(), status_w)
         try:
-            pid = sandbox.fork_into_namespaces()
+            pid = sandbox.fork_into_namespaces(init_only=True)  # it forks the program
         except OSError:
             for fd in (status_r, status_w, go_r, go_w):
                 os.close(fd)
@@ -241,6 +249,7 @@ def main() -> None:
     asyncio.new_event_loop().close()
     compile("async def f():\n    await g()\n", "<warm>", "exec", dont_inherit=True)
     warm_up()
+    rehearsal.rehearse_in_zygote()  # after warm_up's rehome: it replaces the code objects
     # Children share these objects with us until they write to them; a garbage collection
     # in a child would walk (and so copy) all of them. Frozen, they are never walked.
     gc.collect()
