@@ -16,6 +16,7 @@ from . import toolresult as _toolresult
 from . import tools as _tools
 from .agent import AgentSurface
 from .bindings import BindingRegistry
+from .cleanups import guarded_task, join_off_loop, off_loop_done
 from .debug import RunDebugger
 from .discovery import Discovery, builtin_bindings
 from .outcome import Verdict, sandbox_unavailable
@@ -390,7 +391,10 @@ class Gateway(AgentSurface):
     def _retire(self, pool: ChildPool) -> None:
         """Close a pool that is no longer used, on the loop without blocking it; awaited
         by wait_finished and aclose like the teardown of a run."""
-        task = asyncio.get_running_loop().create_task(pool.aclose())
+        # Cancelled before it starts (an aclose cancelled in this turn, the loop ending),
+        # the task never runs aclose: the pool is closed at once then, waiting for its
+        # idle children's exits (killed, they take milliseconds) on the loop.
+        task = guarded_task(pool.aclose, pool.close)
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
 
@@ -449,6 +453,9 @@ class Gateway(AgentSurface):
             await pool.aclose()
         if self._owns_runtime:
             await self.runtime.aclose()
+        # What had to be finished without the loop (a teardown cancelled before it ran,
+        # a cgroup still emptying) is done in threads: gone, too, when aclose returns.
+        await off_loop_done()
 
     def _close_pool(self) -> None:
         self._close_threads()
@@ -464,6 +471,7 @@ class Gateway(AgentSurface):
         for run in list(self._runs):
             run.interrupt("the gateway was closed while the run was live")
         self._close_pool()
+        join_off_loop()  # the cleanup threads, as aclose() waits for them
 
     async def __aenter__(self) -> Gateway:
         return self

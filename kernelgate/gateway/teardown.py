@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from .cgroups import CgroupRoots, RunCgroup
 from .channel import ChildChannel
+from .cleanups import guarded_task, off_loop
 from .process import ChildProcess, backoff, log, remove_tree, sweep_run_dirs
 from .runids import RunIds
 
@@ -133,13 +134,6 @@ async def remove_dir(path: str) -> None:
             raise
 
 
-def off_loop(fn: Callable[[], Any], name: str) -> None:
-    """Run ``fn`` (a bounded cleanup that may wait) in a thread of its own: for what must
-    still be finished when the event loop can no longer await it. Not a daemon thread, so
-    the interpreter waits for it at exit (each such cleanup is bounded)."""
-    threading.Thread(target=fn, name=f"kernelgate-{name}", daemon=False).start()
-
-
 async def remove_cgroup(cgroup: RunCgroup) -> None:
     """Empty and remove ``cgroup``; if cancelled first, finish it off the loop."""
     try:
@@ -219,21 +213,9 @@ def discard_in_task(child: IdleChild, tasks: set[asyncio.Task[None]]) -> None:
     A task cancelled before its first step (the loop ending, a pool closed in the same
     turn) never runs its coroutine, so its own cleanup never runs either: its done
     callback then discards the child without the loop."""
-    started = False
-
-    async def run() -> None:
-        nonlocal started
-        started = True
-        await discard(child)
-
-    def done(task: asyncio.Task[None]) -> None:
-        tasks.discard(task)
-        if not started:
-            discard_now(child)
-
-    task = asyncio.get_running_loop().create_task(run())
+    task = guarded_task(lambda: discard(child), lambda: discard_now(child))
     tasks.add(task)
-    task.add_done_callback(done)
+    task.add_done_callback(tasks.discard)
 
 
 def discard_now(child: IdleChild) -> None:
@@ -441,8 +423,7 @@ class Teardown:
             await self.settle()
         except GeneratorExit:
             # The task is destroyed with its loop: nothing can be awaited any more.
-            self._abandon_now()
-            self.release_now()
+            self._finish_off_loop()
             raise
         except asyncio.CancelledError:
             # The loop is closing (asyncio.run ends) with the child still on its way out;
@@ -472,13 +453,41 @@ class Teardown:
             except asyncio.CancelledError:
                 pass  # finished off the loop
 
-    def _abandon_now(self) -> None:
-        """Without awaiting: kill the child, leave its cgroup to a thread."""
+    def finish_in_task(self) -> asyncio.Task[None]:
+        """:meth:`finish` in a task of the run's loop. Cancelled before its first step
+        (a gateway's ``aclose`` cancelled in the turn the run returned, the loop ending),
+        the task never runs ``finish``, nor its cleanup: the child is then finished
+        without the loop (:meth:`_finish_off_loop`)."""
+        return guarded_task(self.finish, self._finish_off_loop, self._loop)
+
+    def _finish_off_loop(self) -> None:
+        """Where nothing can be awaited: kill the child and close our ends of it now; a
+        thread waits for its exit (and reaps it, if it is ours), then empties and removes
+        its cgroup, removes its run directory and gives its uid back, in that order."""
+        child, cgroup, run_dir = self._child, self._cgroup, self._run_dir
         self._calls.cancel_now()
-        self._child.kill()
-        self._child.try_reap()
-        if self._cgroup is not None and not self._cgroup.settle():
-            off_loop(self._cgroup.settle_blocking, "cgroup")
+        child.kill_all()
+        gone = child.reaped or child.pidfd < 0
+        # Our own copy: closing the channel closes the child's pidfd.
+        pidfd = -1 if gone else os.dup(child.pidfd)
+        ours = not (child.reaped or child.reaped_by_zygote)
+        self._close()
+
+        def finish() -> None:
+            try:
+                if pidfd >= 0:
+                    select.select([pidfd], [], [], _GONE_TIMEOUT)
+                if ours:  # SIGKILLed: its exit is on its way
+                    _waitpid(child.pid, 0)
+                if cgroup is not None:
+                    cgroup.settle_blocking()
+                remove_tree(run_dir)
+            finally:
+                if pidfd >= 0:
+                    os.close(pidfd)
+                release_ids(child)
+
+        off_loop(finish, "finish")
 
     def _close(self) -> None:
         for timer in self._timers:

@@ -21,6 +21,7 @@ from typing import Any
 
 import zmq
 
+from kernelgate.gateway.cleanups import guarded_task
 from kernelgate.gateway.gateway import Gateway
 from kernelgate.gateway.launch import NodeUnavailable
 from kernelgate.gateway.runtime import CodeRuntime, PythonRuntime
@@ -443,15 +444,23 @@ class KernelServer:
             )
             return
 
+        def shutting_down() -> None:
+            reply(self.debugger.refusal(request, "the kernel is shutting down"))
+
         async def forward() -> None:
             try:
                 answer = await self.debugger.forward(request)
+            except asyncio.CancelledError:  # the kernel shuts down: still an answer
+                shutting_down()
+                raise
             except Exception as exc:
                 log.exception("a forwarded debug request failed in the kernel")
                 answer = self.debugger.refusal(request, _failed(exc))
             reply(answer)
 
-        task = asyncio.create_task(forward())
+        # Cancelled before its first step (a shutdown in this turn), forward() never runs
+        # and its own answer never goes: the guard gives it.
+        task = guarded_task(forward, shutting_down)
         self._debug_tasks.add(task)
         task.add_done_callback(self._debug_tasks.discard)
 

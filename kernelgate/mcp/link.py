@@ -33,6 +33,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 from mcp.types import Tool
 
+from kernelgate.gateway.cleanups import guarded_task
+
 from .errors import McpServerError
 
 __all__ = ["Link", "ServerSpec", "server_spec"]
@@ -133,6 +135,15 @@ class _Seen:
         if self.stray is not None:
             said.append(f"it wrote something that is not MCP's JSON-RPC: {self.stray}")
         return "; ".join(said)
+
+
+def _ended(ready: asyncio.Future[Any], seen: _Seen) -> None:
+    """A connection's last step, however it ended: it is closed, and an opening it never
+    settled is cancelled (whoever waits for it stops waiting)."""
+    seen.lose("it was closed")
+    seen.ended.set()
+    if not ready.done():
+        ready.cancel()
 
 
 def _stray_text(item: Exception) -> str:
@@ -331,8 +342,13 @@ class Link:
             return self._opening
         await self._end_current()
         ready: asyncio.Future[_Opened] = asyncio.get_running_loop().create_future()
-        self._seen = _Seen()
-        self._task = asyncio.create_task(self._connection(ready, self._seen))
+        seen = self._seen = _Seen()
+        # Cancelled before its first step (an aclose in this turn), the task never runs
+        # _connection's own ending: the opening would never be settled (its callers
+        # waiting for ever), and nothing would say the connection ended.
+        self._task = guarded_task(
+            lambda: self._connection(ready, seen), lambda: _ended(ready, seen)
+        )
         self._opening = ready
         return ready
 
@@ -389,10 +405,7 @@ class Link:
             else:
                 seen.lose(_reason(exc))
         finally:
-            seen.lose("it was closed")
-            seen.ended.set()
-            if not ready.done():
-                ready.cancel()
+            _ended(ready, seen)
 
     async def aclose(self) -> None:
         """End the connection and wait for its task (the server process stopped)."""
