@@ -471,6 +471,8 @@ class WarmPool:
         #: Children forked and not yet parked, each watched by a task of ``_boots``.
         self._booting: list[PooledChild] = []
         self._boots: set[asyncio.Task[bool]] = set()
+        #: Boots given up so far (their children discarded): the refill's failures.
+        self._failed_boots = 0
         #: Set by refill() while the refill waits for boots: more children are wanted.
         self._more: asyncio.Future[None] | None = None
         self._waiters: list[asyncio.Future[None]] = []  # runs waiting for the next child
@@ -614,8 +616,13 @@ class WarmPool:
         if delay:
             await asyncio.sleep(delay)
         failures = 0
+        # Counted by the boot tasks themselves: one that fails before this loop looks at it
+        # (during the next fork's round trip) is gone from _boots by then, and a refill
+        # whose every child dies as it boots would fork for ever.
+        failed_before = self._failed_boots
         while not self.closed:
-            if failures < 3 and len(self._ready) + len(self._booting) < self.size + len(
+            failed = failures + self._failed_boots - failed_before
+            if failed < 3 and len(self._ready) + len(self._booting) < self.size + len(
                 self._waiters
             ):
                 failures += not await self._fork_one()
@@ -625,15 +632,10 @@ class WarmPool:
                 return
             more = self._more = asyncio.get_running_loop().create_future()
             try:
-                done, _ = await asyncio.wait([*boots, more], return_when="FIRST_COMPLETED")
+                await asyncio.wait([*boots, more], return_when="FIRST_COMPLETED")
             finally:
                 self._more = None
                 more.cancel()
-            for task in done:
-                if task is not more and (
-                    task.cancelled() or task.exception() is not None or not task.result()
-                ):
-                    failures += 1  # a boot given up (its child discarded)
 
     async def _fork_one(self) -> bool:
         """Fork one child and start watching its boot; False if that failed."""
@@ -734,12 +736,17 @@ class WarmPool:
         self._booting.remove(child)
         if ok and child.background:
             ok = in_foreground(child)
+        # Parked, then killed before this step (its byte was there to read): dead, it is
+        # discarded and counted as a failed boot now, not made ready for a run to find.
+        ok = ok and child.alive()
         if ok and not self.closed:
             self._ready.append(child)
             self._behind = False
             self._delivered_at = asyncio.get_running_loop().time()
             self._wake_one()
             return True
+        if not self.closed:
+            self._failed_boots += 1  # given up: counted before the refill forks again
         await discard(child)
         return self.closed
 

@@ -333,7 +333,7 @@ class Run:
             # for them, the gateway does (aclose, run_sync).
             self._channel.drain_pipes()
             self.output.end_streams()
-            self.finishing = loop.create_task(end.finish())
+            self.finishing = end.finish_in_task()
             await self._calls.cancel_all()  # their records are final in the result
             return self._result(started_at)
         self.output.end_streams()

@@ -63,7 +63,6 @@ def _end_leftovers(children: set[int], fds: set[str]) -> None:
             os.close(int(fd))
 
 
-@pytest.mark.xfail(reason="fix in run.py pending (end.finish_in_task())", strict=True)
 @pytest.mark.parametrize("pool_size", [0, 1], ids=["cold", "warm"])
 def test_a_run_whose_teardown_task_never_starts_leaves_nothing_behind(tmp_path, pool_size):
     """A run returns on its reply and leaves its child's end to a task made in that turn;
@@ -168,11 +167,6 @@ def test_aclose_returns_once_the_cleanup_threads_have_ended(make_gateway):
     assert order == ["waiting", "cleanup", "closed"]
 
 
-@pytest.mark.xfail(
-    reason="fix in pool.py pending (boots that end before the filler "
-    "looks are not counted as failures)",
-    strict=True,
-)
 def test_children_that_all_die_as_they_boot_are_not_forked_for_ever(make_gateway, monkeypatch):
     """Every child dies before it parks (a broken interpreter or sandbox): the refill
     gives up after three failed boots, however fast each fails, instead of forking in a
