@@ -126,6 +126,29 @@ class CallClient:
         finally:
             self._writing = False
 
+    def _hold(self, loop: asyncio.AbstractEventLoop, frame: bytes) -> bool:
+        """Hold a call of the program's loop back when other tasks run before the loop
+        waits again and may call too (a gather of calls): the calls made in this turn
+        then leave together, in one write, at the loop's next turn (the host wakes, reads
+        and answers once for them). The caller holds ``_wlock``.
+
+        With one other callback ready the first call leaves at once (that callback may
+        end the process, as ``os._exit`` does, and a lone call still reaches the host);
+        with two or more, it is held too. True: ``frame`` was held.
+        """
+        if self._gathering:
+            self._held.append(frame)
+            return True
+        ready = len(loop._ready)  # type: ignore[attr-defined]
+        if not ready:
+            return False
+        self._gathering = True
+        loop.call_soon(self._send_held)
+        if ready == 1:
+            return False
+        self._held.append(frame)
+        return True
+
     def _send_held(self) -> None:
         """The calls held back in the last turn of the program's loop leave, in one write."""
         with self._wlock:
@@ -254,19 +277,9 @@ class CallClient:
             self.calls += 1
             # Registered before the frame leaves: another thread may read the reply.
             self.pending[call_id] = (fut, tool)
-            if self._gathering and loop is self.loop:
-                # Another call left in this turn of the program's loop: this one leaves
-                # with the others made in it, in one write, when they have run (the host
-                # wakes, reads and answers once for them).
-                self._held.append(frame)
+            if loop is self.loop and type(loop) is _SelectorLoop and self._hold(loop, frame):
                 return fut
             self._write_frame(frame)
-            if loop is self.loop and loop._ready and type(loop) is _SelectorLoop:  # type: ignore[attr-defined]
-                # Other tasks run before the loop waits again, and may call too (a
-                # gather of calls): hold theirs until the next turn.
-                self._gathering = True
-                loop.call_soon(self._send_held)
-                return fut
         if loop is not self.loop:
             self._watch(loop, fut)
         elif not self.reader:
