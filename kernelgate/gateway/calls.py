@@ -361,7 +361,9 @@ class CallDispatcher:
         one write (those the loop did not claim meanwhile), then the loop woken if it
         must do anything for them (see :meth:`_send_from_thread`)."""
         ran: list[tuple[CallRecord, _ThreadOutcome]] = []
-        while (call := batch.take()) is not None:
+        # Once the run is over, its calls not started yet are not started: nobody would
+        # record or answer them (its asynchronous calls are cancelled likewise).
+        while not self._over and (call := batch.take()) is not None:
             ran.append(self._run_one(*call))
         with self._claim:
             self._batches.remove(batch)
@@ -624,7 +626,7 @@ class CallDispatcher:
 
     def cancel_now(self) -> None:
         """Cancel every call still running (without waiting for them)."""
-        self._hand_over()  # admitted: they run as they would have, unrecorded
+        self._pending.clear()  # admitted, never started: they are not started now
         self._settle_threads()  # answered already: recorded, whatever ends the run
         self._over = True
         if self._sweep is not None:
@@ -635,7 +637,7 @@ class CallDispatcher:
 
     async def cancel_all(self) -> None:
         """End the calls still running: the program is over, nobody awaits them."""
-        self._hand_over()  # admitted: they run as they would have, unrecorded
+        self._pending.clear()  # admitted, never started: they are not started now
         self._settle_threads()  # answered already: recorded, whatever ends the run
         self._over = True
         if self._sweep is not None:
