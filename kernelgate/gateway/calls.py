@@ -319,7 +319,12 @@ class CallDispatcher:
         self._pending.append((context, record, started, binding.fn, args, kwargs))
         self._threads += 1
         self._sweep_s = _SWEEP_S  # a call just started: it may end soon
-        if self._sweep is None:
+        sweep = self._sweep
+        if sweep is None or sweep.when() > self._loop.time() + _SWEEP_S:
+            # Due within a sweep: the calls batched behind this one (and answers held
+            # behind it) must not wait for a timer that backed off while a slow call ran.
+            if sweep is not None:
+                sweep.cancel()
             self._sweep = self._loop.call_later(_SWEEP_S, self._swept)
 
     def _hand_over(self) -> None:

@@ -114,3 +114,47 @@ return await asyncio.gather(*[one(i) for i in range(6)])
     assert r.value == list(range(6))
     assert r.stdout == "".join(f"after {i}\n" for i in range(6))
     assert [c.value for c in r.calls] == list(range(6))
+
+
+@pytest.mark.parametrize("order", ["block_first", "block_last"])
+def test_a_blocked_call_holds_up_no_answer_of_its_batch(order: str) -> None:
+    # block() returns only once release() was called, and the program calls release()
+    # only after fast()'s answer arrived: fast() is in block()'s batch (behind it, or
+    # ahead of it with its answer waiting in the same thread), so this deadlocks (until
+    # block() gives up) unless the sweep starts or answers it meanwhile. The slow call
+    # first lets the sweep timer back off, as it does while a slow binding runs.
+    released = threading.Event()
+
+    def slow() -> str:
+        released.wait(0.3)  # not set yet: a slow binding
+        return "slow"
+
+    def block() -> str:
+        return "released" if released.wait(10) else "never released"
+
+    def fast() -> str:
+        return "fast"
+
+    def release() -> None:
+        released.set()
+
+    calls = "[block(), fast_then_release()]"
+    if order == "block_last":
+        calls = "[fast_then_release(), block()]"
+    program = f"""
+import asyncio
+assert await tools.slow() == "slow"
+async def block():
+    return await tools.block()
+async def fast_then_release():
+    value = await tools.fast()
+    await tools.release()
+    return value
+return await asyncio.gather(*{calls})
+"""
+    bindings = {"slow": slow, "block": block, "fast": fast, "release": release}
+    r = _run(bindings, program, warm=True)
+    assert r.ok, r.error
+    assert sorted(r.value) == ["fast", "released"]
+    assert [c.name for c in r.calls][:1] == ["slow"]
+    assert sorted(c.name for c in r.calls[1:]) == ["block", "fast", "release"]
