@@ -320,9 +320,10 @@ class CallDispatcher:
         self._threads += 1
         self._sweep_s = _SWEEP_S  # a call just started: it may end soon
         sweep = self._sweep
-        if sweep is None or sweep.when() > self._loop.time() + _SWEEP_S:
-            # Due within a sweep: the calls batched behind this one (and answers held
-            # behind it) must not wait for a timer that backed off while a slow call ran.
+        if sweep is None or sweep.when() > self._loop.time() + 4 * _SWEEP_S:
+            # Due soon: the calls batched behind this one (and answers held behind it)
+            # must not wait for a timer that backed off while a slow call ran (not every
+            # time: between calls the timer runs 2-4 ms apart, and moving it costs).
             if sweep is not None:
                 sweep.cancel()
             self._sweep = self._loop.call_later(_SWEEP_S, self._swept)
