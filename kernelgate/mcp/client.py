@@ -42,7 +42,6 @@ _SETTLE = 5.0
 #: Seconds starting a server, its handshake and its tool listing may take.
 CONNECT_TIMEOUT = 30.0
 
-
 def _signature(schema: Mapping[str, Any], output: Any) -> inspect.Signature:
     """Python parameters for an input schema: the required properties, then the optional
     ones with their defaults (``None`` when the schema gives none); names Python cannot
@@ -101,7 +100,9 @@ def tool_binding(
             except McpServerError as exc:
                 raise McpServerError(f"the tool {name!r}{where} was not called: {exc}") from None
             try:
-                result = await client.call_tool(name, arguments, read_timeout_seconds=call_timeout)
+                result = await client.call_tool(
+                    name, arguments, read_timeout_seconds=call_timeout
+                )
             except MCPError as exc:
                 if "timed out" in exc.message:
                     raise McpServerError(

@@ -259,8 +259,9 @@ def failure(spec: ServerSpec, exc: BaseException, seen: _Seen) -> McpServerError
         elif seen.stray is not None:
             hint = "a stdio server must write nothing but MCP messages on stdout"
         elif spec.params is not None:
-            hint = "run the command by hand to see why; its stderr is kernelgate's; " + _env_note(
-                spec
+            hint = (
+                "run the command by hand to see why; its stderr is kernelgate's; "
+                + _env_note(spec)
             )
         else:
             hint = "check the server's own log"
@@ -399,3 +400,4 @@ class Link:
         async with self._lock:
             self._closed = True
             await self._end_current()
+
