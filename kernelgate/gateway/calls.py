@@ -48,6 +48,7 @@ from .outcome import Verdicts
 from .output import RunOutput
 from .plan import CallListener, RunPlan
 from .tracing import RunTrace
+from .workers import workers_for
 
 __all__ = ["CallDispatcher"]
 
@@ -82,6 +83,49 @@ class _ThreadOutcome:
         self.state = "pending"
 
 
+#: One synchronous call as its worker thread runs it: the caller's context, the record,
+#: when it started, the function and its arguments.
+_ThreadCall = tuple[
+    contextvars.Context, CallRecord, float, Callable[..., Any], list[Any], dict[str, Any]
+]
+
+
+class _Batch:
+    """The synchronous calls of one read of fd 3, run one after another by one worker
+    thread (one wakeup of a thread for them all, one write of their answers). Calls
+    ``next`` to ``end`` have not started; the loop's sweep moves them to threads of their
+    own when the one running (since ``since``) takes longer than a sweep: a binding that
+    blocks holds up the calls behind it for a sweep at most."""
+
+    __slots__ = ("calls", "next", "end", "since", "lock")
+
+    def __init__(self, calls: list[_ThreadCall]) -> None:
+        self.calls = calls
+        self.next = 0
+        self.end = len(calls)
+        self.since = 0.0
+        self.lock = threading.Lock()
+
+    def take(self) -> _ThreadCall | None:
+        """In the worker thread: the next call to run (None: no more)."""
+        with self.lock:
+            if self.next >= self.end:
+                return None
+            self.since = time.monotonic()
+            self.next += 1
+            return self.calls[self.next - 1]
+
+    def stalled(self, now: float) -> list[_ThreadCall]:
+        """On the loop: the calls not started behind one that has run since before
+        ``now - _SWEEP_S`` (taken out of the batch), else none."""
+        with self.lock:
+            if self.next == 0 or self.next >= self.end or now - self.since < _SWEEP_S:
+                return []
+            rest = self.calls[self.next : self.end]
+            self.end = self.next
+            return rest
+
+
 class CallDispatcher:
     """Admits, runs and answers one run's binding calls (see the module's docstring).
 
@@ -107,6 +151,12 @@ class CallDispatcher:
         self._policy = plan.policy
         self._handler = plan.call_handler
         self._executor = plan.executor
+        self._workers = workers_for(plan.executor) if plan.executor is not None else None
+        # Synchronous calls admitted from the current read of fd 3, not yet handed to a
+        # thread (ChildChannel.after_events hands them over as one batch), and the batches
+        # threads run now (under _claim).
+        self._pending: list[_ThreadCall] = []
+        self._batches: list[_Batch] = []
         self._channel = channel
         self._output = output
         self._verdicts = verdicts
@@ -137,6 +187,7 @@ class CallDispatcher:
         self._sweep: asyncio.TimerHandle | None = None
         self._sweep_s = _SWEEP_S
         channel.before_read = self._settle_threads
+        channel.after_events = self._hand_over
         self.calls: list[CallRecord] = []
         #: Failures of the host's own hooks (on_call), kept for the result's note.
         self.hook_errors: list[str] = []
@@ -233,7 +284,7 @@ class CallDispatcher:
         """Stage 4 in the read callback: answer a value that is ready at once, else await
         it in a task (which takes its slot)."""
         started = time.monotonic()
-        if not (binding.is_async or binding.inline) and self._executor is not None:
+        if not (binding.is_async or binding.inline) and self._workers is not None:
             self._in_thread_now(record, started, binding, args, kwargs)
             return
         try:
@@ -259,24 +310,45 @@ class CallDispatcher:
         """Stage 4 for a synchronous binding on the fast path: in a worker thread, with
         its slot, answered from that thread and recorded by one callback on the loop (no
         task and no asyncio future per call: each is a turn of the loop more on the
-        call's path, and the answer does not wait for the loop to wake)."""
+        call's path, and the answer does not wait for the loop to wake). Held until the
+        rest of this read of fd 3 is admitted (:meth:`_hand_over`)."""
         if not self._take_slot():
             self._spawn(self._queued(record, binding, args, kwargs), None)
             return
-        assert self._executor is not None
         context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context
-        try:
-            self._executor.submit(
-                self._run_in_thread, context, record, started, binding.fn, args, kwargs
-            )
-        except RuntimeError as exc:  # the executor is shut down: the gateway is closing
-            self._slots.release()
-            self._answer(record, started, error=exc)
-            return
+        self._pending.append((context, record, started, binding.fn, args, kwargs))
         self._threads += 1
         self._sweep_s = _SWEEP_S  # a call just started: it may end soon
-        if self._sweep is None:
+        sweep = self._sweep
+        if sweep is None or sweep.when() > self._loop.time() + 4 * _SWEEP_S:
+            # Due soon: the calls batched behind this one (and answers held behind it)
+            # must not wait for a timer that backed off while a slow call ran (not every
+            # time: between calls the timer runs 2-4 ms apart, and moving it costs).
+            if sweep is not None:
+                sweep.cancel()
             self._sweep = self._loop.call_later(_SWEEP_S, self._swept)
+
+    def _hand_over(self) -> None:
+        """After a read of fd 3 (ChildChannel.after_events): the synchronous calls it
+        admitted go to one worker thread, together."""
+        if self._pending:
+            calls, self._pending = self._pending, []
+            self._submit(calls)
+
+    def _submit(self, calls: list[_ThreadCall]) -> None:
+        batch = _Batch(calls)
+        with self._claim:
+            self._batches.append(batch)
+        try:
+            assert self._workers is not None
+            self._workers.submit(functools.partial(self._run_batch, batch))
+        except RuntimeError as exc:  # the executor is shut down: the gateway is closing
+            with self._claim:
+                self._batches.remove(batch)
+            for _context, record, started, _fn, _args, _kwargs in calls:
+                self._threads -= 1
+                self._slots.release()
+                self._answer(record, started, error=exc)
 
     def _take_slot(self) -> bool:
         """Take a free slot without waiting (False if none is free)."""
@@ -290,7 +362,25 @@ class CallDispatcher:
         step.close()  # it would wait: not on this path
         return False
 
-    def _run_in_thread(
+    def _run_batch(self, batch: _Batch) -> None:
+        """In a worker thread: a batch's calls, one after another, then their answers in
+        one write (those the loop did not claim meanwhile), then the loop woken if it
+        must do anything for them (see :meth:`_send_from_thread`)."""
+        ran: list[tuple[CallRecord, _ThreadOutcome]] = []
+        # Once the run is over, its calls not started yet are not started: nobody would
+        # record or answer them (its asynchronous calls are cancelled likewise).
+        while not self._over and (call := batch.take()) is not None:
+            ran.append(self._run_one(*call))
+        with self._claim:
+            self._batches.remove(batch)
+        if self._send_from_thread(ran) and not self._tasks:
+            return  # answered, and nothing waits on the loop for them: see _done
+        try:
+            self._loop.call_soon_threadsafe(self._settle_threads)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits for the answers
+
+    def _run_one(
         self,
         context: contextvars.Context,
         record: CallRecord,
@@ -298,48 +388,41 @@ class CallDispatcher:
         fn: Callable[..., Any],
         args: list[Any],
         kwargs: dict[str, Any],
-    ) -> None:
+    ) -> tuple[CallRecord, _ThreadOutcome]:
         """In the worker thread: the binding, its result checked, the call queued for the
         loop to record (before the answer leaves: the loop records it before it reads
-        anything the child sends after its answer), the answer written to the child from
-        here, unless the loop got to it first or must send it itself (see
-        :meth:`ChildChannel.send_from_thread`), then the loop woken."""
+        anything the child sends after its answer)."""
         outcome = _ThreadOutcome()
         try:
             outcome.value = context.run(fn, *args, **kwargs)
         except BaseException as exc:  # SystemExit from a binding must not end the host
             outcome.error = exc
         outcome.ended = time.monotonic()
-        direct = outcome.error is not None or not inspect.isawaitable(outcome.value)
-        if direct:
+        if outcome.error is not None or not inspect.isawaitable(outcome.value):
             try:
                 outcome.value, outcome.error = self._checked(record, outcome.value, outcome.error)
             except BaseException as exc:  # a conversion that failed otherwise than it should
                 outcome.value, outcome.error = None, exc
             outcome.checked = True
         self._done.append((record, started, outcome))
-        if direct and self._send_from_thread(record, outcome) and not self._tasks:
-            return  # answered, and nothing waits on the loop for it: see _done
-        try:
-            self._loop.call_soon_threadsafe(self._settle_threads)
-        except RuntimeError:
-            pass  # the loop is closed: nobody waits for the answer
+        return record, outcome
 
-    def _send_from_thread(self, record: CallRecord, outcome: _ThreadOutcome) -> bool:
-        """In the worker thread: write a checked answer, unless the loop claimed it
-        (True: this thread sent it)."""
+    def _send_from_thread(self, ran: list[tuple[CallRecord, _ThreadOutcome]]) -> bool:
+        """In the worker thread: write the checked answers the loop did not claim, in one
+        write (True: all of them were sent from here, nothing is left for the loop but
+        recording them)."""
         with self._claim:
-            if outcome.state != "pending":
-                return False
-            sent = False
-            if not self._over and not self._verdicts.settled:
+            mine = [(r, o) for r, o in ran if o.checked and o.state == "pending"]
+            sent = [False] * len(mine)
+            if mine and not self._over and not self._verdicts.settled:
                 try:
-                    reply = _reply(record.id, outcome.value, outcome.error)
-                    sent = self._channel.send_from_thread(reply)
+                    replies = [_reply(r.id, o.value, o.error) for r, o in mine]
+                    sent = self._channel.send_from_thread(replies)
                 except BaseException:  # nothing was sent: the loop answers
-                    sent = False
-            outcome.state = "sent" if sent else "loop"
-        return sent
+                    sent = [False] * len(mine)
+            for (_record, outcome), ok in zip(mine, sent, strict=True):
+                outcome.state = "sent" if ok else "loop"
+        return len(mine) == len(ran) and all(sent)
 
     def _settle_threads(self) -> None:
         """On the loop: record the calls whose binding ended in a worker thread (called
@@ -357,6 +440,12 @@ class CallDispatcher:
     def _swept(self) -> None:
         """The sweep timer: settle what the threads left, and again while any run."""
         self._sweep = None
+        now = time.monotonic()
+        with self._claim:
+            batches = list(self._batches)
+        for batch in batches:
+            for call in batch.stalled(now):  # each in a thread of its own
+                self._submit([call])
         if self._done:
             self._settle_threads()
             self._sweep_s = _SWEEP_S
@@ -543,6 +632,7 @@ class CallDispatcher:
 
     def cancel_now(self) -> None:
         """Cancel every call still running (without waiting for them)."""
+        self._pending.clear()  # admitted, never started: they are not started now
         self._settle_threads()  # answered already: recorded, whatever ends the run
         self._over = True
         if self._sweep is not None:
@@ -553,6 +643,7 @@ class CallDispatcher:
 
     async def cancel_all(self) -> None:
         """End the calls still running: the program is over, nobody awaits them."""
+        self._pending.clear()  # admitted, never started: they are not started now
         self._settle_threads()  # answered already: recorded, whatever ends the run
         self._over = True
         if self._sweep is not None:

@@ -14,7 +14,7 @@ import asyncio
 import functools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kernelgate.wire.connection import Connection
 from kernelgate.wire.errors import LocalProtocolError, RemoteProtocolError
@@ -83,6 +83,9 @@ class ChildChannel:
         #: handed on (and before its exit is): what happened before the child could send
         #: it (a call answered from a worker thread) is recorded first.
         self.before_read: Callable[[], None] | None = None
+        #: Called on the loop once the events of a read of fd 3 are handed on (the calls
+        #: it brought go to their worker thread together).
+        self.after_events: Callable[[], None] | None = None
 
     def open(self, on_exit: Callable[[], None]) -> None:
         """Start reading fd 3, 1 and 2, and watch the child's pidfd with ``on_exit``."""
@@ -140,6 +143,8 @@ class ChildChannel:
                 self._on_violation(str(exc))
                 return
             finally:
+                if self.after_events is not None:
+                    self.after_events()
                 self._corked = None
                 if corked and not self._closed:
                     self._write(b"".join(corked))
@@ -248,34 +253,42 @@ class ChildChannel:
             return
         self._write(data)
 
-    def send_from_thread(self, event: Event) -> bool:
-        """From a worker thread: encode ``event`` (a call's answer) and write it now.
+    def send_from_thread(self, events: Sequence[Event]) -> list[bool]:
+        """From a worker thread: encode ``events`` (calls' answers) and write them now, in
+        one write. Says which were sent.
 
-        False, with nothing sent and nothing changed, when the loop must send it instead:
-        the channel is closed, answers are queued behind a slow reader, or the host no
-        longer answers (the child's reply arrived: the run is over), or it cannot be
-        encoded (the loop then answers with the error, as for any answer).
+        Not sent, with nothing changed, when the loop must send them instead: the channel
+        is closed, answers are queued behind a slow reader, or the host no longer answers
+        (the child's reply arrived: the run is over) (then none is sent), or one cannot be
+        encoded (the loop then answers it with the error, as for any answer).
         """
+        sent = [False] * len(events)
         with self._lock:
             if self._closed or self._out or self._conn.our_state != EXECUTING:
-                return False
-            try:
-                data = self._conn.send(event)
-            except LocalProtocolError:
-                return False  # not encodable (a state refusal is excluded above)
+                return sent
+            frames: list[bytes] = []
+            for i, event in enumerate(events):
+                try:
+                    frames.append(self._conn.send(event))
+                except LocalProtocolError:
+                    continue  # not encodable (a state refusal is excluded above)
+                sent[i] = True
+            if not frames:
+                return sent
+            data = frames[0] if len(frames) == 1 else b"".join(frames)
             self.bytes_out += len(data)
             try:
                 n = self._child.control.send(data)
             except (BlockingIOError, InterruptedError):
                 n = 0
             except OSError:
-                return True  # the child is gone; its run is settling
+                return sent  # the child is gone; its run is settling
             if n < len(data):
                 rest = data[n:]
                 self._out.append(rest)
                 self.backlog += len(rest)
                 self._loop.call_soon_threadsafe(self._wait_writable)
-        return True
+        return sent
 
     def _wait_writable(self) -> None:
         """On the loop: write what a worker thread left queued once fd 3 takes it."""

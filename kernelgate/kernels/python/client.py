@@ -68,6 +68,11 @@ class CallClient:
         self._wlock = threading.RLock()
         self._writing = False
         self._backlog: list[bytes] = []
+        # Calls held back while other tasks of the program's loop are ready (a gather
+        # starting many): the first leaves at once, the others together, in one write, at
+        # the loop's next turn or before any other frame (see call).
+        self._gathering = False
+        self._held: list[bytes] = []
         self._rlock = threading.Lock()  # reading fd 3 and decoding, from any loop
         # Loops of other threads waiting for replies -> how many calls each waits for.
         self._watching: dict[asyncio.AbstractEventLoop, int] = {}
@@ -104,7 +109,11 @@ class CallClient:
             self._write_frame(b"".join([self.conn.send(event) for event in events]))
 
     def _write_frame(self, data: bytes) -> None:
-        """Write one encoded frame whole (the caller holds ``_wlock``)."""
+        """Write one encoded frame whole (the caller holds ``_wlock``), after the calls
+        held back, so frames leave in the order they were made."""
+        if self._held:
+            data = b"".join([*self._held, data])
+            self._held.clear()
         if self._writing:  # re-entered from a signal handler on this thread
             self._backlog.append(data)
             return
@@ -116,6 +125,36 @@ class CallClient:
                 self.write(backlog.pop(0))
         finally:
             self._writing = False
+
+    def _hold(self, loop: asyncio.AbstractEventLoop, frame: bytes) -> bool:
+        """Hold a call of the program's loop back when other tasks run before the loop
+        waits again and may call too (a gather of calls): the calls made in this turn
+        then leave together, in one write, at the loop's next turn (the host wakes, reads
+        and answers once for them). The caller holds ``_wlock``.
+
+        With one other callback ready the first call leaves at once (that callback may
+        end the process, as ``os._exit`` does, and a lone call still reaches the host);
+        with two or more, it is held too. True: ``frame`` was held.
+        """
+        if self._gathering:
+            self._held.append(frame)
+            return True
+        ready = len(loop._ready)  # type: ignore[attr-defined]
+        if not ready:
+            return False
+        self._gathering = True
+        loop.call_soon(self._send_held)
+        if ready == 1:
+            return False
+        self._held.append(frame)
+        return True
+
+    def _send_held(self) -> None:
+        """The calls held back in the last turn of the program's loop leave, in one write."""
+        with self._wlock:
+            self._gathering = False
+            if self._held:
+                self._write_frame(b"")
 
     def give_up(self, why: str) -> None:
         """The run cannot go on: say why on stderr and end with the InternalError reply."""
@@ -238,6 +277,8 @@ class CallClient:
             self.calls += 1
             # Registered before the frame leaves: another thread may read the reply.
             self.pending[call_id] = (fut, tool)
+            if loop is self.loop and type(loop) is _SelectorLoop and self._hold(loop, frame):
+                return fut
             self._write_frame(frame)
         if loop is not self.loop:
             self._watch(loop, fut)
