@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kernelgate.kernels.python import ZYGOTE_LOADER, package_root
+from kernelgate.wire.connection import Connection
 from kernelgate.wire.zygote import (
     BOOTED,
     Exited,
@@ -47,6 +48,7 @@ from kernelgate.wire.zygote import (
 )
 
 from .cgroups import CgroupRoots, RunCgroup
+from .preopen import Preopened, send_bindings
 from .process import (
     ChildProcess,
     high_fd,
@@ -390,12 +392,16 @@ def exit_code_of(status: int) -> int | None:
 class WarmChild(ChildProcess):
     """A child started ahead of its run, in its sandbox and waiting for its program: what
     any runtime's warm pool hands a run (:class:`~.runtime.ChildPool`). ``run_dir`` is its
-    run directory; ``cgroup`` the run cgroup it is in (None: none here)."""
+    run directory; ``cgroup`` the run cgroup it is in (None: none here); ``preopened`` the
+    bindings' comm_open it was sent while parked (None: the run sends it)."""
 
     def __init__(self, *args: Any, run_dir: str) -> None:
         super().__init__(*args)
         self.run_dir = run_dir
         self.cgroup: RunCgroup | None = None
+        self.preopened: Preopened | None = None
+        #: The host's end of its wire when a run takes it (None: the run makes its own).
+        self.wire: Connection | None = None
 
 
 class PooledChild(WarmChild):
@@ -482,6 +488,10 @@ class WarmPool:
         self.boot_timeout = _BOOT_TIMEOUT
         #: A root host's children boot at a lower priority (see :func:`in_foreground`).
         self._background_boots = os.geteuid() == 0
+        #: What parked children are sent ahead of their run (see :meth:`preopen_with`):
+        #: the bindings' announcement and the frame limit of the runs seen so far.
+        self._bindings: tuple[dict[str, Any], int] | None = None
+        self._mixed = False  # runs with different bindings took children: none is sent
         no_zygote: list[Zygote | None] = [None]
         self._finalizer = weakref.finalize(
             self, discard_all_blocking, self._ready, no_zygote, self._free_cgroups
@@ -494,6 +504,16 @@ class WarmPool:
     def takes(self, sandbox: SandboxPlan) -> bool:
         """Every run at the pool's level: a child applies its run's rlimits itself."""
         return True
+
+    def preopen_with(self, specs: dict[str, Any], max_frame_bytes: int) -> None:
+        """A run with these bindings (``specs``: its registry's comm_open announcement,
+        one object per registry) takes children: children that park from now on are sent
+        that comm_open while they wait (decoded then, off the next run's path). Runs with
+        other bindings (a runtime shared by gateways) stop it for good: a child that was
+        sent one registry's bindings serves no run of another."""
+        if self._bindings is not None and self._bindings[0] is not specs:
+            self._mixed = True
+        self._bindings = (specs, max_frame_bytes)
 
     async def acquire(self, wait: float = 0.5) -> PooledChild | None:
         """A ready child; or, when none is but a running zygote is forking more, the next
@@ -721,6 +741,8 @@ class WarmPool:
         (False)."""
         try:
             ok = await booted(child, self.boot_timeout)
+            if ok and self._bindings is not None and not self._mixed:
+                ok = await self._preopen(child, *self._bindings)
         except asyncio.CancelledError:  # closing: aclose() awaits this task
             if child in self._booting:  # else close() took it over
                 self._booting.remove(child)
@@ -749,6 +771,17 @@ class WarmPool:
             self._failed_boots += 1  # given up: counted before the refill forks again
         await discard(child)
         return self.closed
+
+    async def _preopen(
+        self, child: PooledChild, specs: dict[str, Any], max_frame_bytes: int
+    ) -> bool:
+        """Send the parked ``child`` the bindings' comm_open (:mod:`.preopen`); False: it
+        could not take it."""
+        session = f"pool-{self._token}-{child.pid}"
+        child.preopened = await send_bindings(
+            child.control, session, specs, max_frame_bytes, self.boot_timeout
+        )
+        return child.preopened is not None
 
     async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
         """Empty the cgroup of a finished run and take it back for the next child; or

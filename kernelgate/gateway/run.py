@@ -21,7 +21,7 @@ from typing import Any
 
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord, RunResult
-from kernelgate.wire.connection import HOST, Connection
+from kernelgate.wire.connection import Connection
 from kernelgate.wire.errors import LocalProtocolError
 from kernelgate.wire.events import (
     CallRequest,
@@ -41,6 +41,7 @@ from kernelgate.wire.events import (
 )
 from kernelgate.wire.messages import iso_now
 
+from . import preopen
 from .calls import CallDispatcher
 from .cgroups import MemoryUse, RunCgroup
 from .channel import ChildChannel
@@ -58,6 +59,7 @@ from .outcome import (
 )
 from .output import OutputCollector, OutputListener, RunOutput
 from .plan import CallHandler, CallListener, Policy, RunPlan
+from .pool import WarmChild
 from .process import ChildProcess
 from .sandbox import SandboxPlan
 from .teardown import Teardown, discard
@@ -112,11 +114,8 @@ class Run:
         #: Set when run() returned on the reply while the child was still exiting: the
         #: rest of the teardown (reap, cgroup, run directory). The gateway awaits it.
         self.finishing: asyncio.Task[None] | None = None
-        # compact=True: offers compact call frames (docs/protocol.md); a child that does
-        # not take the offer (the Node child) is answered with full messages.
-        self._conn = Connection(
-            HOST, session=self.run_id, max_frame_bytes=plan.limits.max_frame_bytes, compact=True
-        )
+        self._conn: Connection | None = None  # the wire: the pool's (.preopen), or _open's
+        self._sent_ahead = 0  # bytes of the comm_open the pool sent (in bytes_out)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._t0 = 0.0
         self._cgroup: RunCgroup | None = None
@@ -220,7 +219,10 @@ class Run:
     async def _start_child(self) -> str | None:
         """A warm child from the pool, or a cold one; its run directory (None: no child)."""
         plan = self.plan
-        pooled = await plan.pool.acquire() if plan.pool is not None else None
+        pooled: WarmChild | None = None
+        sent_ahead = 0  # the bytes of the comm_open the pool sent the child it gives
+        if plan.pool is not None:
+            pooled, sent_ahead = await preopen.acquire(plan.pool, plan.registry, self.limits)
         max_pids = plan.sandbox.pids_max(self.limits.max_processes)
         if pooled is not None and pooled.cgroup is not None:
             born = bool(getattr(pooled, "born_in_namespaces", False))
@@ -236,6 +238,7 @@ class Run:
                 pooled = None
         if pooled is not None:
             self.child = pooled
+            self._conn, self._sent_ahead = pooled.wire, sent_ahead  # the pool's, or None
             self.pooled = True
             self._cgroup = pooled.cgroup
             return pooled.run_dir
@@ -249,6 +252,8 @@ class Run:
     def _open(self, loop: asyncio.AbstractEventLoop, child: ChildProcess, run_dir: str) -> Teardown:
         """The run's rooms around its child: channel, calls, teardown."""
         replied = self._replied = loop.create_future()
+        if self._conn is None:
+            self._conn = preopen.host_conn(self.run_id, self.limits.max_frame_bytes)
         channel = self._channel = ChildChannel(
             loop,
             child,
@@ -258,6 +263,7 @@ class Run:
             on_violation=self._protocol_violation,
             on_raw=self.output.raw,
         )
+        channel.bytes_out += self._sent_ahead
         calls = self._calls = CallDispatcher(
             self.plan,
             channel,
@@ -302,13 +308,12 @@ class Run:
         if self.debug is not None:
             options["debug"] = self.debug.options()
         code = self.program if self.plan.code is None else self.plan.code
-        # One write: the child wakes once, with its bindings and its program.
-        self._channel.send_all(
-            [
-                OpenBindings(f"bindings-{self.run_id}", self.plan.registry.specs()),
-                ExecuteRequest(code, options),
-            ]
-        )
+        request = ExecuteRequest(code, options)
+        if self._sent_ahead:  # the child has its bindings: the program is one frame
+            self._channel.send(request)
+        else:  # one write: the child wakes once, with its bindings and its program
+            opened = OpenBindings(f"bindings-{self.run_id}", self.plan.registry.specs())
+            self._channel.send_all([opened, request])
         if self.debug is not None:
             self.debug.attach(self)
 

@@ -3,6 +3,7 @@ syntax errors, and tracebacks that keep only the program's frames."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import linecache
@@ -14,7 +15,9 @@ import pytest
 from kernelgate.kernels.python.program import (
     FILENAME,
     LAST_EXPRESSION,
+    _Bound,
     bind_globals,
+    bound_names,
     compile_program,
     forget_source,
     format_exception,
@@ -118,6 +121,38 @@ def test_comprehension_variables_stay_local_but_walrus_escapes():
     outcome, g = run("xs = [y * 2 for y in range(3)]\n[last := y for y in range(4)]\nreturn xs")
     assert outcome == [0, 2, 4]
     assert "y" not in g and g["last"] == 3
+
+
+_BINDINGS = [
+    "return await tools.echo(1)",
+    "print(1)\nx = 1\ny += x\nz: int\nw: int = 2\na, (b, *c) = 1, (2, 3)\nd[0] = e.f = 1",
+    "f = lambda q=1: q\ng = [h for h in range(3)]\nreturn {k: v for k, v in {}.items()}",
+    "import os.path, sys as system\nfrom json import dumps as d, loads\ndel d",
+    "for i in range(2):\n    j = i\nelse:\n    k = 1\nwhile False:\n    m = 1",
+    "with open('x') as (fh, gh), open('y') as ih:\n    pass\nasync with a as b:\n    pass",
+    "try:\n    pass\nexcept E as err:\n    inner = 1\nfinally:\n    fin = 1",
+    "@deco(dv := 1)\nclass C(B, metaclass=M):\n    attr = 1\n@d\nasync def f(a=(dflt := 2)):\n    loc = 1",
+    "if (n := 10) > 5:\n    x = [last := y for y in range(n)]\nreturn (r := 1)",
+    "x = (w := 3)\ny += (v := 4)\nz: int = (u := 5)\nreturn ':='",
+    "s = ':='\nreturn s",
+    "match v:\n    case {'k': [first, *rest], **others} | [first, *rest] if g:\n        pass\n"
+    "    case Point(x=px) as pt:\n        pass",
+    "global gx\ngx = 1\nasync for ai in it:\n    pass",
+]
+
+
+@pytest.mark.parametrize("source", _BINDINGS)
+def test_bound_names_skips_only_expressions_that_cannot_bind(source):
+    """The fast path (no ``:=`` in the source: statements' expressions are not visited)
+    finds exactly the names the full visit finds, in the same order."""
+    body = ast.parse(source).body
+    full = _Bound()
+    for stmt in body:
+        full.visit(stmt)
+    assert bound_names(body, source) == full.names
+    # Forced through the fast path where the source has no walrus outside a string.
+    if ":=" not in source.replace("':='", ""):
+        assert bound_names(body, source.replace("':='", "''")) == full.names
 
 
 def test_match_captures_are_globals():

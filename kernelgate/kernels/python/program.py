@@ -118,6 +118,39 @@ class _Bound(ast.NodeVisitor):
         raise SyntaxError("nonlocal declaration not allowed at module level")
 
 
+#: Statements that bind no name at the top level but through an assignment expression.
+_BINDS_NOTHING = (ast.Expr, ast.Return, ast.Pass, ast.Raise, ast.Assert)
+#: Statements whose one binding part is their target(s) but for assignment expressions.
+_TARGETS = {ast.Assign: "targets", ast.AugAssign: "target", ast.AnnAssign: "target"}
+
+
+def bound_names(body: list[ast.stmt], source: str) -> list[str]:
+    """The names the top level of ``body`` (parsed from ``source``) binds, in order.
+
+    Without ``:=`` in the source (a single token: nothing else spells it) an expression
+    binds no name in the enclosing scope, so the expressions of the commonest statements
+    (an expression, ``return``, an assignment's value) need no visit: a program's compile
+    is on its run's path, with the caches of a child that has waited cold."""
+    bound = _Bound()
+    visit = bound.visit
+    if ":=" in source:
+        for stmt in body:
+            visit(stmt)
+        return bound.names
+    for stmt in body:
+        if isinstance(stmt, _BINDS_NOTHING):
+            continue
+        field = _TARGETS.get(type(stmt))
+        if field is None:
+            visit(stmt)
+        elif field == "targets":
+            for target in stmt.targets:  # type: ignore[attr-defined]
+                visit(target)
+        else:
+            visit(getattr(stmt, field))
+    return bound.names
+
+
 class Wrapper:
     """The nodes :func:`compile_program` wraps a program in:
     ``def __kernelgate_factory__(mark): async def main(): ...; return main``. Made ahead
@@ -188,10 +221,7 @@ def compile_program(
         and body[start].module == "__future__"  # type: ignore[attr-defined]
     ):
         futures.append(body.pop(start))
-    bound = _Bound()
-    for stmt in body:
-        bound.visit(stmt)
-    module = _as_factory(body, futures, bound.names, wrapper or Wrapper())
+    module = _as_factory(body, futures, bound_names(body, source), wrapper or Wrapper())
     try:
         code = compile(module, filename, "exec", dont_inherit=True)
     except SyntaxError as exc:

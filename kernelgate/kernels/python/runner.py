@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
+import select
 import sys
 import time
 from typing import Any
@@ -31,6 +32,7 @@ from kernelgate.wire.events import (
     ClearOutput,
     DisplayData,
     ExecuteRequest,
+    OpenBindings,
     Stream,
     UpdateDisplayData,
 )
@@ -72,6 +74,9 @@ class Child:
         self.max_value_bytes = 32 * 1024
         self.max_frame_bytes = 8 * 1024 * 1024
         self._ready: _Ready | None = None  # what prepare() made; taken by the run
+        #: The frame limit the bindings' namespaces in the prepared globals were made for
+        #: (their arguments' budget), when made as the bindings came (see _take_bindings).
+        self._bound_for: int | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -178,6 +183,8 @@ class Child:
     def run(self) -> None:
         """Read the program, enter the sandbox, run the program and report; never returns
         (the reporter exits)."""
+        if self._ready is not None:
+            self._take_bindings()
         request = self.client.read_until_request()
         ready, sandbox_error = self._start(request)
         if sandbox_error is not None:
@@ -188,6 +195,32 @@ class Child:
             )
             return
         self._execute(request, ready)
+
+    def _take_bindings(self) -> None:
+        """Wait for the host's first frame, its bindings' comm_open, and make their
+        namespaces in the prepared globals now: a warm child is sent it while it waits
+        for its program (the pool's), so that work (a signature per binding) is off its
+        run's path. The request that follows is read by ``read_until_request``; a frame
+        limit other than the default one has them made again (``_execute``)."""
+        client = self.client
+        conn, fd = client.conn, client.fd
+        while True:
+            event = conn.next_event()
+            if event is not None:
+                break
+            select.select([fd], [], [])
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not data:
+                os._exit(1)  # the host went away before sending a program
+            conn.receive_data(data)
+        # The wire lets the host open with nothing else (wire/state.py).
+        assert type(event) is OpenBindings and self._ready is not None
+        client.namespaces = event.namespaces
+        self.make_globals(self._ready.globals)
+        self._bound_for = self.max_frame_bytes
 
     def _start(self, request: ExecuteRequest) -> tuple[_Ready, BaseException | None]:
         """The request's limits, the sandbox (it may return in a new process, pid 2), what
@@ -229,7 +262,9 @@ class Child:
             # e.g. source with NUL bytes, or nesting too deep for the parser
             reporter.finish_exception(exc, saved_builtins)
             return
-        g = self.make_globals(ready.globals)
+        g = ready.globals
+        if self._bound_for != self.max_frame_bytes:  # not made yet, or for another budget
+            g = self.make_globals(g)
         main = bind_globals(fn, g)
         loop = self.loop
         assert loop is not None  # made by prepare()
