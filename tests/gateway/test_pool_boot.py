@@ -53,6 +53,16 @@ def _signal_child(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
+def _assert_all_gone(booting: list[pool_mod.PooledChild]) -> None:
+    """Each child killed, its run directory and cgroups removed."""
+    assert booting, "no child was booting: the test proves nothing"
+    for child in booting:
+        assert not pid_alive(child.pid)
+        assert not os.path.exists(child.run_dir)
+        if child.cgroup is not None:
+            assert not any(os.path.exists(path) for path in child.cgroup.paths)
+
+
 def _intercept_forks(monkeypatch, sig: int, first_only: bool = False):
     """Send ``sig`` to each child the zygote forks (or the first) as soon as its fork is
     reported; returns the list of (child, already parked when signalled) and an event."""
@@ -234,12 +244,7 @@ def test_closing_the_pool_while_children_boot_leaves_none_behind(
     zygote, booting = asyncio.run(main())
     if closing != "aclose":
         gw.close()
-    assert booting, "no child was booting: the test proves nothing"
-    for child in booting:
-        assert not pid_alive(child.pid)
-        assert not os.path.exists(child.run_dir)
-        if child.cgroup is not None:
-            assert not any(os.path.exists(path) for path in child.cgroup.paths)
+    _assert_all_gone(booting)
     assert not pid_alive(zygote)
 
 
@@ -260,9 +265,4 @@ def test_closing_the_pool_before_a_boot_task_first_runs_leaves_nothing_behind(ma
         return booting
 
     booting = asyncio.run(main())
-    assert booting, "no child was booting: the test proves nothing"
-    for child in booting:
-        assert not pid_alive(child.pid)
-        assert not os.path.exists(child.run_dir)
-        if child.cgroup is not None:
-            assert not any(os.path.exists(path) for path in child.cgroup.paths)
+    _assert_all_gone(booting)
