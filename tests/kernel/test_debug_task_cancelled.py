@@ -4,31 +4,15 @@ keeps for that case: the front end still gets one (JupyterLab waits for every re
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from kernelgate.jupyter.server import KernelServer
 
-from .helpers import _keep
 from .test_debugger import debug_reply, send_debug, start
-from .test_debugger_runs import in_process_kernel
+from .test_debugger_runs import in_process_kernel, wait_started
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _wait_printed(kc: BlockingKernelClient, text: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=0.1)
-        except Exception:
-            continue
-        if msg["msg_type"] == "stream" and text in msg["content"].get("text", ""):
-            return
-        _keep(kc, "iopub", msg)
-    raise TimeoutError(f"the cell did not print {text!r} in {timeout} s")
 
 
 def test_a_debug_request_whose_task_is_cancelled_before_it_runs_is_answered(tmp_path):
@@ -44,8 +28,8 @@ def test_a_debug_request_whose_task_is_cancelled_before_it_runs_is_answered(tmp_
 
         server._debug_request = cancelled_at_once  # type: ignore[method-assign]
         start(kc)
-        kc.execute("import time\nprint('running', flush=True)\ntime.sleep(60)")
-        _wait_printed(kc, "running")
+        msg_id = kc.execute("import time\nprint('running', flush=True)\ntime.sleep(60)")
+        wait_started(kc, msg_id)
         reply = debug_reply(kc, send_debug(kc, "pause", {"threadId": 1}), timeout=10)
         assert reply["success"] is False
         assert "shutting down" in reply["message"]

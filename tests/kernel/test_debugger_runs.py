@@ -382,7 +382,7 @@ LOOP = (
 )
 
 
-def _wait_started(kc: BlockingKernelClient, msg_id: str) -> None:
+def wait_started(kc: BlockingKernelClient, msg_id: str) -> None:
     """Wait (bounded) until the cell printed 'started': its program is running."""
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
@@ -401,7 +401,7 @@ def test_pause_a_running_cell_and_set_breakpoints_while_it_runs(tmp_path: pathli
         start(kc)
         path = str(debug(kc, "dumpCell", {"code": LOOP})["body"]["sourcePath"])
         msg_id = kc.execute(LOOP)
-        _wait_started(kc, msg_id)
+        wait_started(kc, msg_id)
         refused = debug(kc, "stackTrace", {"threadId": 1})
         assert not refused["success"] and "running" in refused["message"]
         assert debug(kc, "pause", {"threadId": 1})["success"]

@@ -29,17 +29,23 @@ with open(sys.argv[2], "w") as f:
 """
 
 
-def test_rehearsal_leaves_nothing_behind(tmp_path):
+def _run_script(script: str, tmp_path) -> dict:
+    """Run ``script`` in a fresh ``python -I``; what it wrote as JSON. It may print nothing:
+    fd 1 and 2 are the next run's."""
     out = tmp_path / "out.json"
     proc = subprocess.run(
-        [sys.executable, "-I", "-c", _SCRIPT, package_root(), str(out)],
+        [sys.executable, "-I", "-c", script, package_root(), str(out)],
         capture_output=True,
         timeout=60,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr.decode()
-    assert proc.stdout == b"" and proc.stderr == b""  # fd 1 and 2 are the next run's
-    seen = json.loads(out.read_text())
+    assert proc.stdout == b"" and proc.stderr == b""
+    return json.loads(out.read_text())
+
+
+def test_rehearsal_leaves_nothing_behind(tmp_path):
+    seen = _run_script(_SCRIPT, tmp_path)
     assert seen == {"builtins_kept": True, "loop": "loop reusable"}
 
 
@@ -75,16 +81,7 @@ def test_the_zygotes_own_rehearsals_leave_only_specialized_code(tmp_path):
     already specialized): nothing of them may stay for a child's program to find, nor reach
     fd 1 or 2; and on CPython 3.11+ the code they ran is specialized afterwards (this fails
     if the rehearsals stop reaching the child's paths, e.g. if they ran before the rehome)."""
-    out = tmp_path / "out.json"
-    proc = subprocess.run(
-        [sys.executable, "-I", "-c", _ZYGOTE_SCRIPT, package_root(), str(out)],
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()
-    assert proc.stdout == b"" and proc.stderr == b""
-    seen = json.loads(out.read_text())
+    seen = _run_script(_ZYGOTE_SCRIPT, tmp_path)
     assert seen["builtins_kept"] and not seen["running_loop"] and not seen["source_kept"]
     if tuple(seen["version"]) >= (3, 11):
         assert seen["specialized"], "the rehearsed code was not specialized"
