@@ -175,21 +175,27 @@ class CallClient:
     def read_until_request(self) -> ExecuteRequest:
         """Block until the host's ``execute_request`` (keeping the bindings it opened)."""
         while True:
-            event = self.conn.next_event()
-            if event is None:
-                _select([self.fd], [], [])
-                try:
-                    data = os.read(self.fd, 1 << 16)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    _os_exit(1)  # the host went away before sending a program
-                self.conn.receive_data(data)
-                continue
+            event = self.wait_event()
             if type(event) is OpenBindings:
                 self.namespaces = event.namespaces
             elif type(event) is ExecuteRequest:
                 return event
+
+    def wait_event(self) -> Any:
+        """Block until the host's next event, before the program runs (the child exits if
+        the host goes away first)."""
+        while True:
+            event = self.conn.next_event()
+            if event is not None:
+                return event
+            _select([self.fd], [], [])
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not data:
+                _os_exit(1)  # the host went away before sending a program
+            self.conn.receive_data(data)
 
     def on_readable(self) -> None:
         """fd 3 is readable: take the host's replies and hand each to its call's loop.

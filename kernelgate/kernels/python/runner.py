@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
-import select
 import sys
 import time
 from typing import Any
@@ -203,19 +202,7 @@ class Child:
         run's path. The request that follows is read by ``read_until_request``; a frame
         limit other than the default one has them made again (``_execute``)."""
         client = self.client
-        conn, fd = client.conn, client.fd
-        while True:
-            event = conn.next_event()
-            if event is not None:
-                break
-            select.select([fd], [], [])
-            try:
-                data = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not data:
-                os._exit(1)  # the host went away before sending a program
-            conn.receive_data(data)
+        event = client.wait_event()
         # The wire lets the host open with nothing else (wire/state.py).
         assert type(event) is OpenBindings and self._ready is not None
         client.namespaces = event.namespaces
