@@ -94,16 +94,17 @@ class _Batch:
     """The synchronous calls of one read of fd 3, run one after another by one worker
     thread (one wakeup of a thread for them all, one write of their answers). Calls
     ``next`` to ``end`` have not started; the loop's sweep moves them to threads of their
-    own when the one running (since ``since``) takes longer than a sweep: a binding that
-    blocks holds up the calls behind it for a sweep at most."""
+    own once the batch has run (since ``begun``) longer than a sweep: a binding that blocks
+    holds up the calls behind it for a sweep at most, and calls of a millisecond or two
+    each (I/O) do not all run one after another."""
 
-    __slots__ = ("calls", "next", "end", "since", "lock")
+    __slots__ = ("calls", "next", "end", "begun", "lock")
 
     def __init__(self, calls: list[_ThreadCall]) -> None:
         self.calls = calls
         self.next = 0
         self.end = len(calls)
-        self.since = 0.0
+        self.begun = 0.0
         self.lock = threading.Lock()
 
     def take(self) -> _ThreadCall | None:
@@ -111,15 +112,16 @@ class _Batch:
         with self.lock:
             if self.next >= self.end:
                 return None
-            self.since = time.monotonic()
+            if self.next == 0:
+                self.begun = time.monotonic()
             self.next += 1
             return self.calls[self.next - 1]
 
     def stalled(self, now: float) -> list[_ThreadCall]:
-        """On the loop: the calls not started behind one that has run since before
+        """On the loop: the calls not started yet of a batch that began before
         ``now - _SWEEP_S`` (taken out of the batch), else none."""
         with self.lock:
-            if self.next == 0 or self.next >= self.end or now - self.since < _SWEEP_S:
+            if self.next == 0 or self.next >= self.end or now - self.begun < _SWEEP_S:
                 return []
             rest = self.calls[self.next : self.end]
             self.end = self.next
@@ -489,9 +491,13 @@ class CallDispatcher:
         self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
     ) -> Any:
         context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context
-        value = await self._loop.run_in_executor(
-            self._executor, functools.partial(context.run, fn, *args, **kwargs)
-        )
+        job = functools.partial(context.run, fn, *args, **kwargs)
+        if self._workers is None:
+            value = await self._loop.run_in_executor(self._executor, job)
+        else:
+            # The same threads as the batches, in the same order: a queued call never waits
+            # in the executor's queue behind threads the batches keep parked.
+            value = await self._workers.run(self._loop, job)
         if inspect.isawaitable(value):  # a plain function that returned a coroutine
             value = await value
         return value
