@@ -21,8 +21,6 @@ import pytest
 
 from kernelgate import Limits, inline
 
-from .conftest import FAST
-
 WARM_COLD = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 SLACK = 5.0
 
@@ -73,9 +71,7 @@ def gate() -> Iterator[Gate]:
 
 @pytest.mark.timeout(60)
 @WARM_COLD
-def test_a_blocked_call_first_in_a_batch_does_not_hold_up_the_calls_behind_it(
-    hostile, gate, warm
-):
+def test_a_blocked_call_first_in_a_batch_does_not_hold_up_the_calls_behind_it(hostile, gate, warm):
     # [block, release, add] in one write: if the calls behind ``block`` waited for it in
     # its thread, ``release`` would never run and ``block`` would time out.
     gw = hostile.gateway(
@@ -165,9 +161,7 @@ def test_a_forged_batch_past_max_calls_in_one_write_ends_as_protocol(hostile, wa
 
 @pytest.mark.timeout(90)
 @WARM_COLD
-def test_a_batch_beyond_the_slots_keeps_max_calls_in_flight_and_answers_each_call(
-    hostile, warm
-):
+def test_a_batch_beyond_the_slots_keeps_max_calls_in_flight_and_answers_each_call(hostile, warm):
     state = {"active": 0, "most": 0}
     lock = threading.Lock()
     ran: collections.Counter[int] = collections.Counter()
@@ -184,9 +178,7 @@ def test_a_batch_beyond_the_slots_keeps_max_calls_in_flight_and_answers_each_cal
             with lock:
                 state["active"] -= 1
 
-    limits = Limits(
-        wall_seconds=30, kill_grace_seconds=0.3, cpu_seconds=20, max_calls_in_flight=3
-    )
+    limits = Limits(wall_seconds=30, kill_grace_seconds=0.3, cpu_seconds=20, max_calls_in_flight=3)
     gw = hostile.gateway(bindings={"square": square}, pool_size=1 if warm else 0)
     r = hostile.run(
         _src(
@@ -402,9 +394,7 @@ def test_one_run_cannot_take_every_binding_thread_from_the_other_runs(hostile, g
 
 @pytest.mark.timeout(60)
 @WARM_COLD
-def test_calls_in_the_same_write_as_the_reply_are_not_started_after_the_run_ended(
-    hostile, warm
-):
+def test_calls_in_the_same_write_as_the_reply_are_not_started_after_the_run_ended(hostile, warm):
     """The child's reply ends the run; calls that came in the same read of fd 3 are handed
     to a thread after it. The record must say what ran: a call that ran is recorded as
     answered, or else it never ran (calls.py: a batch's calls not started when the run
@@ -489,9 +479,7 @@ def test_os_exit_right_after_a_batch_ends_the_run_and_the_gateway_goes_on(hostil
 @pytest.mark.timeout(60)
 def test_closing_the_gateway_while_a_batch_blocks_returns_and_leaves_nothing(hostile, gate):
     blocked = Blocked(gate, 4)
-    gw = hostile.gateway(
-        bindings={"block": blocked.block, "add": lambda a, b: a + b}, pool_size=0
-    )
+    gw = hostile.gateway(bindings={"block": blocked.block, "add": lambda a, b: a + b}, pool_size=0)
     src = _src("return await asyncio.gather(*[tools.block() for _ in range(4)])")
 
     async def close_mid_batch() -> tuple[Any, float]:
@@ -534,8 +522,7 @@ def test_held_calls_keep_their_place_among_stdout_and_displays(hostile, warm):
     assert r.status == "ok", r.message
     assert r.value == list(range(12))
     shown = [
-        o["data"]["text/plain"] if o["output_type"] == "display_data" else None
-        for o in r.outputs
+        o["data"]["text/plain"] if o["output_type"] == "display_data" else None for o in r.outputs
     ]
 
     def at(text: str) -> int:
