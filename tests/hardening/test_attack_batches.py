@@ -533,3 +533,89 @@ def test_held_calls_keep_their_place_among_stdout_and_displays(hostile, warm):
         assert at(f"before {i}") < c.output_index <= at(f"after {i}"), (i, c.output_index)
     for i in range(12):
         assert r.stdout.index(f"before {i}\n") < r.stdout.index(f"after {i}\n")
+
+
+def _forge_lines(body: str) -> str:
+    """A program that, after one honest call, writes ``data`` (built by ``body``) to fd 3
+    in one write, then waits."""
+    head = """
+        from kernelgate.wire.events import ExecuteReply
+        assert await tools.scount(0) == 0
+        n = conn._next_call_id
+        """
+    tail = """
+        os.set_blocking(3, True)
+        while data:
+            data = data[os.write(3, data):]
+        import time
+        time.sleep(5)
+        """
+    return _src(textwrap.dedent(head) + textwrap.dedent(body) + textwrap.dedent(tail))
+
+
+def _counting() -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    ran: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def scount(i: int) -> int:
+        with lock:
+            ran.append(("sync", i))
+        return i
+
+    async def acount(i: int) -> int:
+        ran.append(("async", i))
+        return i
+
+    @inline
+    def icount(i: int) -> int:
+        ran.append(("inline", i))
+        return i
+
+    return ran, {"scount": scount, "acount": acount, "icount": icount}
+
+
+@pytest.mark.timeout(60)
+@WARM_COLD
+def test_calls_forged_after_the_reply_in_the_same_write_never_run(hostile, warm):
+    ran, bindings = _counting()
+    gw = hostile.gateway(bindings=bindings, pool_size=1 if warm else 0)
+    r = hostile.run(
+        _forge_lines(
+            """
+            lines = [json.dumps(['call', n + k, 'tools', name, [100 + k], {}])
+                     for k, name in enumerate(['icount', 'acount', 'scount'] * 20)]
+            data = conn.send(ExecuteReply('ok', usage={})) + ('\\n'.join(lines) + '\\n').encode()
+            """
+        ),
+        gateway=gw,
+        warm=warm,
+    )
+    gw.close()
+    assert r.status == "ok", r.message
+    assert [(c.id, c.name, c.ok) for c in r.calls] == [(0, "scount", True)]
+    assert ran == [("sync", 0)]
+
+
+@pytest.mark.timeout(60)
+@WARM_COLD
+def test_a_repeated_call_id_inside_a_batch_ends_as_protocol_and_runs_once(hostile, warm):
+    ran, bindings = _counting()
+    gw = hostile.gateway(bindings=bindings, pool_size=1 if warm else 0)
+    r = hostile.run(
+        _forge_lines(
+            """
+            ids = [n, n + 1, n + 1, n + 2] + list(range(n + 3, n + 40))
+            lines = [json.dumps(['call', i, 'tools', 'scount', [i], {}]) for i in ids]
+            data = ('\\n'.join(lines) + '\\n').encode()
+            """
+        ),
+        gateway=gw,
+        warm=warm,
+    )
+    gw.close()
+    assert r.status == "protocol", r.message
+    assert "out of sequence" in r.error.evalue
+    ids = [c.id for c in r.calls]
+    assert len(ids) == len(set(ids)) and set(ids) <= {0, 1, 2}
+    assert sorted(ran) == sorted(set(ran)) and {i for _, i in ran} <= {0, 1, 2}
+    assert {c.id for c in r.calls if c.ok} <= {i for _, i in ran}
