@@ -619,3 +619,42 @@ def test_a_repeated_call_id_inside_a_batch_ends_as_protocol_and_runs_once(hostil
     assert len(ids) == len(set(ids)) and set(ids) <= {0, 1, 2}
     assert sorted(ran) == sorted(set(ran)) and {i for _, i in ran} <= {0, 1, 2}
     assert {c.id for c in r.calls if c.ok} <= {i for _, i in ran}
+
+
+@pytest.mark.timeout(60)
+@WARM_COLD
+def test_a_batch_with_answers_that_cannot_be_sent_answers_every_call(hostile, warm):
+    # In one batch: answers over the frame, not JSON, a lone surrogate, NaN, and plain
+    # ones. Each call gets one answer: the bad ones an error, the others their value.
+    def odd(i: int) -> Any:
+        kind = i % 5
+        if kind == 0:
+            return "y" * 300_000  # over max_frame_bytes below
+        if kind == 1:
+            return {1, 2}
+        if kind == 2:
+            return "\ud800"
+        if kind == 3:
+            return float("nan")
+        return i
+
+    limits = Limits(
+        wall_seconds=20, kill_grace_seconds=0.3, max_frame_bytes=200_000, max_value_bytes=1000
+    )
+    gw = hostile.gateway(bindings={"odd": odd}, pool_size=1 if warm else 0)
+    r = hostile.run(
+        _src(
+            """
+            out = await asyncio.gather(*[tools.odd(i) for i in range(40)], return_exceptions=True)
+            return [o if isinstance(o, int) else type(o).__name__ for o in out]
+            """
+        ),
+        limits,
+        gateway=gw,
+        warm=warm,
+    )
+    assert r.status == "ok", r.message
+    assert r.value == [i if i % 5 == 4 else "ToolError" for i in range(40)]
+    records = sorted(r.calls, key=lambda c: c.id)
+    assert [c.id for c in records] == list(range(40))
+    assert [c.ok for c in records] == [i % 5 == 4 for i in range(40)]
