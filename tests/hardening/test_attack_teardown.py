@@ -73,7 +73,13 @@ def test_cancelling_a_run_at_any_turn_leaves_nothing(hostile, warm):
     async def main() -> list[str]:
         try:
             seen = [await cancel_after(turns, False) for turns in range(0, 12, 3)]
-            seen += [await cancel_after(turns, True) for turns in range(0, 30)]
+            # From the moment the program has littered, later and later, until cancels
+            # land after the result too (on the teardown task): the run's length in turns
+            # depends on the machine, so the steps grow until two results come back.
+            turns = 0
+            while seen.count("ok") < 2 and turns < 200_000:
+                seen.append(await cancel_after(turns, True))
+                turns = turns + 1 if turns < 16 else turns * 3 // 2
             last = hostile.record(await gw.run("return 'after'"))
             assert last.status == "ok" and last.value == "after", last.message
             return seen
