@@ -658,3 +658,41 @@ def test_a_batch_with_answers_that_cannot_be_sent_answers_every_call(hostile, wa
     records = sorted(r.calls, key=lambda c: c.id)
     assert [c.id for c in records] == list(range(40))
     assert [c.ok for c in records] == [i % 5 == 4 for i in range(40)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding: a binding thread that ends its batch parks (workers.IDLE_S) while calls "
+    "wait in the executor's queue for a thread: a call split off a batch (or any executor "
+    "job) waits out the parked thread's idle time. Made visible with IDLE_S = 8 s (more "
+    "than wall_seconds)",
+)
+@pytest.mark.timeout(60)
+def test_a_call_queued_for_a_thread_does_not_wait_behind_a_parked_one(hostile, gate, monkeypatch):
+    from kernelgate.gateway import workers
+
+    monkeypatch.setattr(workers, "IDLE_S", 8.0)  # the wait it costs, made unmissable
+
+    async def opener() -> bool:
+        # Once ``x`` was split off the batch behind ``block`` and waits in the executor's
+        # queue (its only thread runs ``block``), let ``block`` return.
+        executor = gw._executor
+        while executor is None or executor._work_queue.qsize() == 0:
+            await asyncio.sleep(0)
+            executor = gw._executor
+        gate.release()
+        return True
+
+    gw = hostile.gateway(
+        bindings={"block": gate.wait, "x": lambda: "x", "opener": opener},
+        pool_size=0,
+        max_threads=1,
+    )
+    r = hostile.run(
+        _src("return await asyncio.gather(tools.block(), tools.x(), tools.opener())"),
+        Limits(wall_seconds=5, kill_grace_seconds=0.3, cpu_seconds=5),
+        gateway=gw,
+        warm=False,
+    )
+    assert r.status == "ok", r.message  # not a timeout: ``x`` waited for the parked thread
+    assert r.value == ["released", "x", True]
