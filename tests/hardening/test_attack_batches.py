@@ -660,13 +660,6 @@ def test_a_batch_with_answers_that_cannot_be_sent_answers_every_call(hostile, wa
     assert [c.ok for c in records] == [i % 5 == 4 for i in range(40)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: a binding thread that ends its batch parks (workers.IDLE_S) while calls "
-    "wait in the executor's queue for a thread: a call split off a batch (or any executor "
-    "job) waits out the parked thread's idle time. Made visible with IDLE_S = 8 s (more "
-    "than wall_seconds)",
-)
 @pytest.mark.timeout(60)
 def test_a_call_queued_for_a_thread_does_not_wait_behind_a_parked_one(hostile, gate, monkeypatch):
     from kernelgate.gateway import workers
@@ -674,12 +667,17 @@ def test_a_call_queued_for_a_thread_does_not_wait_behind_a_parked_one(hostile, g
     monkeypatch.setattr(workers, "IDLE_S", 8.0)  # the wait it costs, made unmissable
 
     async def opener() -> bool:
-        # Once ``x`` was split off the batch behind ``block`` and waits in the executor's
-        # queue (its only thread runs ``block``), let ``block`` return.
-        executor = gw._executor
-        while executor is None or executor._work_queue.qsize() == 0:
-            await asyncio.sleep(0)
+        # Once ``x`` was split off the batch behind ``block`` and waits for a thread (the
+        # only one runs ``block``: in the workers' queue, or the executor's), let ``block``
+        # return.
+        def waiting() -> bool:
             executor = gw._executor
+            if executor is None:
+                return False
+            return bool(executor._work_queue.qsize() or workers.workers_for(executor)._waiting)
+
+        while not waiting():
+            await asyncio.sleep(0)
         gate.release()
         return True
 

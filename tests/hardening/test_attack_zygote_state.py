@@ -230,12 +230,6 @@ def test_nothing_of_an_earlier_run_or_of_the_rehearsal_reaches_a_warm_program(ho
     assert (v["tasks"], v["threads"], v["exc"], v["garbage"]) == (1, 1, True, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding (not new today; CPython 3.11's threading._after_fork keeps the parent's "
-    "native_id): the program's main thread says its native id is a host pid (the zygote's "
-    "warm, the launcher's cold), not the program's own inside its pid namespace",
-)
 @pytest.mark.timeout(120)
 @NS_LEVELS
 @WARM_COLD

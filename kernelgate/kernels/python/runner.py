@@ -23,6 +23,7 @@ import asyncio
 import builtins
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -224,6 +225,11 @@ class Child:
         except Exception as exc:
             sandbox_error = exc
         site_on_demand()  # a cold child started without site: its builtins, site on a miss
+        # The main thread's native id as the program's own process has it: CPython's fork
+        # hook keeps the forking process's (a host pid: the zygote's, the launcher's).
+        set_native_id = getattr(threading.main_thread(), "_set_native_id", None)
+        if set_native_id is not None:
+            set_native_id()
         if self._ready is None:
             self.prepare()  # a cold child: here, in the program's process, in its sandbox
         ready = self._ready
