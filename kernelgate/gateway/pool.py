@@ -493,8 +493,13 @@ class WarmPool:
         self._bindings: tuple[dict[str, Any], int] | None = None
         self._mixed = False  # runs with different bindings took children: none is sent
         no_zygote: list[Zygote | None] = [None]
-        self._finalizer = weakref.finalize(
-            self, discard_all_blocking, self._ready, no_zygote, self._free_cgroups
+        self._finalizer = self._finalize_with(no_zygote)
+
+    def _finalize_with(self, zygote_box: list[Zygote | None]) -> weakref.finalize[Any, Any]:
+        """What discards this pool's idle children (ready or booting), free cgroups and
+        zygote when it is closed, or collected without being closed."""
+        return weakref.finalize(
+            self, discard_all_blocking, self._ready, zygote_box, self._free_cgroups, self._booting
         )
 
     @property
@@ -666,9 +671,7 @@ class WarmPool:
                 self.zygote_restarts += 1
             zygote = self._zygote = Zygote(self.python, self.env)
             self._finalizer.detach()
-            self._finalizer = weakref.finalize(
-                self, discard_all_blocking, self._ready, [zygote], self._free_cgroups
-            )
+            self._finalizer = self._finalize_with([zygote])
         name = f"pool-{self._token}-{next(self._names)}"
         cgroup: RunCgroup | None = None
         if self._free_cgroups:

@@ -264,11 +264,19 @@ async def discard_idle(
 
 
 def discard_all_blocking(
-    ready: list[_Idle], zygote_box: Sequence[_Closable | None], free: list[RunCgroup]
+    ready: list[_Idle],
+    zygote_box: Sequence[_Closable | None],
+    free: list[RunCgroup],
+    booting: list[_Idle] | None = None,
 ) -> None:
-    """:func:`discard` every child in ``ready``, remove the ``free`` cgroups and close the
-    zygote, waiting: the pool's finalizer (a synchronous close, the pool collected, or an
-    ``aclose`` cancelled midway, then in a thread of its own), never on the event loop."""
+    """:func:`discard` every child in ``ready`` and ``booting``, remove the ``free``
+    cgroups and close the zygote, waiting: the pool's finalizer (a synchronous close, the
+    pool collected, or an ``aclose`` cancelled midway, then in a thread of its own), never
+    on the event loop. ``booting``: children whose boot tasks may never run again (a pool
+    collected with its loop gone)."""
+    if booting:
+        ready.extend(booting)
+        booting.clear()
     while ready:
         child = ready.pop()
         child.kill_all()
