@@ -38,6 +38,8 @@ from kernelgate.gateway.cgroups import CgroupRoots
 from kernelgate.gateway.sandbox import LEVELS, SandboxSupport, probe_support
 from tests.procs import live_children, processes_with
 
+from .asuser import make_as_user, unavailable
+
 #: The test-only knob (see the module's doc).
 LEVELS_ENV = "KERNELGATE_TEST_LEVELS"
 
@@ -314,3 +316,15 @@ def outside_dir() -> Iterator[str]:
         f.write("host secret\n")
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def as_user() -> Iterator[Any]:
+    """A host process as another, unprivileged user (:mod:`.asuser`), or the test skipped
+    saying why it cannot be one here."""
+    why = unavailable()
+    if why:
+        pytest.skip(f"needs a host as another user: {why}")
+    user, base = make_as_user()
+    yield user
+    shutil.rmtree(base, ignore_errors=True)

@@ -10,16 +10,13 @@ signals as in any process), at every level, warm and cold, as root and as a non-
 
 from __future__ import annotations
 
-import shutil
 import textwrap
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from kernelgate import Limits
 
-from .asuser import make_as_user, unavailable
 from .conftest import ALL_LEVELS, NS_LEVELS
 
 WARM_COLD = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
@@ -243,16 +240,6 @@ def test_the_main_thread_s_native_id_is_the_program_s_own(hostile, level, warm):
     )
     assert r.status == "ok", r.message
     assert r.value[0] == r.value[1] == r.value[2], r.value
-
-
-@pytest.fixture(scope="module")
-def as_user() -> Iterator[Any]:
-    why = unavailable()
-    if why:
-        pytest.skip(why)
-    user, base = make_as_user()
-    yield user
-    shutil.rmtree(base, ignore_errors=True)
 
 
 _AS_USER = """

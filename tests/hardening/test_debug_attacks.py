@@ -1028,20 +1028,6 @@ print(json.dumps(asyncio.run(main())))
 """
 
 
-@pytest.fixture(scope="module")
-def as_user() -> Any:
-    import shutil
-
-    from .asuser import make_as_user, unavailable
-
-    why = unavailable()
-    if why:
-        pytest.skip(why)
-    user, base = make_as_user()
-    yield user
-    shutil.rmtree(base, ignore_errors=True)
-
-
 _LATE = FD3 + textwrap.dedent(
     """\
     steal()

@@ -14,12 +14,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import shutil
 import signal
 import stat
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -30,7 +28,7 @@ from kernelgate.gateway.process import remove_tree
 from tests.procs import processes_with
 from tests.trees import dead_owner, deep_tree
 
-from .asuser import USER_UID, AsUser, make_as_user, unavailable
+from .asuser import USER_UID, AsUser
 from .conftest import ALL_LEVELS, NEEDS_ROOT_HOST_AT_PROCESS_CASE, Hostile
 
 BOTH = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
@@ -150,16 +148,6 @@ def test_a_dead_hosts_deep_leftover_never_stops_a_new_gateway(
 
 
 # -- from an unprivileged host: the program's files are the host user's own ------------------
-
-
-@pytest.fixture(scope="module")
-def as_user() -> Iterator[AsUser]:
-    why = unavailable()
-    if why:
-        pytest.skip(why)
-    user, base = make_as_user()
-    yield user
-    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.timeout(180)

@@ -29,7 +29,7 @@ from kernelgate.gateway.sandbox import LEVELS
 from kernelgate.kernels.python import sandbox as child_sandbox
 from kernelgate.kernels.python import userns as child_userns
 
-from .asuser import HOST_FD, AsUser, make_as_user, unavailable
+from .asuser import HOST_FD
 from .conftest import ALL_LEVELS, NEEDS_NAMESPACES, ROOT_HOST, at_levels
 from .conftest import NS_LEVELS as NS_ONLY
 
@@ -42,16 +42,6 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def program(source: str) -> str:
     return textwrap.dedent(source).strip() + "\n"
-
-
-@pytest.fixture(scope="module")
-def as_user() -> Iterator[AsUser]:
-    why = unavailable()
-    if why:
-        pytest.skip(why)
-    user, base = make_as_user()
-    yield user
-    shutil.rmtree(base, ignore_errors=True)
 
 
 # -- SysV IPC and POSIX message queues (finding 3) ---------------------------------------------

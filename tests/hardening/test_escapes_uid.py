@@ -15,7 +15,6 @@ import errno
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +29,6 @@ from kernelgate.gateway.sandbox import LEVELS
 from kernelgate.kernels.python.syscalls import landlock_abi
 from tests.procs import descendants, processes_with, survivors_of_a_dead_host
 
-from .asuser import make_as_user, unavailable
 from .conftest import FORK_UNTIL_REFUSED, ROOT_HOST, at_levels
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -408,16 +406,6 @@ def test_max_processes_holds_at_process_level_without_a_pids_cgroup(hostile, no_
     assert r.status == "ok", r.message
     forked, err = r.value
     assert err == errno.EAGAIN and 0 < forked < 6, r.value
-
-
-@pytest.fixture(scope="module")
-def as_user() -> Any:
-    why = unavailable()
-    if why:
-        pytest.skip(why)
-    user, base = make_as_user()
-    yield user
-    shutil.rmtree(base, ignore_errors=True)
 
 
 #: Two concurrent runs on two gateways of an unprivileged host: both have the host's uid

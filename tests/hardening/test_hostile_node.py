@@ -918,17 +918,6 @@ out
 """
 
 
-@pytest.fixture(scope="module")
-def as_user() -> Iterator[Any]:
-    from .asuser import make_as_user, unavailable
-
-    if unavailable():
-        pytest.skip(f"needs a host as another user: {unavailable()}")
-    user, base = make_as_user()
-    yield user
-    shutil.rmtree(base, ignore_errors=True)
-
-
 @where(control=False)
 @pytest.mark.timeout(150)
 def test_the_typescript_attacks_from_an_unprivileged_host(as_user, level, warm):
