@@ -3,6 +3,7 @@ messages, metered by one output budget, any text sent faithfully."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -113,8 +114,10 @@ def test_past_the_budget_lines_go_in_bulk_and_the_first_one_at_once():
     elapsed = time.monotonic() - t0
     out.finish()
     assert sent.text().endswith("".join(f"line {i}\n" for i in range(20_000)))
-    # A message per 20 ms at most, or per 64 KiB: not one per line.
-    assert len(sent.messages) <= 2 + elapsed / 0.02 + len(sent.text()) / CHUNK + 1
+    # A message per 20 ms at most, or per 64 KiB: not one per line. (Each bound can start
+    # one message early at its edge: a flush timer that fires mid-chunk splits it, seen
+    # under a loaded full suite as 8 messages against 7.7.)
+    assert len(sent.messages) <= 3 + elapsed / 0.02 + math.ceil(len(sent.text()) / CHUNK) + 1
     assert len(sent.messages) < 2_000
 
 
