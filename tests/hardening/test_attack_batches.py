@@ -62,6 +62,14 @@ class Gate:
         return True
 
 
+def _gated_gateway(hostile: Any, gate: Gate, warm: bool) -> Any:
+    """A gateway with ``block`` (waits on ``gate``), ``release`` (opens it) and ``add``."""
+    return hostile.gateway(
+        bindings={"block": gate.wait, "release": gate.release, "add": lambda a, b: a + b},
+        pool_size=1 if warm else 0,
+    )
+
+
 @pytest.fixture
 def gate() -> Iterator[Gate]:
     g = Gate()
@@ -74,10 +82,7 @@ def gate() -> Iterator[Gate]:
 def test_a_blocked_call_first_in_a_batch_does_not_hold_up_the_calls_behind_it(hostile, gate, warm):
     # [block, release, add] in one write: if the calls behind ``block`` waited for it in
     # its thread, ``release`` would never run and ``block`` would time out.
-    gw = hostile.gateway(
-        bindings={"block": gate.wait, "release": gate.release, "add": lambda a, b: a + b},
-        pool_size=1 if warm else 0,
-    )
+    gw = _gated_gateway(hostile, gate, warm)
     r = hostile.run(
         _src(
             """
@@ -101,10 +106,7 @@ def test_a_blocked_call_first_in_a_batch_does_not_hold_up_the_calls_behind_it(ho
 def test_an_answer_ahead_of_a_blocked_call_in_its_batch_reaches_the_program(hostile, gate, warm):
     # [add, block, add] in one write; the program needs the first answer (which waits in
     # the batch's thread behind ``block``) before it makes the call that releases it.
-    gw = hostile.gateway(
-        bindings={"block": gate.wait, "release": gate.release, "add": lambda a, b: a + b},
-        pool_size=1 if warm else 0,
-    )
+    gw = _gated_gateway(hostile, gate, warm)
     r = hostile.run(
         _src(
             """
