@@ -639,8 +639,11 @@ ZYGOTE_FORK = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[2])
 import kernelgate.kernels.python.bootstrap  # what a zygote would hold
+idle = float(sys.argv[3])  # seconds asleep before each fork (0: back to back)
 out = []
 for _ in range(int(sys.argv[1])):
+    if idle:
+        time.sleep(idle)
     t = time.perf_counter()
     pid = os.fork()
     if pid == 0:
@@ -651,11 +654,11 @@ print(json.dumps(out))
 """
 
 
-def zygote_fork_floor(n: int) -> list[float]:
+def zygote_fork_floor(n: int, idle: float = 0.0) -> list[float]:
     from kernelgate.kernels.python import package_root
 
     p = subprocess.run(
-        [EXE, "-I", "-c", ZYGOTE_FORK, str(n), package_root()],
+        [EXE, "-I", "-c", ZYGOTE_FORK, str(n), package_root(), str(idle)],
         env=ENV,
         capture_output=True,
         text=True,
@@ -738,6 +741,9 @@ async def bench_latency(
             items["kg_warm_phase_end"] = Item("", _none, warm_phases["end"])
     try:
         items["floor_zygote_fork"] = Item("", _none, zygote_fork_floor(cheap_reps))
+        if extras:  # the after-idle goal's floor: the machine wakes from idle for it too
+            idle_forks = zygote_fork_floor(cheap_reps, IDLE_BEFORE_RUN)
+            items["floor_zygote_fork_idle"] = Item("", _none, idle_forks)
     except Exception as exc:
         items["floor_zygote_fork"] = Item("", _none, error=f"error: {exc!r}"[:160])
     return items
@@ -1448,6 +1454,10 @@ def build_table(
         ("floor_asyncio_nosite", "`python -I -S -c 'import asyncio'` (how a cold child starts)"),
         ("floor_fork", "fork + `os._exit(0)` + waitpid, in this benchmark process"),
         ("floor_zygote_fork", "the same fork, in a zygote-sized process (child modules loaded)"),
+        (
+            "floor_zygote_fork_idle",
+            f"the same zygote-sized fork, {IDLE_BEFORE_RUN * 1e3:.0f} ms asleep before each",
+        ),
     ):
         it = item(key)
         vs = ratio(_med(it.samples), f_aio, "asyncio floor") if key != "floor_asyncio" else ""
@@ -1701,6 +1711,12 @@ def goals(t: Table, paths: Paths, concs: list[int]) -> list[tuple[str, str, str]
                 f"after {IDLE_BEFORE_RUN * 1e3:.0f} ms idle p50 {idle.median:.2f} ms, "
                 f"p99 {idle.pct(0.99):.2f} ms"
             )
+            idle_fork = t.median("floor_zygote_fork_idle")
+            if idle_fork:  # what waking from idle costs a bare fork on this machine
+                parts.append(
+                    f"a zygote-sized fork after the same idle {idle_fork:.2f} ms: "
+                    f"{idle.median / idle_fork:.1f}x"
+                )
             ok = ok and idle.median <= 1.2
         else:
             parts.append("after idle: not measured (--quick)")
