@@ -58,6 +58,7 @@ def test_save_replaces_existing_file_keeping_its_mode(tmp_path: Path, demo_run: 
 
 def test_gateway_record_to_writes_one_notebook_per_run(tmp_path: Path) -> None:
     gw = demo_gateway(record_to=tmp_path / "runs")
+    assert gw.record_to == str(tmp_path / "runs")  # what was given, as a path string
     first = gw.run_sync("await tools.compute('sum', [1, 2])")
     second = gw.run_sync("print('second')")
     names = sorted(os.listdir(tmp_path / "runs"))
