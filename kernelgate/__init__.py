@@ -8,6 +8,9 @@
 >>> result.status, result.stdout, result.value
 ('ok', 'hi\\n', 3)
 
+``save_run(result, "run.ipynb")`` keeps a run as a notebook (``Gateway(record_to=DIR)``:
+every run); :mod:`kernelgate.notebooks` reads, replays and draws them.
+
 Exports are lazy (PEP 562): the child imports ``kernelgate.wire`` and
 ``kernelgate.kernels.python`` without pulling in the host side.
 """
@@ -29,6 +32,7 @@ _EXPORTS = {
     "inline": "kernelgate.gateway.bindings",
     "input_schema": "kernelgate.gateway.schemas",
     "ToolOutput": "kernelgate.gateway.tools",
+    "save_run": "kernelgate.gateway.recording.store",
 }
 
 __all__ = [
@@ -43,12 +47,14 @@ __all__ = [
     "__version__",
     "inline",
     "input_schema",
+    "save_run",
 ]
 
 if TYPE_CHECKING:
     from kernelgate.gateway.api import CodeGateway
     from kernelgate.gateway.bindings import inline
     from kernelgate.gateway.gateway import Gateway
+    from kernelgate.gateway.recording.store import save_run
     from kernelgate.gateway.schemas import input_schema
     from kernelgate.gateway.tools import ToolOutput
     from kernelgate.jupyter.remote import RemoteGateway

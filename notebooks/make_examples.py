@@ -2,7 +2,7 @@
 
     python notebooks/make_examples.py
 
-* ``demo_run.ipynb``: ``kernelgate demo``'s program, recorded with ``result.save()``.
+* ``demo_run.ipynb``: ``kernelgate demo``'s program, recorded with ``kernelgate.save_run()``.
 * ``session_log.ipynb``: an agent session of four runs, one of them failing, recorded
   with ``kernelgate.notebooks.SessionLog``.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kernelgate import Gateway
+from kernelgate import Gateway, save_run
 from kernelgate.demo import BINDINGS, DEMO_PROGRAM
 from kernelgate.notebooks import SessionLog
 
@@ -71,7 +71,7 @@ def main() -> int:
     if not demo.ok:
         print(f"the demo run failed: {demo.message}", file=sys.stderr)
         return 1
-    demo.save(DEMO_RUN)
+    save_run(demo, DEMO_RUN)
     print(f"wrote {DEMO_RUN.name}: {demo.status}, {len(demo.calls)} calls")
 
     SESSION_LOG.unlink(missing_ok=True)

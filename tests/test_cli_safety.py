@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import kernelgate
-from kernelgate import Gateway, Limits
+from kernelgate import Gateway, Limits, save_run
 from kernelgate.model.limits import frame_headroom
 from kernelgate.notebooks import load_run
 from tests.procs import descendants, kernelgate_command, pid_alive
@@ -134,7 +134,7 @@ def test_a_recording_keeps_the_limits_it_ran_with(tmp_path: Path) -> None:
     limits = Limits(max_value_bytes=16 << 20, wall_seconds=30)
     result = Gateway(limits=limits, pool_size=0).run_sync("return 1")
     assert result.limits["max_frame_bytes"] == limits.max_frame_bytes
-    loaded = load_run(result.save(tmp_path / "run.ipynb"))
+    loaded = load_run(save_run(result, tmp_path / "run.ipynb"))
     assert Limits(**loaded.limits) == limits
 
 

@@ -55,11 +55,6 @@ STDLIB_ONLY = {"kernelgate.demo"}
 #: ``kernel_argv``), never the child's code.
 HOST_MAY_USE_CHILD = {"kernelgate.kernels.python", "kernelgate.kernels.node"}
 
-#: The one declared upward edge: ``RunResult.save()`` and ``to_notebook()`` are public
-#: conveniences that import :mod:`kernelgate.notebooks` when called.
-ALLOWED_UPWARD = {("kernelgate.model.result", "kernelgate.notebooks")}
-
-
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -118,8 +113,6 @@ def violations() -> list[str]:
         for target, line in imports(path):
             where = f"{path.relative_to(ROOT.parent)}:{line}: {source} imports {target}"
             there = layer(target)
-            if any(source == a and target.startswith(b) for a, b in ALLOWED_UPWARD):
-                continue
             if source in STDLIB_ONLY:
                 bad.append(f"{where} (it is stdlib only)")
             elif there is None:
@@ -157,8 +150,7 @@ def test_no_cycles_between_subpackages() -> None:
             continue
         for target, _ in imports(path):
             there = layer(target)
-            declared = any(source == a and target.startswith(b) for a, b in ALLOWED_UPWARD)
-            if there and there != here and not declared:
+            if there and there != here:
                 edges.setdefault(here, set()).add(there)
 
     def reach(start: str, seen: set[str]) -> set[str]:
@@ -172,10 +164,21 @@ def test_no_cycles_between_subpackages() -> None:
     assert not cycles, f"subpackages in an import cycle: {cycles}; edges {edges}"
 
 
-def test_the_contract_catches_an_upward_import(tmp_path: Path) -> None:
-    """The checker can fail: an upward import planted in a copy is reported."""
-    planted = ROOT / "wire" / "_planted_for_test.py"
-    planted.write_text("from kernelgate.gateway.gateway import Gateway\n")
+@pytest.mark.parametrize(
+    ("layer_dir", "source"),
+    [
+        ("wire", "from kernelgate.gateway.gateway import Gateway\n"),
+        # The edge there once was: the model writing a run through the notebooks, lazily.
+        ("model", "def save(r):\n    from kernelgate.notebooks import save_run\n"),
+        # Nor may the gateway reach the notebooks for its record_to=DIR.
+        ("gateway", "def save(r):\n    import kernelgate.notebooks.store\n"),
+    ],
+)
+def test_the_contract_catches_an_upward_import(layer_dir: str, source: str) -> None:
+    """The checker can fail: an upward import planted in a layer, at module level or inside
+    a function, is reported."""
+    planted = ROOT / layer_dir / "_planted_for_test.py"
+    planted.write_text(source)
     try:
         bad = violations()
     finally:
@@ -232,10 +235,30 @@ HEAVY = ("zmq", "nbformat", "jupyter_client", "nh3", "markdown_it", "mcp")
             "import kernelgate.kernels.python.bootstrap",
             ("kernelgate.gateway", "kernelgate.notebooks", "kernelgate.jupyter", *HEAVY),
         ),
-        # A Gateway needs neither the Jupyter front nor the notebooks.
+        # A Gateway needs neither the Jupyter front nor the notebooks; nor the run writer
+        # until a gateway records to a directory.
         (
             "import kernelgate.gateway.gateway",
-            ("kernelgate.jupyter", "kernelgate.notebooks", "kernelgate.cli", "zmq", "nbformat"),
+            (
+                "kernelgate.jupyter",
+                "kernelgate.notebooks",
+                "kernelgate.gateway.recording",
+                "kernelgate.cli",
+                "zmq",
+                "nbformat",
+            ),
+        ),
+        # Writing runs (what record_to=DIR and save_run use) needs no runtime nor nbformat.
+        (
+            "import kernelgate.gateway.recording.store",
+            (
+                "kernelgate.notebooks",
+                "kernelgate.gateway.pool",
+                "kernelgate.gateway.sandbox",
+                "kernelgate.gateway.run",
+                "zmq",
+                "nbformat",
+            ),
         ),
     ],
 )

@@ -169,8 +169,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if record is not None:
+        # Here, not with the module: every kernelgate command imports this one.
+        from kernelgate.gateway.recording.store import save_run
+
         try:
-            saved = result.save(record)
+            saved = save_run(result, record)
         except OSError as exc:
             raise UsageError(f"cannot record to {record!r}: {exc.strerror or exc}") from None
         # stderr: stdout is the program's output and value (or the JSON), nothing else.

@@ -62,7 +62,8 @@ class Gateway(AgentSurface):
     ``bindings`` become the namespace ``namespace`` (default ``tools``) in the program;
     ``namespaces`` gives several at once (``{"tools": {...}, "db": {...}}``). ``run()`` never
     raises for what a program did: failures are in the result's ``status`` and ``error``.
-    ``record_to`` names a directory where every run is saved as a notebook.
+    ``record_to`` names a directory where every run is saved as a notebook
+    (``<run_id>.ipynb``), or is a recorder such as :class:`kernelgate.notebooks.SessionLog`.
 
     The programs' language is the ``runtime``'s (:class:`~.runtime.CodeRuntime`); the
     default, :class:`~.runtime.PythonRuntime`, runs each in a fresh CPython child of
@@ -133,14 +134,23 @@ class Gateway(AgentSurface):
             child_env[key] = value
         self.env = child_env
         self.tmp_dir = os.fspath(tmp_dir) if tmp_dir is not None else None
-        # A directory gets a notebook per run; a recorder (SessionLog) every run in turn.
-        # The gateway takes the recorder rather than a path to a session log because
-        # notebooks sit above it: it may not import them.
+        # A directory gets a notebook per run (a RunDirectory, the writer being of this
+        # layer: gateway/recording); a recorder (SessionLog) every run in turn. The gateway
+        # takes the recorder rather than a path to a session log because notebooks sit
+        # above it: it may not import them.
         self.record_to: str | Recorder | None
-        if record_to is None or isinstance(record_to, (str, os.PathLike)):
-            self.record_to = os.fspath(record_to) if record_to is not None else None
+        self._recorder: Recorder | None
+        if record_to is None:
+            self.record_to = self._recorder = None
+        elif isinstance(record_to, (str, os.PathLike)):
+            # Imported here, not with the module: most gateways record nothing, and the
+            # writer (cells, call HTML, the timeline's SVG) costs ~11 ms to import.
+            from .recording.store import RunDirectory
+
+            self.record_to = os.fspath(record_to)
+            self._recorder = RunDirectory(self.record_to)
         elif isinstance(record_to, Recorder):
-            self.record_to = record_to
+            self.record_to = self._recorder = record_to
         else:
             raise TypeError(
                 "record_to must be a directory (a notebook per run) or a recorder with "
@@ -245,12 +255,9 @@ class Gateway(AgentSurface):
             if run.finishing is not None:
                 self._finishing.add(run.finishing)
                 run.finishing.add_done_callback(self._finishing.discard)
-        if isinstance(self.record_to, str):
-            os.makedirs(self.record_to, exist_ok=True)
-            result.save(os.path.join(self.record_to, f"{result.run_id}.ipynb"))
-        elif self.record_to is not None:
-            # A session log rewrites its notebook and fsyncs it: not on the event loop.
-            await asyncio.to_thread(self.record_to.append, result)
+        if self._recorder is not None:
+            # A recorder writes a notebook and fsyncs it: not on the event loop.
+            await asyncio.to_thread(self._recorder.append, result)
         return result
 
     async def run_tool(

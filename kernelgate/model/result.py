@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .language import DEFAULT_LANGUAGE, Language
 
@@ -143,19 +143,14 @@ class RunResult:
         d["ok"] = self.ok
         return d
 
-    def to_notebook(self) -> Any:
-        """This run as an nbformat v4 notebook (see :mod:`kernelgate.notebooks`)."""
-        # layering: the one upward edge (public API convenience); see tests/test_layers.py
-        from kernelgate.notebooks import run_to_notebook
+    if not TYPE_CHECKING:
+        # Hidden from type checkers, which then report ``result.save`` themselves (a
+        # ``__getattr__`` they saw would make every attribute of a RunResult type-check).
 
-        return run_to_notebook(self)
-
-    def save(self, path: Any) -> Any:
-        """Write this run as a ``.ipynb`` notebook at ``path``; return the path written."""
-        # layering: the one upward edge (public API convenience); see tests/test_layers.py
-        from kernelgate.notebooks import save_run
-
-        return save_run(self, path)
+        def __getattr__(self, name: str) -> Any:
+            """Only for names a RunResult lacks: say where the removed writers went."""
+            default = f"{type(self).__name__!r} object has no attribute {name!r}"
+            raise AttributeError(_REMOVED.get(name, default), name=name, obj=self)
 
     def __repr__(self) -> str:
         return (
@@ -168,3 +163,19 @@ class RunResult:
 def _short(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+#: What became of the methods that wrote a run as a notebook. The writer sits above the
+#: model (it needs the sanitizer and, for a NotebookNode, nbformat; the model is stdlib
+#: only, as the child imports it), and the model imports nothing above it
+#: (tests/test_layers.py), so they are functions now.
+_REMOVED = {
+    "save": (
+        "RunResult.save(path) is gone: use kernelgate.save_run(result, path) "
+        "(or Gateway(record_to=DIR) for every run); docs/notebooks.md"
+    ),
+    "to_notebook": (
+        "RunResult.to_notebook() is gone: use kernelgate.notebooks.run_to_notebook(result); "
+        "docs/notebooks.md"
+    ),
+}

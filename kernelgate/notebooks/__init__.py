@@ -2,9 +2,9 @@
 
 >>> import tempfile
 >>> from kernelgate import Gateway
->>> from kernelgate.notebooks import load_run, replay, timeline_svg
+>>> from kernelgate.notebooks import load_run, replay, save_run, timeline_svg
 >>> r = Gateway(bindings={"add": lambda a, b: a + b}).run_sync("await tools.add(1, 2)")
->>> path = r.save(tempfile.mkdtemp() + "/run.ipynb")       # record
+>>> path = save_run(r, tempfile.mkdtemp() + "/run.ipynb")  # record
 >>> load_run(path).calls[0].value                           # read back
 3
 >>> replay(path).diverged                                   # replay from the recording
@@ -16,10 +16,14 @@ Importing this package needs only the standard library and ``nh3`` (``run_to_not
 imports nbformat when called); it loads none of the gateway's runtime (``replay`` does,
 when called).
 
-Modules: :mod:`.render` and :mod:`.calls` (a run as cells, a call as an output),
-:mod:`.store` (saving, atomically) and :mod:`.reading` (reading back, checked),
+Writing a run (its cells, calls, timeline; atomically) is
+:mod:`kernelgate.gateway.recording`, a layer below, because ``Gateway(record_to=DIR)``
+writes runs too; ``save_run``, ``call_output``, ``timeline_svg`` and the rest are
+re-exported here, and :mod:`.render`, :mod:`.calls`, :mod:`.timeline` and :mod:`.store`
+keep the names they always had. Here: :mod:`.reading` (reading back, checked),
 :mod:`.session` (a session log), :mod:`.replay` with :mod:`.matching` and :mod:`.report`,
-:mod:`.timeline`. The JSON of runs and calls is :mod:`kernelgate.model.codec`.
+:mod:`.cellrun` (the kernel front's run records), and ``run_to_notebook`` (nbformat). The
+JSON of runs and calls is :mod:`kernelgate.model.codec`.
 """
 
 from __future__ import annotations

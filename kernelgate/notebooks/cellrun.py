@@ -28,11 +28,11 @@ import hashlib
 import html
 from typing import Any
 
+from kernelgate.gateway.recording.render import timeline_img
+from kernelgate.gateway.recording.values import fmt_duration
 from kernelgate.model.codec import encode_metadata
 from kernelgate.model.result import RunResult
 
-from ._values import fmt_duration
-from .render import timeline_img
 from .report import ReplayReport
 
 __all__ = [

@@ -9,9 +9,8 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kernelgate.gateway.recording.values import canonical
 from kernelgate.model.result import CallRecord
-
-from ._values import canonical
 
 __all__ = ["NOT_RECORDED", "CallKey", "call_key", "match_calls"]
 

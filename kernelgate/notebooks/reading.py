@@ -60,7 +60,8 @@ MAX_RECORDING_BYTES = 512 * 1024 * 1024
 _MAX_NESTING = MAX_DEPTH + 16
 
 HOW_TO_RECORD = (
-    "record runs with result.save(path), 'kernelgate run PROGRAM --record PATH', "
+    "record runs with kernelgate.save_run(result, path), "
+    "'kernelgate run PROGRAM --record PATH', "
     "Gateway(record_to=DIR) or kernelgate.notebooks.SessionLog"
 )
 
@@ -443,9 +444,9 @@ def load_run(
     run, saying what it is instead; ``OSError`` if it cannot be read.
 
     >>> import tempfile
-    >>> from kernelgate import Gateway
+    >>> from kernelgate import Gateway, save_run
     >>> r = Gateway().run_sync("print('hi')\\n41 + 1")
-    >>> run = load_run(r.save(tempfile.mkdtemp() + "/run.ipynb"))
+    >>> run = load_run(save_run(r, tempfile.mkdtemp() + "/run.ipynb"))
     >>> run.status, run.stdout, run.value, run.run_id == r.run_id
     ('ok', 'hi\\n', 42, True)
     """

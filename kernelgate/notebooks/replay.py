@@ -30,12 +30,12 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kernelgate.gateway.bindings import Binding, BindingRegistry
+from kernelgate.gateway.recording.calls import call_label
 from kernelgate.gateway.typecheck import display_only
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import CallRecord, RunResult
 from kernelgate.model.signatures import signature_from_text
 
-from .calls import call_label
 from .matching import NOT_RECORDED, CallKey, call_key, match_calls
 from .reading import RecordedRun, load_run
 from .report import CallMatch, Difference, ReplayReport, compare_runs
@@ -463,9 +463,9 @@ def replay(
     ``python`` or ``node`` as the binary), as :func:`replay_async` says.
 
     >>> import tempfile
-    >>> from kernelgate import Gateway
+    >>> from kernelgate import Gateway, save_run
     >>> r = Gateway(bindings={"add": lambda a, b: a + b}).run_sync("await tools.add(1, 2)")
-    >>> path = r.save(tempfile.mkdtemp() + "/run.ipynb")
+    >>> path = save_run(r, tempfile.mkdtemp() + "/run.ipynb")
     >>> replay(path).diverged
     False
     >>> report = replay(path, program="await tools.add(2, 2)")

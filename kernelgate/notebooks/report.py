@@ -7,10 +7,10 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelgate.gateway.recording.calls import call_label, call_line
+from kernelgate.gateway.recording.values import canonical, short_repr
 from kernelgate.model.result import CallRecord, RunResult
 
-from ._values import canonical, short_repr
-from .calls import call_label, call_line
 from .matching import NOT_RECORDED
 
 __all__ = ["CallMatch", "Difference", "ReplayReport", "compare_runs"]

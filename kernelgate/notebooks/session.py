@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from kernelgate import __version__
+from kernelgate.gateway.recording.render import notebook_dict, run_code_cell, run_header_cell
+from kernelgate.gateway.recording.store import atomic_write, dumps_notebook, temp_prefix
 from kernelgate.model.codec import FORMAT, NotARunError
 from kernelgate.model.language import Language
 from kernelgate.model.result import RunResult
 
 from .reading import RecordedRun, cell_to_run, load_run, read_notebook, run_cells, run_number
-from .render import notebook_dict, run_code_cell, run_header_cell
-from .store import atomic_write, dumps_notebook, temp_prefix
 
 try:
     import fcntl

@@ -21,7 +21,7 @@ from typing import Any, Literal, Optional
 import pytest
 from typing_extensions import NotRequired, TypedDict
 
-from kernelgate import Gateway, Limits, RunResult, input_schema
+from kernelgate import Gateway, Limits, RunResult, input_schema, save_run
 from kernelgate.gateway.bindings import BindingRegistry
 from kernelgate.gateway.describe import annotation_schema, describe
 from tests.gateway.conftest import warmed_up
@@ -510,7 +510,7 @@ def test_replay_with_live_bindings_converts_as_the_gateway_does(base: str, tmp_p
     )
     recorded = run(base, code)
     assert recorded.ok, recorded.error
-    path = recorded.save(tmp_path / "typed.ipynb")
+    path = save_run(recorded, tmp_path / "typed.ipynb")
     SEEN.clear()
     report = replay(path, live=BINDINGS, limits=FAST)
     assert report.diverged is False, report.format()

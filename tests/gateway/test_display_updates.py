@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kernelgate import Gateway
+from kernelgate.notebooks import run_to_notebook
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,7 +82,7 @@ def test_a_call_before_a_clear_comes_before_what_is_left(warm: bool) -> None:
     assert r.ok, r.message
     assert [o["text"] for o in r.outputs] == ["after\n", "end\n"]
     assert [c.output_index for c in r.calls] == [0, 1]
-    cell = r.to_notebook().cells[0]
+    cell = run_to_notebook(r).cells[0]
     shown = [o.get("text") or next(iter(o.get("data", {})), "") for o in cell.outputs]
     call = "application/vnd.kernelgate.call+json"
     assert shown[:4] == [call, "after\n", call, "end\n"]  # then the timeline

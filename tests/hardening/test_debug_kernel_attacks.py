@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
+from kernelgate import save_run
 from kernelgate.jupyter.server import KernelServer
 from tests.kernel.helpers import collect, send_execute
 from tests.kernel.test_debugger import OWNER, debug, debug_reply, send_debug, start, wait_event
@@ -364,7 +365,7 @@ def test_a_crafted_recording_s_answers_reach_the_debugger_as_inert_text(
 
     recorded = asyncio.run(record())
     assert recorded.ok, recorded.message
-    path = recorded.save(tmp_path / "crafted.ipynb")
+    path = save_run(recorded, tmp_path / "crafted.ipynb")
     code = f"#| replay {path}\n{program}"
 
     def body(kc: BlockingKernelClient, server: KernelServer) -> None:

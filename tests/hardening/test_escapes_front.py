@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from kernelgate import Limits, RunResult
+from kernelgate import Limits, RunResult, save_run
 from tests.procs import kernelgate_command
 
 from .conftest import ALL_LEVELS as EVERY_LEVEL
@@ -565,7 +565,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     r = Gateway(bindings={"add": add}, pool_size=0).run_sync(READS_LIMITS)
     assert r.ok, r.message
-    path = r.save(tmp_path_factory.mktemp("recorded") / "run.ipynb")
+    path = save_run(r, tmp_path_factory.mktemp("recorded") / "run.ipynb")
     return dict(json.loads(Path(path).read_text()))
 
 

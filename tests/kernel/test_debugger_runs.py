@@ -25,7 +25,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 from jupyter_client.manager import start_new_kernel
 
-from kernelgate import Gateway
+from kernelgate import Gateway, save_run
 from kernelgate.demo import BINDINGS
 from kernelgate.jupyter.server import KernelServer
 from kernelgate.model.limits import Limits
@@ -508,7 +508,7 @@ def test_a_replay_cell_is_debugged_against_the_recording(tmp_path: pathlib.Path)
 
     recorded = asyncio.run(record())
     assert recorded.ok, recorded.message
-    path = recorded.save(tmp_path / "run.ipynb")
+    path = save_run(recorded, tmp_path / "run.ipynb")
     code = f"#| replay {path}\n{program}"
 
     def body(kc: BlockingKernelClient, server: KernelServer) -> None:

@@ -13,6 +13,7 @@ import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from kernelgate import save_run
 from kernelgate.model.codec import NotARunError
 from kernelgate.notebooks import load_run
 
@@ -163,7 +164,7 @@ def test_a_recorded_cell_run_again_loads_as_its_newest_run(tmp_path: pathlib.Pat
 
     first = Gateway(pool_size=0).run_sync("return 1")
     path = tmp_path / "recorded.ipynb"
-    first.save(str(path))
+    save_run(first, str(path))
     nb = nbformat.read(path, as_version=4)
     (code,) = [c for c in nb.cells if c.cell_type == "code"]
     code.source = "print('again')\nreturn 2"

@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from kernelgate import save_run
+
 from . import test_browser
 from .conftest import NEEDS_CHROMIUM
 from .helpers import KERNEL_NAME
@@ -166,7 +168,7 @@ def _record_run(path: Path) -> None:
         result = pool.submit(Gateway(bindings=BINDINGS).run_sync, program).result(timeout=120)
     assert result.ok, result.message
     assert [c.ok for c in result.calls] == [True, False]
-    result.save(path)
+    save_run(result, path)
 
 
 def test_a_recorded_run_opens_untrusted_with_its_timeline(

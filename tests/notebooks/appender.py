@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
-from kernelgate.notebooks import SessionLog, load_run, store
+from kernelgate.gateway.recording import store
+from kernelgate.notebooks import SessionLog, load_run
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kernelgate import Gateway, Limits, RunResult
+from kernelgate import Gateway, Limits, RunResult, save_run
 from kernelgate.demo import BINDINGS, DEMO_PROGRAM
 
 FAST = Limits(wall_seconds=30, kill_grace_seconds=0.5)
@@ -46,7 +46,7 @@ def gather_run() -> RunResult:
 
 @pytest.fixture
 def saved_demo(tmp_path: Path, demo_run: RunResult) -> Path:
-    return demo_run.save(tmp_path / "demo.ipynb")
+    return save_run(demo_run, tmp_path / "demo.ipynb")
 
 
 class Ordered:

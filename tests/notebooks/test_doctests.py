@@ -1,4 +1,5 @@
-"""The examples in kernelgate.notebooks' docstrings run and say what they show."""
+"""The examples in the docstrings of kernelgate.notebooks and the run writer it re-exports
+(kernelgate.gateway.recording) run and say what they show."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ import pytest
 
 MODULES = [
     "kernelgate.notebooks",
-    "kernelgate.notebooks._values",
-    "kernelgate.notebooks.calls",
     "kernelgate.notebooks.render",
     "kernelgate.notebooks.reading",
-    "kernelgate.notebooks.store",
     "kernelgate.notebooks.session",
     "kernelgate.notebooks.replay",
-    "kernelgate.notebooks.timeline",
+    # The writer, a layer below (Gateway(record_to=DIR) uses it); the notebooks re-export it.
+    "kernelgate.gateway.recording.values",
+    "kernelgate.gateway.recording.calls",
+    "kernelgate.gateway.recording.render",
+    "kernelgate.gateway.recording.store",
+    "kernelgate.gateway.recording.timeline",
 ]
 
 

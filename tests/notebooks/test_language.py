@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kernelgate import Gateway, RunResult
+from kernelgate import Gateway, RunResult, save_run
 from kernelgate.gateway.launch import NodeUnavailable
 from kernelgate.model.codec import RecordingError, decode_run, encode_metadata, encode_run
 from kernelgate.model.language import LANGUAGES, language_info, language_of_notebook
-from kernelgate.notebooks import SessionLog, load_run
+from kernelgate.notebooks import SessionLog, load_run, run_to_notebook
 from kernelgate.notebooks.replay import replay
 from kernelgate.notebooks.store import dumps_notebook
 
@@ -52,7 +52,7 @@ def test_a_language_kernelgate_does_not_run_is_refused_naming_the_field(bad: obj
 
 
 def test_a_typescript_run_saves_as_a_typescript_notebook(tmp_path: Path) -> None:
-    path = _ts_run().save(tmp_path / "run.ipynb")
+    path = save_run(_ts_run(), tmp_path / "run.ipynb")
     nb = json.loads(Path(path).read_text())
     assert nb["metadata"]["language_info"]["name"] == "typescript"
     assert nb["metadata"]["language_info"]["file_extension"] == ".ts"
@@ -79,14 +79,14 @@ def test_a_session_log_takes_its_first_run_s_language(tmp_path: Path) -> None:
 def test_a_python_recording_is_as_before() -> None:
     with Gateway(pool_size=0) as gw:
         result = gw.run_sync("1 + 1")
-    nb = json.loads(dumps_notebook(result.to_notebook()))
+    nb = json.loads(dumps_notebook(run_to_notebook(result)))
     assert nb["metadata"]["language_info"] == language_info("python")
     assert nb["metadata"]["kernelspec"]["name"] == "kernelgate"
     assert "language" not in nb["cells"][0]["metadata"]["kernelgate"]
 
 
 def test_replay_of_a_typescript_recording_runs_on_node(tmp_path: Path) -> None:
-    path = _ts_run().save(tmp_path / "run.ipynb")
+    path = save_run(_ts_run(), tmp_path / "run.ipynb")
     if shutil.which("node") is not None:
         report = replay(path)
         assert report.ok, report.format()
@@ -110,7 +110,7 @@ def test_a_replay_cell_of_a_typescript_recording_in_a_python_kernel(tmp_path: Pa
         probe_node("node")
     except NodeUnavailable:
         pytest.skip("node (>= 18) is not installed: a TypeScript recording replays on Node")
-    _ts_run().save(tmp_path / "ts.ipynb")
+    save_run(_ts_run(), tmp_path / "ts.ipynb")
     code = "#| replay ts.ipynb\n"
     marker = replay_marker(code)
     assert marker is not None
@@ -138,9 +138,9 @@ def test_replay_on_a_given_runtime_of_the_recording_s_language(tmp_path: Path) -
             Lent.ended += 1
 
     with Gateway(bindings={"add": lambda a, b: a + b}, pool_size=0) as gw:
-        path = gw.run_sync("return await tools.add(1, 2)").save(tmp_path / "run.ipynb")
+        path = save_run(gw.run_sync("return await tools.add(1, 2)"), tmp_path / "run.ipynb")
     report = replay(path, runtime=Lent())
     assert not report.diverged and report.result.value == 3
     assert Lent.ended == 1  # replay()'s loop was its own: the runtime heard it end
     with pytest.raises(ValueError, match="typescript program"):
-        replay(_ts_run().save(tmp_path / "ts.ipynb"), runtime=PythonRuntime())
+        replay(save_run(_ts_run(), tmp_path / "ts.ipynb"), runtime=PythonRuntime())

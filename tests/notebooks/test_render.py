@@ -9,7 +9,7 @@ import pytest
 
 from kernelgate import RunResult
 from kernelgate.demo import DEMO_PROGRAM
-from kernelgate.notebooks import CALL_MIME, KERNELSPEC
+from kernelgate.notebooks import CALL_MIME, KERNELSPEC, run_to_notebook
 from kernelgate.notebooks.render import call_line, value_shown
 
 from .conftest import demo_gateway
@@ -24,7 +24,7 @@ def roles(cell) -> list[str]:
 
 
 def test_demo_notebook_validates_and_has_one_code_cell(demo_run: RunResult) -> None:
-    nb = demo_run.to_notebook()
+    nb = run_to_notebook(demo_run)
     nbformat.validate(nb)
     assert nb.nbformat == 4 and nb.nbformat_minor >= 5
     assert [c.cell_type for c in nb.cells] == ["code"]
@@ -38,7 +38,7 @@ def test_demo_notebook_validates_and_has_one_code_cell(demo_run: RunResult) -> N
 
 
 def test_notebook_metadata_describes_the_run(demo_run: RunResult) -> None:
-    kg = demo_run.to_notebook().metadata.kernelgate
+    kg = run_to_notebook(demo_run).metadata.kernelgate
     import kernelgate
 
     assert kg["kind"] == "run"
@@ -59,7 +59,7 @@ def test_notebook_metadata_describes_the_run(demo_run: RunResult) -> None:
 
 
 def test_outputs_in_order_with_calls_where_they_completed(demo_run: RunResult) -> None:
-    cell = demo_run.to_notebook().cells[0]
+    cell = run_to_notebook(demo_run).cells[0]
     kinds = roles(cell)
     # search completes before anything is printed; the value comes after every call
     assert kinds[0] == "call" and kinds[-2:] == ["execute_result", "timeline"]
@@ -82,7 +82,7 @@ def test_outputs_in_order_with_calls_where_they_completed(demo_run: RunResult) -
 
 
 def test_call_output_has_json_plain_and_html(demo_run: RunResult) -> None:
-    cell = demo_run.to_notebook().cells[0]
+    cell = run_to_notebook(demo_run).cells[0]
     calls = [o for o in cell.outputs if CALL_MIME in o.get("data", {})]
     assert len(calls) == len(demo_run.calls)
     first = calls[0]
@@ -104,7 +104,7 @@ def test_failed_call_shows_its_error(demo_run: RunResult) -> None:
     failed = next(c for c in demo_run.calls if not c.ok)
     line = call_line(failed)
     assert line.startswith("tools.fetch('no-such-doc') -> raised KeyError: ")
-    cell = demo_run.to_notebook().cells[0]
+    cell = run_to_notebook(demo_run).cells[0]
     out = next(o for o in cell.outputs if o.get("data", {}).get(CALL_MIME, {}).get("ok") is False)
     assert out.data[CALL_MIME]["error"]["ename"] == "KeyError"
     assert "value" not in out.data[CALL_MIME]
@@ -113,19 +113,19 @@ def test_failed_call_shows_its_error(demo_run: RunResult) -> None:
 
 def test_error_run_renders_error_output_and_status() -> None:
     r = demo_gateway().run_sync("await tools.compute('mean', [1, 2])\n1 / 0")
-    nb = r.to_notebook()
+    nb = run_to_notebook(r)
     nbformat.validate(nb)
     assert nb.metadata.kernelgate["status"] == "exception"
     assert nb.metadata.kernelgate["error"]["ename"] == "ZeroDivisionError"
     assert roles(nb.cells[0]) == ["call", "error", "timeline"]
     # re-executing the cell is expected to fail too: nbclient goes on past it
     assert nb.cells[0].metadata.tags == ["raises-exception"]
-    assert "tags" not in demo_gateway().run_sync("1").to_notebook().cells[0].metadata
+    assert "tags" not in run_to_notebook(demo_gateway().run_sync("1")).cells[0].metadata
 
 
 def test_run_without_calls_has_no_timeline() -> None:
     r = demo_gateway().run_sync("print('hi')")
-    cell = r.to_notebook().cells[0]
+    cell = run_to_notebook(r).cells[0]
     assert roles(cell) == ["stream"]
 
 
@@ -139,7 +139,7 @@ def test_huge_value_is_short_in_display_but_whole_in_json() -> None:
 
     r = Gateway(bindings={"dump": dump}).run_sync("d = await tools.dump()\nlen(d['blob'])")
     assert r.ok, r.message
-    out = r.to_notebook().cells[0].outputs[0]
+    out = run_to_notebook(r).cells[0].outputs[0]
     assert out.data[CALL_MIME]["value"] == big
     assert len(out.data["text/plain"]) < 120
     assert out.data["text/plain"].startswith("tools.dump() -> {2 keys: blob, rows}")
@@ -155,7 +155,7 @@ def test_odd_output_bundle_still_validates() -> None:
     r.outputs[0]["data"]["text/html"] = 5
     r.outputs[0]["data"]["image/png"] = ["aGk=", "aGk="]
     r.outputs[0]["data"]["application/json"] = {"a": 1}
-    nb = r.to_notebook()
+    nb = run_to_notebook(r)
     nbformat.validate(nb)
     data = nb.cells[0].outputs[0].data
     assert data["application/json"] == {"a": 1}
@@ -171,6 +171,6 @@ def test_binding_names_that_are_not_identifiers(name: str) -> None:
 
     r = Gateway(bindings={name: lambda x: x * 2}).run_sync(f"await tools[{name!r}](21)")
     assert r.value == 42
-    line = r.to_notebook().cells[0].outputs[0].data["text/plain"]
+    line = run_to_notebook(r).cells[0].outputs[0].data["text/plain"]
     label = f"tools[{name!r}](21)" if name == "with-dash" else f"tools.{name}(21)"
     assert line.startswith(f"{label} -> 42  ")

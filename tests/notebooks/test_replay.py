@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kernelgate import Gateway, RunResult
+from kernelgate import Gateway, RunResult, save_run
 from kernelgate.demo import BINDINGS, DEMO_PROGRAM
 from kernelgate.notebooks import CALL_MIME, load_run, replay
 from kernelgate.notebooks.replay import match_calls, recorded_bindings, signature_from_text
@@ -60,7 +60,7 @@ def reverse_recorded_order(path: Path) -> None:
 def test_gather_replays_when_recorded_arrival_order_differs(
     tmp_path: Path, gather_run: RunResult
 ) -> None:
-    path = gather_run.save(tmp_path / "gather.ipynb")
+    path = save_run(gather_run, tmp_path / "gather.ipynb")
     # The calls as the notebook lists them: by completion, which for gathered calls to
     # threaded bindings need not be their issue order. The reversal hands out their ids
     # in reverse of this listing.
@@ -96,7 +96,7 @@ def test_gather_recorded_out_of_completion_order_replays(tmp_path: Path) -> None
     slow, fast = r.calls  # issued slow first ...
     assert slow.name == "slow" and fast.name == "fast"
     assert fast.start_s + fast.duration_s <= slow.start_s + slow.duration_s  # ... done last
-    report = replay(r.save(tmp_path / "ordered.ipynb"))
+    report = replay(save_run(r, tmp_path / "ordered.ipynb"))
     assert report.diverged is False, report.format()
     assert report.result.value == ["slow", "fast"]
 
@@ -116,7 +116,7 @@ def test_equal_calls_get_answers_by_occurrence(tmp_path: Path) -> None:
     )
     r = Gateway(bindings={"next_id": next_id}).run_sync(program)
     assert r.stdout == "a-1 b-2 a-3\n"
-    report = replay(r.save(tmp_path / "ids.ipynb"))
+    report = replay(save_run(r, tmp_path / "ids.ipynb"))
     assert report.diverged is False, report.format()
     assert report.result.stdout == "a-1 b-2 a-3\n"
 
@@ -179,7 +179,7 @@ def test_huge_value_replays_exactly(tmp_path: Path) -> None:
     assert r.ok, r.message
     want = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
     assert r.stdout.startswith(want)
-    path = r.save(tmp_path / "huge.ipynb")
+    path = save_run(r, tmp_path / "huge.ipynb")
     nb = json.loads(path.read_text())
     shown = [o["data"] for o in nb["cells"][0]["outputs"] if CALL_MIME in o.get("data", {})]
     assert all(len(d["text/plain"]) < 120 and len(d["text/html"]) < 12_000 for d in shown)
@@ -218,7 +218,7 @@ def test_live_mode_reports_answers_that_changed(saved_demo: Path) -> None:
 
 def test_keyword_and_positional_forms_of_a_call_match(tmp_path: Path) -> None:
     r = Gateway(bindings=BINDINGS).run_sync("await tools.search('nbformat', limit=1)")
-    path = r.save(tmp_path / "kw.ipynb")
+    path = save_run(r, tmp_path / "kw.ipynb")
     report = replay(path, program="await tools.search(query='nbformat', limit=1)")
     assert report.unrecorded == [] and report.unused == [] and len(report.matched) == 1
     assert report.diverged is False  # same call, same answer, same value

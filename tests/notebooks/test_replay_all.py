@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelgate import Gateway, Limits
+from kernelgate import Gateway, Limits, save_run
 from kernelgate.cli import main
 from kernelgate.demo import BINDINGS
 from kernelgate.notebooks import replay
@@ -49,7 +49,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = Gateway(bindings=BINDINGS, limits=FAST).run_sync(RECORDED)
     assert result.ok, result.message
     assert len(result.calls) == 5
-    return result.save(tmp_path_factory.mktemp("rec") / "run.ipynb")
+    return save_run(result, tmp_path_factory.mktemp("rec") / "run.ipynb")
 
 
 def counted(report: ReplayReport) -> tuple[int, int, int]:
@@ -139,7 +139,7 @@ def test_replay_limits_come_from_the_command_line(
     big = Limits(max_value_bytes=1 << 20, wall_seconds=30)
     recorded = Gateway(limits=big).run_sync("return 'z' * 100_000")
     assert recorded.ok, recorded.message
-    path = recorded.save(tmp_path / "big.ipynb")
+    path = save_run(recorded, tmp_path / "big.ipynb")
     # the recording's limits are never applied: by default the value is over budget
     assert main(["replay", str(path), "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["replay"]["status"] == "output_limit"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kernelgate import Gateway, Limits, RunResult
+from kernelgate import Gateway, Limits, RunResult, save_run
 from kernelgate.gateway.debug import RunDebugger
 from kernelgate.jupyter.replaycell import ReplayMarker, replay_marker, run_replay_cell
 from kernelgate.model.result import CallRecord
@@ -65,7 +65,7 @@ def recorded() -> RunResult:
 
 @pytest.fixture
 def recording(tmp_path: Path, recorded: RunResult) -> Path:
-    return recorded.save(tmp_path / "agent.ipynb")
+    return save_run(recorded, tmp_path / "agent.ipynb")
 
 
 # -- the marker ----------------------------------------------------------------------------
@@ -444,7 +444,7 @@ def test_a_replay_cell_is_interrupted_through_its_own_gateway(tmp_path: Path) ->
     spinner = "print('ready', flush=True)\nwhile True:\n    pass\n"
     stopped = Gateway(limits=Limits(wall_seconds=2, kill_grace_seconds=0.5)).run_sync(spinner)
     assert stopped.status == "timeout", stopped.message
-    stopped.save(tmp_path / "spin.ipynb")
+    save_run(stopped, tmp_path / "spin.ipynb")
     gateways: list[Gateway] = []
     interrupted: list[int] = []
 

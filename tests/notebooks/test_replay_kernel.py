@@ -13,7 +13,7 @@ import pathlib
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
-from kernelgate import Gateway, RunResult
+from kernelgate import Gateway, RunResult, save_run
 from kernelgate.jupyter.server import KernelServer
 from tests.kernel.helpers import collect, execute
 from tests.kernel.test_debugger import debug, start, stop, wait_event
@@ -37,7 +37,7 @@ def record(tmp_path: pathlib.Path) -> pathlib.Path:
     bindings = {"search": lambda query: [f"{query}-1", f"{query}-gone"], "fetch": _fetch}
     result: RunResult = Gateway(bindings=bindings).run_sync(PROGRAM)
     assert result.ok and not result.calls[1].ok, result.message
-    return pathlib.Path(result.save(tmp_path / "agent.ipynb"))
+    return pathlib.Path(save_run(result, tmp_path / "agent.ipynb"))
 
 
 def test_a_replay_cell_debugged_as_jupyterlab_debugs_it(tmp_path: pathlib.Path) -> None:

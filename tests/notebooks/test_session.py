@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from kernelgate import RunResult
+from kernelgate import RunResult, save_run
 from kernelgate.notebooks import NotARunError, SessionLog, load_run, replay
 from kernelgate.notebooks.store import run_result
 
@@ -87,7 +87,7 @@ def test_replay_a_session_cell(tmp_path: Path, session_runs) -> None:
 
 
 def test_session_log_refuses_to_append_to_other_notebooks(tmp_path: Path, session_runs) -> None:
-    single = session_runs[0].save(tmp_path / "run.ipynb")
+    single = save_run(session_runs[0], tmp_path / "run.ipynb")
     with pytest.raises(NotARunError, match="is not a kernelgate session log"):
         SessionLog(single).append(session_runs[1])
     assert load_run(single).run_id == session_runs[0].run_id  # untouched
@@ -177,7 +177,7 @@ def prepared(tmp_path: Path, session_runs):
     sl = SessionLog(log)
     sl.append(session_runs[0])
     sl.append(session_runs[1])
-    run = session_runs[2].save(tmp_path / "run.ipynb")
+    run = save_run(session_runs[2], tmp_path / "run.ipynb")
     return log, run, log.read_bytes()
 
 

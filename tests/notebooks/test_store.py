@@ -33,7 +33,7 @@ def test_round_trip_of_failed_run_keeps_error_and_streams(tmp_path: Path) -> Non
         "import sys\nprint('out')\nprint('err', file=sys.stderr)\nawait tools.fetch('nope')\n"
     )
     assert r.status == "exception"
-    loaded = load_run(r.save(tmp_path / "failed.ipynb"))
+    loaded = load_run(save_run(r, tmp_path / "failed.ipynb"))
     assert run_result(loaded).to_dict() == r.to_dict()
     assert loaded.error is not None and loaded.error.ename == "ToolError"
     assert loaded.stdout == "out\n" and loaded.stderr == "err\n"
@@ -42,7 +42,7 @@ def test_round_trip_of_failed_run_keeps_error_and_streams(tmp_path: Path) -> Non
 def test_save_into_a_directory_and_missing_parents(tmp_path: Path, demo_run: RunResult) -> None:
     p = save_run(demo_run, tmp_path)
     assert p == tmp_path / f"{demo_run.run_id}.ipynb" and p.exists()
-    deep = demo_run.save(tmp_path / "a" / "b" / "run.ipynb")
+    deep = save_run(demo_run, tmp_path / "a" / "b" / "run.ipynb")
     assert load_run(deep).run_id == demo_run.run_id
     assert sorted(os.listdir(tmp_path / "a" / "b")) == ["run.ipynb"]  # no temp file left
 
@@ -51,13 +51,14 @@ def test_save_replaces_existing_file_keeping_its_mode(tmp_path: Path, demo_run: 
     p = tmp_path / "run.ipynb"
     p.write_text("old")
     os.chmod(p, 0o640)
-    demo_run.save(p)
+    save_run(demo_run, p)
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o640
     assert load_run(p).run_id == demo_run.run_id
 
 
 def test_gateway_record_to_writes_one_notebook_per_run(tmp_path: Path) -> None:
     gw = demo_gateway(record_to=tmp_path / "runs")
+    assert gw.record_to == str(tmp_path / "runs")  # what was given, as a path string
     first = gw.run_sync("await tools.compute('sum', [1, 2])")
     second = gw.run_sync("print('second')")
     names = sorted(os.listdir(tmp_path / "runs"))
@@ -67,6 +68,25 @@ def test_gateway_record_to_writes_one_notebook_per_run(tmp_path: Path) -> None:
     assert {r.run_id for r in again} == {first.run_id, second.run_id}
     by_id = {r.run_id: r for r in again}
     assert by_id[first.run_id].value == 3.0 and by_id[second.run_id].stdout == "second\n"
+
+
+def test_the_writers_that_were_methods_say_where_they_went(
+    saved_demo: Path, demo_run: RunResult
+) -> None:
+    # RunResult.save() and to_notebook() imported the notebooks from the model, upward;
+    # they are functions now, and a caller of the old methods is told which.
+    import kernelgate
+    import kernelgate.notebooks
+
+    for run in (demo_run, load_run(saved_demo)):
+        with pytest.raises(AttributeError, match=r"use kernelgate\.save_run\(result, path\)"):
+            run.save(saved_demo)  # type: ignore[attr-defined]
+        with pytest.raises(AttributeError, match=r"kernelgate\.notebooks\.run_to_notebook\("):
+            run.to_notebook()  # type: ignore[attr-defined]
+        assert not hasattr(run, "save")
+    with pytest.raises(AttributeError, match="'RunResult' object has no attribute 'nope'"):
+        demo_run.nope  # type: ignore[attr-defined]  # noqa: B018
+    assert kernelgate.save_run is kernelgate.notebooks.save_run is save_run
 
 
 def test_saved_after_jupyter_resave_keeps_answer_key_order(saved_demo: Path) -> None:
@@ -137,6 +157,6 @@ def test_edited_program_in_cell_is_what_load_returns(saved_demo: Path) -> None:
 
 def test_result_save_returns_path_and_gateway_run_is_real(tmp_path: Path) -> None:
     r = Gateway(bindings={"add": lambda a, b: a + b}).run_sync("await tools.add(2, 3)")
-    p = r.save(tmp_path / "x.ipynb")
+    p = save_run(r, tmp_path / "x.ipynb")
     assert Path(p) == tmp_path / "x.ipynb"
     assert load_run(p).calls[0].value == 5

@@ -7,9 +7,9 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from kernelgate import CallRecord, Gateway, RunResult
-from kernelgate.notebooks import timeline_summary, timeline_svg
+from kernelgate.gateway.recording.timeline import _CHAR_W, MIN_WIDTH, _plot, layout, max_in_flight
+from kernelgate.notebooks import run_to_notebook, timeline_summary, timeline_svg
 from kernelgate.notebooks.render import timeline_svg_of
-from kernelgate.notebooks.timeline import _CHAR_W, MIN_WIDTH, _plot, layout, max_in_flight
 
 from .conftest import FAST
 
@@ -154,7 +154,7 @@ def test_one_call_is_named_in_the_heading_not_called_no_calls() -> None:
 
 
 def test_timeline_is_embedded_in_the_saved_notebook(demo_run: RunResult) -> None:
-    cell = demo_run.to_notebook().cells[0]
+    cell = run_to_notebook(demo_run).cells[0]
     pictures = [o for o in cell.outputs if timeline_svg_of(o) is not None]
     assert len(pictures) == 1 and pictures[0] is cell.outputs[-1]
     data: dict[str, Any] = pictures[0].data
