@@ -1,8 +1,8 @@
 """The host: starts and supervises children, dispatches binding calls, enforces limits.
 
 Exports are lazy (PEP 562): :mod:`kernelgate.notebooks` uses
-:mod:`kernelgate.gateway.sanitize` alone, and importing it must not start the runtime
-(pool, sandbox, runs).
+:mod:`kernelgate.gateway.sanitize` and :mod:`kernelgate.gateway.recording` (the run
+writer) alone, and importing them must not start the runtime (pool, sandbox, runs).
 """
 
 from __future__ import annotations
