@@ -227,14 +227,17 @@ def test_a_run_that_ends_while_its_calls_hold_every_thread_starts_none_of_the_re
 def test_closing_the_gateway_ends_the_threads_beyond_the_pool_too(hostile, gate):
     # Two runs block: one holds the pool, the other a thread beyond it. The gateway
     # closes at once; once the bindings return, every thread it made ends.
-    holds = Holds(gate, total=MAX_THREADS + 1, tags=2)
+    holds = Holds(gate, total=MAX_THREADS, tags=1)
     gw = hostile.gateway(bindings=holds.bindings(), pool_size=0, max_threads=MAX_THREADS)
     before = set(_binding_threads())
 
     async def close_while_blocked() -> tuple[list[Any], float]:
         loop = asyncio.get_running_loop()
-        runs = [asyncio.ensure_future(gw.run(_attacker(tag, 6))) for tag in "ab"]
-        await holds.all_in()
+        runs = [asyncio.ensure_future(gw.run(_attacker("a", 6)))]
+        await holds.all_in()  # the pool is a's
+        holds.total, holds.tags = MAX_THREADS + 1, 2
+        runs.append(asyncio.ensure_future(gw.run(_attacker("b", 6))))
+        await holds.all_in()  # and b has its own thread
         t0 = loop.time()
         await gw.aclose()
         closed_in = loop.time() - t0
