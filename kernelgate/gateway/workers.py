@@ -139,8 +139,10 @@ class Workers:
         shut down and no thread is ours, or a new thread would not start."""
         lane = self._shared if lane is None else lane
         with self._lock:
+            # A parked pool thread, the most recent (its caches are warm); else this run's
+            # parked extra one (the pool's threads are all busy, or not made yet).
             parked = self._parked.pop() if self._parked else lane.extra
-            if parked is not None:  # a pool thread, the most recent (its caches are warm)
+            if parked is not None:
                 if parked is lane.extra:
                     lane.extra = None
                 parked.job, parked.lane = job, lane
