@@ -153,7 +153,9 @@ class CallDispatcher:
         self._policy = plan.policy
         self._handler = plan.call_handler
         self._executor = plan.executor
-        self._workers = workers_for(plan.executor) if plan.executor is not None else None
+        # This run's lane onto the gateway's threads: the other runs' calls cannot take
+        # them all from it (workers.py).
+        self._lane = workers_for(plan.executor).lane() if plan.executor is not None else None
         # Synchronous calls admitted from the current read of fd 3, not yet handed to a
         # thread (ChildChannel.after_events hands them over as one batch), and the batches
         # threads run now (under _claim).
@@ -286,7 +288,7 @@ class CallDispatcher:
         """Stage 4 in the read callback: answer a value that is ready at once, else await
         it in a task (which takes its slot)."""
         started = time.monotonic()
-        if not (binding.is_async or binding.inline) and self._workers is not None:
+        if not (binding.is_async or binding.inline) and self._lane is not None:
             self._in_thread_now(record, started, binding, args, kwargs)
             return
         try:
@@ -342,8 +344,8 @@ class CallDispatcher:
         with self._claim:
             self._batches.append(batch)
         try:
-            assert self._workers is not None
-            self._workers.submit(functools.partial(self._run_batch, batch))
+            assert self._lane is not None
+            self._lane.submit(functools.partial(self._run_batch, batch))
         except RuntimeError as exc:  # the executor is shut down: the gateway is closing
             with self._claim:
                 self._batches.remove(batch)
@@ -492,12 +494,12 @@ class CallDispatcher:
     ) -> Any:
         context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context
         job = functools.partial(context.run, fn, *args, **kwargs)
-        if self._workers is None:
+        if self._lane is None:
             value = await self._loop.run_in_executor(self._executor, job)
         else:
-            # The same threads as the batches, in the same order: a queued call never waits
-            # in the executor's queue behind threads the batches keep parked.
-            value = await self._workers.run(self._loop, job)
+            # The same threads and lane as the batches, in the same order: a queued call
+            # never waits in the executor's queue behind threads the batches keep parked.
+            value = await self._lane.run(self._loop, job)
         if inspect.isawaitable(value):  # a plain function that returned a coroutine
             value = await value
         return value

@@ -1,4 +1,5 @@
-"""Long-lived threads for synchronous bindings, on a gateway's executor.
+"""Long-lived threads for synchronous bindings, on a gateway's executor, shared fairly
+between its runs.
 
 A synchronous binding never runs on the event loop (it may block), so each call hops to a
 worker thread. ``Executor.submit`` per call builds a Future (a Condition, an RLock), a work
@@ -7,14 +8,26 @@ share of a call's host CPU. Here a thread stays parked for a moment after its jo
 lock of its own, and the next job is handed to it directly (one ``release``: the wakeup
 the hop needs anyway). Threads still come from the gateway's executor, one executor job
 per thread: its ``max_workers`` bounds them, its thread names stay, and an executor that is
-shut down takes no new threads. Jobs no thread can take wait here, first in first out,
-never in the executor's own queue, where they would wait out the parked threads' idle
-time; a thread takes the next waiting job before it parks.
+shut down takes no new threads.
+
+The threads are the gateway's, the jobs a run's: each run submits through a :class:`Lane`
+of its own. A run's calls may block (a binding that waits for an event, a slow request),
+and one run may have far more calls in flight than the gateway has threads, so the pool
+alone would let one run hold every thread and stall the others. Two rules keep every run
+moving whatever the others do:
+
+- a run with no job in a thread right now always gets a thread: a parked one, a new one of
+  the pool, or else one *extra* thread of its own beyond the pool (at most one per run, so
+  at most ``max_workers`` + the runs with jobs waiting in all; it parks like the others, and
+  ends after ``IDLE_S`` without a job of its run);
+- a job no thread can take waits in its run's queue, first in first out, and a pool thread
+  that ends a job takes the next job of the run with the fewest jobs in threads (never the
+  executor's own queue, where it would wait out the parked threads' idle time).
 
 >>> import concurrent.futures, threading
 >>> done = threading.Event()
 >>> with concurrent.futures.ThreadPoolExecutor(1) as ex:
-...     workers_for(ex).submit(done.set)
+...     workers_for(ex).lane().submit(done.set)
 ...     done.wait(5)
 True
 """
@@ -22,6 +35,7 @@ True
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import weakref
 from collections import deque
@@ -29,67 +43,51 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-__all__ = ["Workers", "workers_for"]
+__all__ = ["Lane", "Workers", "workers_for"]
 
 T = TypeVar("T")
 
-#: How long a thread waits for another job before it goes back to the executor. Short:
-#: a parked thread holds one of the executor's threads, and after ``shutdown`` ends only
-#: when this runs out; long enough to span the gap between one run's calls, or two runs'.
+#: How long a thread waits for another job before it goes back to the executor (or, an
+#: extra thread, ends). Short: a parked thread holds one of the executor's threads, and
+#: after ``shutdown`` ends only when this runs out; long enough to span the gap between
+#: one run's calls, or two runs'.
 IDLE_S = 0.02
 
 
 class _Parked:
-    """A thread waiting for its next job: ``wake`` is released once ``job`` is set."""
+    """A thread waiting for its next job: ``wake`` is released once ``job`` is set;
+    ``lane`` is the run whose job it runs (or ran last)."""
 
-    __slots__ = ("wake", "job")
+    __slots__ = ("wake", "job", "lane")
 
-    def __init__(self) -> None:
+    def __init__(self, lane: Lane) -> None:
         self.wake = threading.Lock()
         self.wake.acquire()
         self.job: Callable[[], None] | None = None
+        self.lane = lane
 
 
-class Workers:
-    """Runs jobs (callables that handle their own errors) in threads of ``executor``."""
+class Lane:
+    """One run's jobs on the gateway's threads (see the module's docstring). Used from the
+    run's loop; its counts change under the workers' lock."""
 
-    def __init__(self, executor: Executor) -> None:
-        # Weak: this object is the executor's entry in a WeakKeyDictionary.
-        self._executor = weakref.ref(executor)
-        self._lock = threading.Lock()
-        self._parked: list[_Parked] = []
-        self._waiting: deque[Callable[[], None]] = deque()
-        self._threads = 0  # executor jobs of ours running now (parked ones included)
-        # A ThreadPoolExecutor's bound (another executor queues for itself: no bound here).
-        limit = getattr(executor, "_max_workers", None)
-        self._max = limit if isinstance(limit, int) and limit > 0 else None
+    __slots__ = ("_workers", "running", "waiting", "extra")
+
+    def __init__(self, workers: Workers) -> None:
+        self._workers = workers
+        self.running = 0  # its jobs in threads now
+        self.waiting: deque[Callable[[], None]] = deque()  # its jobs no thread took yet
+        self.extra: _Parked | None = None  # its extra thread, while parked
 
     def submit(self, job: Callable[[], None]) -> None:
-        """Run ``job`` in a parked thread, or a new one, or once a thread is free, in the
-        order submitted (RuntimeError: the executor is shut down and no thread is ours)."""
-        with self._lock:
-            if self._parked:
-                parked = self._parked.pop()  # the most recent: its caches are warm
-                parked.job = job
-                parked.wake.release()
-                return
-            if self._max is not None and self._threads >= self._max:
-                self._waiting.append(job)  # a running thread of ours takes it next
-                return
-            self._threads += 1
-        executor = self._executor()
-        try:
-            if executor is None:
-                raise RuntimeError("the binding threads' executor is gone")
-            executor.submit(self._work, job)
-        except BaseException:
-            with self._lock:
-                self._threads -= 1
-            raise
+        """Run ``job`` (a callable that handles its own errors) in a thread, or once one is
+        free for this run (RuntimeError: the executor is shut down, or no thread starts)."""
+        self._workers.submit(job, self)
 
     def run(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], T]) -> asyncio.Future[T]:
         """``fn()`` in one of these threads, as a future of ``loop`` (``run_in_executor``
-        on these threads: its value, or what it raised)."""
+        on these threads: its value, or what it raised). Not started if the future was
+        cancelled before a thread took it (the run is over: nobody records it)."""
         future: asyncio.Future[T] = loop.create_future()
 
         def settle(ok: bool, value: Any) -> None:
@@ -97,6 +95,8 @@ class Workers:
                 (future.set_result if ok else future.set_exception)(value)
 
         def job() -> None:
+            if future.cancelled():  # a read of its state: safe from this thread
+                return
             try:
                 outcome: tuple[bool, Any] = (True, fn())
             except BaseException as exc:
@@ -109,13 +109,87 @@ class Workers:
         self.submit(job)
         return future
 
-    def _next(self, me: _Parked) -> bool:
-        """After a job: take the next waiting one into ``me.job`` (True), or park ``me``
-        (False); a thread that the executor's own queue needs is given back (``me.job``
-        None, True)."""
+
+class Workers:
+    """Runs jobs (callables that handle their own errors) in threads of ``executor``."""
+
+    def __init__(self, executor: Executor) -> None:
+        # Weak: this object is the executor's entry in a WeakKeyDictionary.
+        self._executor = weakref.ref(executor)
+        self._lock = threading.Lock()
+        self._parked: list[_Parked] = []
+        self._ready: dict[Lane, None] = {}  # the lanes with jobs waiting, oldest first
+        self._threads = 0  # executor jobs of ours running now (parked ones included)
+        self._extras = 0  # extra threads alive now (parked ones included)
+        self._shared = Lane(self)  # for submit without a lane: one run's, in effect
+        # A ThreadPoolExecutor's bound (another executor queues for itself: no bound here).
+        limit = getattr(executor, "_max_workers", None)
+        self._max = limit if isinstance(limit, int) and limit > 0 else None
+        prefix = getattr(executor, "_thread_name_prefix", "") or "kernelgate-binding"
+        self._prefix = f"{prefix}-extra_"
+        self._numbers = itertools.count()  # next() on it is atomic
+
+    def lane(self) -> Lane:
+        """A run's own lane onto these threads."""
+        return Lane(self)
+
+    def submit(self, job: Callable[[], None], lane: Lane | None = None) -> None:
+        """Run ``job`` in a parked thread, a new one, the lane's extra one, or once a thread
+        is free for ``lane`` (see the module's docstring); RuntimeError: the executor is
+        shut down and no thread is ours, or a new thread would not start."""
+        lane = self._shared if lane is None else lane
         with self._lock:
-            if self._waiting:
-                me.job = self._waiting.popleft()
+            # A parked pool thread, the most recent (its caches are warm); else this run's
+            # parked extra one (the pool's threads are all busy, or not made yet).
+            parked = self._parked.pop() if self._parked else lane.extra
+            if parked is not None:
+                if parked is lane.extra:
+                    lane.extra = None
+                parked.job, parked.lane = job, lane
+                lane.running += 1
+                parked.wake.release()
+                return
+            pool = self._max is None or self._threads < self._max
+            if not pool and lane.running:
+                lane.waiting.append(job)  # a thread of its run, or the fairest, takes it
+                self._ready[lane] = None
+                return
+            lane.running += 1
+            if pool:
+                self._threads += 1
+            else:
+                self._extras += 1  # no job of this run runs: it gets a thread anyway
+        try:
+            executor = self._executor()
+            if executor is None or getattr(executor, "_shutdown", False):
+                raise RuntimeError("the binding threads' executor is shut down")
+            if pool:
+                executor.submit(self._work, job, lane)
+            else:
+                name = f"{self._prefix}{next(self._numbers)}"
+                threading.Thread(target=self._extra, args=(job, lane), name=name).start()
+        except BaseException:
+            with self._lock:
+                lane.running -= 1
+                if pool:
+                    self._threads -= 1
+                else:
+                    self._extras -= 1
+            raise
+
+    def _next(self, me: _Parked) -> bool:
+        """After a pool thread's job: take the next job of the waiting run with the fewest
+        jobs in threads into ``me.job`` (True), or park ``me`` (False); a thread that the
+        executor's own queue needs is given back (``me.job`` None, True)."""
+        with self._lock:
+            me.lane.running -= 1
+            ready = self._ready
+            if ready:
+                lane = min(ready, key=_running) if len(ready) > 1 else next(iter(ready))
+                me.job, me.lane = lane.waiting.popleft(), lane
+                lane.running += 1
+                if not lane.waiting:
+                    del ready[lane]
                 return True
             executor = self._executor()
             queue = getattr(executor, "_work_queue", None)
@@ -126,9 +200,9 @@ class Workers:
             self._parked.append(me)
             return False
 
-    def _work(self, job: Callable[[], None] | None) -> None:
+    def _work(self, job: Callable[[], None] | None, lane: Lane) -> None:
         """One executor job: ``job``, then the jobs waiting or handed to this thread."""
-        me = _Parked()
+        me = _Parked(lane)
         while job is not None:
             try:
                 job()
@@ -143,6 +217,41 @@ class Workers:
                             return  # nothing came: the thread goes back to the executor
                     me.wake.acquire()  # handed a job just as the wait ran out: it is set now
             job, me.job = me.job, None
+
+    def _extra(self, job: Callable[[], None], lane: Lane) -> None:
+        """An extra thread of ``lane``'s: its jobs only, parked between them; it ends once
+        none came for ``IDLE_S``."""
+        me = _Parked(lane)
+        try:
+            while True:
+                try:
+                    job()
+                except BaseException:  # a job reports its own errors
+                    pass
+                with self._lock:
+                    lane.running -= 1
+                    if lane.waiting:  # its own run's, before any other thread takes them
+                        job = lane.waiting.popleft()
+                        lane.running += 1
+                        if not lane.waiting:
+                            del self._ready[lane]
+                        continue
+                    lane.extra = me
+                if not me.wake.acquire(timeout=IDLE_S):
+                    with self._lock:
+                        if lane.extra is me:
+                            lane.extra = None
+                            return  # nothing came for its run: the thread ends
+                    me.wake.acquire()  # handed a job just as the wait ran out: it is set now
+                assert me.job is not None
+                job, me.job = me.job, None
+        finally:
+            with self._lock:
+                self._extras -= 1
+
+
+def _running(lane: Lane) -> int:
+    return lane.running
 
 
 _by_executor: weakref.WeakKeyDictionary[Executor, Workers] = weakref.WeakKeyDictionary()

@@ -381,12 +381,6 @@ def test_one_runs_blocked_batch_does_not_starve_another_runs_calls(hostile, gate
     assert a.value == ["released"] * 6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding (not new today): one run's calls to a binding that blocks take every "
-    "binding thread of the gateway (max_threads: 8 on 2 CPUs, while max_calls_in_flight "
-    "is 1024 per run); every other run's synchronous calls wait until they return",
-)
 @pytest.mark.timeout(90)
 def test_one_run_cannot_take_every_binding_thread_from_the_other_runs(hostile, gate):
     a, b = _starve(hostile, gate, blocked_calls=8, threads=8)
@@ -676,7 +670,7 @@ def test_a_call_queued_for_a_thread_does_not_wait_behind_a_parked_one(hostile, g
             executor = gw._executor
             if executor is None:
                 return False
-            return bool(executor._work_queue.qsize() or workers.workers_for(executor)._waiting)
+            return bool(executor._work_queue.qsize() or workers.workers_for(executor)._ready)
 
         while not waiting():
             await asyncio.sleep(0)
