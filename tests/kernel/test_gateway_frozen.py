@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -23,7 +24,8 @@ from typing import Any, TypeVar
 import pytest
 
 from kernelgate import Limits, RunResult
-from kernelgate.jupyter import GatewayRuntime
+from kernelgate.jupyter import GatewayError, GatewayRuntime
+from kernelgate.jupyter.gatewayrest import GatewayEndpoint
 from tests.procs import descendants, processes_with
 
 from .helpers import wait_gone
@@ -338,3 +340,20 @@ def test_run_sync_on_a_kernel_frozen_between_calls_gets_a_fresh_kernel(
     assert gw.kernel_ids != [old]
     gw.close()
     assert_nothing_left(server, gw, freezer)
+
+
+def test_a_delete_the_gateway_never_answers_is_given_up_saying_so() -> None:
+    """A gateway whose DELETE hangs (its link to the kernel stalled, or itself stuck): the
+    runtime stops waiting after ``shutdown_timeout`` with an error naming the request."""
+    with socket.socket() as listener:  # takes the connection, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        endpoint = GatewayEndpoint(
+            f"http://127.0.0.1:{listener.getsockname()[1]}", shutdown_timeout=1
+        )
+        t0 = time.monotonic()
+        with pytest.raises(GatewayError) as caught:
+            asyncio.run(asyncio.wait_for(endpoint.shutdown_kernel("k1"), 30))
+        took = time.monotonic() - t0
+    assert "did not answer DELETE /api/kernels/k1 within 1 s" in str(caught.value), caught.value
+    assert took < 1 + 4, took
