@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from .gatewayrest import GatewayEndpoint, GatewayError
+from .gatewayrest import GatewayEndpoint, GatewayError, GatewayTimeout
 from .remote import RemoteGateway
 from .wsclient import WebSocketKernelClient
 
@@ -144,9 +144,13 @@ class PoolKernel:
             await self.endpoint.shutdown_kernel(kernel_id)
 
     async def replace(self) -> None:
-        """Shut this kernel down (as far as the gateway answers) and start a fresh one."""
+        """Shut this kernel down (as far as the gateway answers) and start a fresh one;
+        not at a gateway that did not answer the ``DELETE`` at all (raised): a start sent
+        there would wait as long, and a kernel it started late would be left behind."""
         try:
             await self.shutdown()
+        except GatewayTimeout:
+            raise
         except GatewayError as exc:
             log.warning("could not shut down a failed kernel: %s", exc)
         await self.start()

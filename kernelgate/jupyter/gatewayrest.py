@@ -24,11 +24,16 @@ from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-__all__ = ["GatewayEndpoint", "GatewayError"]
+__all__ = ["GatewayEndpoint", "GatewayError", "GatewayTimeout"]
 
 
 class GatewayError(RuntimeError):
     """A kernel gateway could not be reached, refused a request, or lost a kernel."""
+
+
+class GatewayTimeout(GatewayError):
+    """A kernel gateway took the request and did not answer it in time (it may still act on
+    it: a kernel started late is one nobody knows of)."""
 
 
 class GatewayEndpoint:
@@ -83,7 +88,7 @@ class GatewayEndpoint:
             response = await AsyncHTTPClient().fetch(request)
         except HTTPClientError as exc:
             if exc.code == 599 and exc.response is None:  # tornado's own: no HTTP answer
-                raise GatewayError(
+                raise GatewayTimeout(
                     f"the kernel gateway at {self.url} did not answer {method} {path} "
                     f"within {timeout:g} s ({exc.message})"
                 ) from None

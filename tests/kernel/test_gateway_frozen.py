@@ -358,3 +358,51 @@ def test_a_delete_the_gateway_never_answers_is_given_up_saying_so() -> None:
         took = time.monotonic() - t0
     assert "did not answer DELETE /api/kernels/k1 within 1 s" in str(caught.value), caught.value
     assert took < 1 + 4, took
+
+
+@pytest.fixture
+def own_server(tmp_path: Any) -> Iterator[KernelGatewayServer]:
+    """A gateway of the test's own: it is frozen (SIGSTOP), then resumed."""
+    with kernel_gateway(tmp_path) as gw:
+        try:
+            yield gw
+        finally:
+            os.kill(gw.proc.pid, signal.SIGCONT)
+
+
+def test_a_frozen_gateway_ends_the_run_and_no_kernel_is_started_there_blind(
+    own_server: KernelGatewayServer,
+) -> None:
+    """The gateway itself stopped mid-run (its link to the kernel stalled, as seen from
+    here): the heartbeat ends the run; replacing the kernel gives up at the DELETE the
+    gateway does not answer, and sends no start it would act on later (a kernel nobody
+    knows of). Once the gateway is back, the next run starts a fresh kernel and works."""
+    gateway_pid = own_server.proc.pid
+
+    def stop_gateway() -> None:
+        os.kill(gateway_pid, signal.SIGSTOP)
+
+    gw = runtime(own_server, bindings={"stop": stop_gateway}, shutdown_timeout=3)
+
+    async def main() -> tuple[RunResult, float, RunResult, set[str]]:
+        async with gw:
+            old = set(gw.kernel_ids)
+            t0 = time.monotonic()
+            frozen = await gw.run("await tools.stop()\nimport time\ntime.sleep(60)")
+            took = time.monotonic() - t0
+            refills = set(gw._refills)
+            await asyncio.gather(*refills)  # gave up: the DELETE went unanswered
+            assert gw.kernel_ids == []
+            os.kill(gateway_pid, signal.SIGCONT)
+            after = await gw.run("6 * 7")
+            return frozen, took, after, old | set(gw.kernel_ids)
+
+    frozen, took, after, ids = bounded(main)
+    assert_frozen_run(frozen, took)
+    assert after.ok and after.value == 42, after
+    assert len(ids) == 2
+    deadline = time.monotonic() + 30
+    while own_server.kernels() and time.monotonic() < deadline:
+        time.sleep(0.1)  # the DELETE the gateway took while stopped, done once it is back
+    assert own_server.kernels() == []
+    assert wait_gone(descendants(own_server.proc.pid)) == set()
