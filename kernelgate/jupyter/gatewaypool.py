@@ -88,8 +88,7 @@ class PoolKernel:
                 return
             except (GatewayError, TimeoutError) as exc:  # it died while nobody was attached
                 log.warning("starting a new kernel for %s: %s", self.kernel_id, exc)
-                with contextlib.suppress(GatewayError):
-                    await self.shutdown()
+                await self._shut_down_failed()
         self.kernel_id = await self.endpoint.start_kernel(self.kernel_name, self.kernel_env)
         self.runs = 0
         await self.attach()
@@ -144,16 +143,20 @@ class PoolKernel:
             await self.endpoint.shutdown_kernel(kernel_id)
 
     async def replace(self) -> None:
-        """Shut this kernel down (as far as the gateway answers) and start a fresh one;
-        not at a gateway that did not answer the ``DELETE`` at all (raised): a start sent
-        there would wait as long, and a kernel it started late would be left behind."""
+        """Shut this kernel down (as far as the gateway answers) and start a fresh one."""
+        await self._shut_down_failed()
+        await self.start()
+
+    async def _shut_down_failed(self) -> None:
+        """Shut a failed kernel down as far as the gateway answers. One that did not answer
+        the ``DELETE`` at all raises (:class:`GatewayTimeout`): a start sent there would
+        wait as long, and a kernel it started late would be left behind, unknown."""
         try:
             await self.shutdown()
         except GatewayTimeout:
             raise
         except GatewayError as exc:
             log.warning("could not shut down a failed kernel: %s", exc)
-        await self.start()
 
     def __repr__(self) -> str:
         state = "usable" if self.usable else (self.death_reason or "not connected")
