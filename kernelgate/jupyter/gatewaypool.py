@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from .gatewayrest import GatewayEndpoint, GatewayError
+from .gatewayrest import GatewayEndpoint, GatewayError, GatewayTimeout
 from .remote import RemoteGateway
 from .wsclient import WebSocketKernelClient
 
@@ -26,8 +26,9 @@ __all__ = ["PoolKernel"]
 
 log = logging.getLogger("kernelgate.gatewaypool")
 
-#: How long letting go of a kernel's RemoteGateway may take before it is dropped.
-_DETACH_SECONDS = 10.0
+#: How long letting go of a kernel's RemoteGateway may take before it is dropped: past its
+#: own wait for live runs (10 s), so that it ends them and stops its readers itself.
+_DETACH_SECONDS = 15.0
 
 
 class PoolKernel:
@@ -42,6 +43,10 @@ class PoolKernel:
         ready_timeout: float,
         reconnect_timeout: float,
         kernel_env: Mapping[str, str] | None = None,
+        heartbeat_seconds: float | None = 5.0,
+        heartbeat_timeout: float = 10.0,
+        reply_grace_seconds: float = 30.0,
+        on_death: Callable[[PoolKernel], None] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.kernel_name = kernel_name
@@ -49,6 +54,11 @@ class PoolKernel:
         self.ready_timeout = ready_timeout
         self.reconnect_timeout = reconnect_timeout
         self.kernel_env = kernel_env
+        self.heartbeat_seconds = heartbeat_seconds
+        self.heartbeat_timeout = heartbeat_timeout
+        self.reply_grace_seconds = reply_grace_seconds
+        #: Called when the kernel is found dead (or frozen) while connected.
+        self.on_death = on_death
         self.kernel_id: str | None = None
         self.client: WebSocketKernelClient | None = None
         self.gateway: RemoteGateway | None = None
@@ -78,8 +88,7 @@ class PoolKernel:
                 return
             except (GatewayError, TimeoutError) as exc:  # it died while nobody was attached
                 log.warning("starting a new kernel for %s: %s", self.kernel_id, exc)
-                with contextlib.suppress(GatewayError):
-                    await self.shutdown()
+                await self._shut_down_failed()
         self.kernel_id = await self.endpoint.start_kernel(self.kernel_name, self.kernel_env)
         self.runs = 0
         await self.attach()
@@ -92,10 +101,18 @@ class PoolKernel:
             self.kernel_id,
             connect_timeout=self.ready_timeout,
             reconnect_timeout=self.reconnect_timeout,
+            heartbeat_seconds=self.heartbeat_seconds,
+            heartbeat_timeout=self.heartbeat_timeout,
+            on_death=self._died,
         )
         # RemoteGateway uses only what WebSocketKernelClient has of a kernel client.
         kc = cast("AsyncKernelClient", client)
-        gateway = RemoteGateway(kc, namespaces=self.namespaces, ready_timeout=self.ready_timeout)
+        gateway = RemoteGateway(
+            kc,
+            namespaces=self.namespaces,
+            ready_timeout=self.ready_timeout,
+            reply_grace_seconds=self.reply_grace_seconds,
+        )
         try:
             await client.connect()
             await gateway.open()
@@ -104,6 +121,10 @@ class PoolKernel:
             await _quietly(client.aclose())
             raise
         self.client, self.gateway = client, gateway
+
+    def _died(self, _reason: str) -> None:
+        if self.on_death is not None:
+            self.on_death(self)
 
     async def detach(self) -> None:
         """Let go of the websocket; the kernel stays at the gateway for the next attach."""
@@ -123,11 +144,19 @@ class PoolKernel:
 
     async def replace(self) -> None:
         """Shut this kernel down (as far as the gateway answers) and start a fresh one."""
+        await self._shut_down_failed()
+        await self.start()
+
+    async def _shut_down_failed(self) -> None:
+        """Shut a failed kernel down as far as the gateway answers. One that did not answer
+        the ``DELETE`` at all raises (:class:`GatewayTimeout`): a start sent there would
+        wait as long, and a kernel it started late would be left behind, unknown."""
         try:
             await self.shutdown()
+        except GatewayTimeout:
+            raise
         except GatewayError as exc:
             log.warning("could not shut down a failed kernel: %s", exc)
-        await self.start()
 
     def __repr__(self) -> str:
         state = "usable" if self.usable else (self.death_reason or "not connected")

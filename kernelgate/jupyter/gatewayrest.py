@@ -24,18 +24,28 @@ from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-__all__ = ["GatewayEndpoint", "GatewayError"]
+__all__ = ["GatewayEndpoint", "GatewayError", "GatewayTimeout"]
 
 
 class GatewayError(RuntimeError):
     """A kernel gateway could not be reached, refused a request, or lost a kernel."""
 
 
+class GatewayTimeout(GatewayError):
+    """A kernel gateway took the request and did not answer it in time (it may still act on
+    it: a kernel started late is one nobody knows of)."""
+
+
 class GatewayEndpoint:
     """One gateway's base URL and token, and the REST calls made to it."""
 
     def __init__(
-        self, url: str, auth_token: str | None = None, *, request_timeout: float = 60.0
+        self,
+        url: str,
+        auth_token: str | None = None,
+        *,
+        request_timeout: float = 60.0,
+        shutdown_timeout: float = 20.0,
     ) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -43,6 +53,10 @@ class GatewayEndpoint:
         self.url = url.rstrip("/")
         self.auth_token = auth_token
         self.request_timeout = request_timeout
+        #: How long a ``DELETE`` may take. A gateway shuts a kernel that does not answer
+        #: (stopped, wedged) down by killing it after a wait of its own (jupyter_client's
+        #: ``shutdown_wait_time``, 5 s); past this the runtime goes on, the gateway finishes.
+        self.shutdown_timeout = shutdown_timeout
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"token {self.auth_token}"} if self.auth_token else {}
@@ -54,14 +68,17 @@ class GatewayEndpoint:
         kid = urllib.parse.quote(kernel_id, safe="")
         return f"{base}/api/kernels/{kid}/channels?session_id={urllib.parse.quote(session_id)}"
 
-    async def _request(self, method: str, path: str, body: Any = None) -> Any:
+    async def _request(
+        self, method: str, path: str, body: Any = None, timeout: float | None = None
+    ) -> Any:
+        timeout = self.request_timeout if timeout is None else timeout
         request = HTTPRequest(
             self.url + path,
             method=method,
             headers={**self.headers(), "Content-Type": "application/json"},
             body=None if body is None else json.dumps(body),
-            request_timeout=self.request_timeout,
-            connect_timeout=min(10.0, self.request_timeout),
+            request_timeout=timeout,
+            connect_timeout=min(10.0, timeout),
             allow_nonstandard_methods=True,
             # A gateway's API does not redirect; following one would send the token on
             # (older tornado keeps the Authorization header even to another host).
@@ -70,6 +87,11 @@ class GatewayEndpoint:
         try:
             response = await AsyncHTTPClient().fetch(request)
         except HTTPClientError as exc:
+            if exc.code == 599 and exc.response is None:  # tornado's own: no HTTP answer
+                raise GatewayTimeout(
+                    f"the kernel gateway at {self.url} did not answer {method} {path} "
+                    f"within {timeout:g} s ({exc.message})"
+                ) from None
             raise self.refused(method, path, exc.code, _reason(exc)) from None
         except OSError as exc:
             raise GatewayError(
@@ -122,9 +144,11 @@ class GatewayEndpoint:
         return True
 
     async def shutdown_kernel(self, kernel_id: str) -> None:
-        """Shut the kernel down (``DELETE``); one already gone is no error."""
+        """Shut the kernel down (``DELETE``, waiting ``shutdown_timeout`` at most); one
+        already gone is no error."""
+        path = f"/api/kernels/{urllib.parse.quote(kernel_id, safe='')}"
         try:
-            await self._request("DELETE", f"/api/kernels/{urllib.parse.quote(kernel_id, safe='')}")
+            await self._request("DELETE", path, timeout=self.shutdown_timeout)
         except GatewayError as exc:
             if "HTTP 404" not in str(exc):
                 raise

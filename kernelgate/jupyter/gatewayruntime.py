@@ -13,9 +13,12 @@ each kernel's ``kernelgate.bindings`` comm (:class:`~.remote.RemoteGateway`): th
 need to be installed where the kernels run.
 
 A kernel that dies mid-run gives that run a ``worker_exit`` result (never a hang) and is
-replaced; a dropped websocket is reopened (the gateway replays what it buffered); a gateway
-that cannot be reached raises :class:`~.gatewayrest.GatewayError`, saying which and why.
-``aclose()`` shuts every kernel down (``DELETE``).
+replaced; so does one that is there but no longer answers (frozen: found by a heartbeat,
+within ``heartbeat_seconds`` + ``heartbeat_timeout``), and one found dead or frozen while
+idle is replaced before a run takes it; a dropped websocket is reopened (the gateway
+replays what it buffered); a gateway that cannot be reached raises
+:class:`~.gatewayrest.GatewayError`, saying which and why. ``aclose()`` shuts every kernel
+down (``DELETE``, waited for ``shutdown_timeout`` at most).
 """
 
 # long: one class owns the pool's whole life (open, choose a kernel, replace, close, the
@@ -57,7 +60,13 @@ class GatewayRuntime:
     (at least 1), so at most that many runs at once; more wait for a free kernel.
     ``kernel_env``: sent with each kernel's start (``POST /api/kernels``'s ``env``; Enterprise
     Gateway wants ``KERNEL_USERNAME`` there). ``reconnect_timeout``: how long a dropped
-    websocket is retried before the kernel counts as lost.
+    websocket is retried before the kernel counts as lost. ``heartbeat_seconds``: how long a
+    kernel may say nothing before it is asked whether it is there (a ``kernel_info_request``
+    on control; None: never), and ``heartbeat_timeout``: how long it then has to answer
+    before it counts as frozen (its run ends ``worker_exit``, it is replaced).
+    ``reply_grace_seconds``: how long past a run's budget (wall time and kill grace) its
+    reply may come before the run is given up (``worker_exit``) and its kernel replaced.
+    ``shutdown_timeout``: how long a ``DELETE`` is waited for.
 
     A :class:`kernelgate.CodeGateway`, as :class:`kernelgate.Gateway` is.
     """
@@ -75,6 +84,10 @@ class GatewayRuntime:
         ready_timeout: float = 60.0,
         reconnect_timeout: float = 10.0,
         kernel_env: Mapping[str, str] | None = None,
+        heartbeat_seconds: float | None = 5.0,
+        heartbeat_timeout: float = 10.0,
+        reply_grace_seconds: float = 30.0,
+        shutdown_timeout: float = 20.0,
     ) -> None:
         urls = [url] if isinstance(url, str) else list(url)
         if not urls or not all(isinstance(u, str) for u in urls):
@@ -83,9 +96,21 @@ class GatewayRuntime:
             raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
         if not isinstance(kernel_name, str) or not kernel_name:
             raise ValueError(f"kernel_name must be a kernelspec's name, got {kernel_name!r}")
+        for name, value in (
+            ("heartbeat_seconds", 1.0 if heartbeat_seconds is None else heartbeat_seconds),
+            ("heartbeat_timeout", heartbeat_timeout),
+            ("reply_grace_seconds", reply_grace_seconds),
+            ("shutdown_timeout", shutdown_timeout),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+            if not 0 < value < 1e9:
+                raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
         self._registry = BindingRegistry.from_arguments(bindings, namespace, namespaces)
         tables = namespaces if namespaces is not None else {namespace: bindings or {}}
-        self.endpoints = [GatewayEndpoint(u, auth_token) for u in urls]
+        self.endpoints = [
+            GatewayEndpoint(u, auth_token, shutdown_timeout=shutdown_timeout) for u in urls
+        ]
         self.kernel_name = kernel_name
         self.pool_size = pool_size
         self.kernels = [
@@ -96,6 +121,10 @@ class GatewayRuntime:
                 ready_timeout=ready_timeout,
                 reconnect_timeout=reconnect_timeout,
                 kernel_env=kernel_env,
+                heartbeat_seconds=heartbeat_seconds,
+                heartbeat_timeout=heartbeat_timeout,
+                reply_grace_seconds=reply_grace_seconds,
+                on_death=self._on_death,
             )
             for i in range(pool_size)
         ]
@@ -260,7 +289,12 @@ class GatewayRuntime:
                     ErrorInfo("WorkerExit", str(exc))
                 )
             kernel.runs += 1
-            if not kernel.usable:
+            client = kernel.client
+            if client is not None and client.awaiting_reply and kernel.usable:
+                # The run was given up without its reply (past its budget): the kernel
+                # answers, but not for its runs. It is not trusted with another one.
+                client.give_up(f"kernel {kernel.kernel_id} lost a run's reply: {result.message}")
+            if not kernel.usable and not self._closed:  # closing shuts it down: no refill
                 # Replaced in the background: the result goes back now, the kernel to the
                 # free ones once a fresh one is ready.
                 refill = asyncio.create_task(self._refill(kernel, free))
@@ -272,6 +306,24 @@ class GatewayRuntime:
             self._busy.discard(kernel)
             if requeue and self._free is free:
                 free.put_nowait(kernel)
+
+    def _on_death(self, kernel: PoolKernel) -> None:
+        """A kernel found dead or frozen: one idle in the pool is taken out and replaced at
+        once, so no run takes it (a busy one is replaced when its run has ended)."""
+        free = self._free
+        if self._closed or free is None or kernel in self._busy:
+            return
+        idle: list[PoolKernel] = []
+        while not free.empty():  # no run waits on a queue that has kernels in it
+            idle.append(free.get_nowait())
+        for other in idle:
+            if other is not kernel:
+                free.put_nowait(other)
+        if kernel not in idle:
+            return  # being replaced already (a refill, or a run's own replace)
+        refill = asyncio.get_running_loop().create_task(self._refill(kernel, free))
+        self._refills.add(refill)
+        refill.add_done_callback(self._refills.discard)
 
     async def _refill(self, kernel: PoolKernel, free: asyncio.Queue[PoolKernel]) -> None:
         try:

@@ -18,6 +18,13 @@ flight loses nothing. If the kernel is gone, or the gateway cannot be reached ag
 ``reconnect_timeout``, the client is dead and says why (:attr:`death_reason`); so does a
 kernel the gateway restarted (it publishes ``status: restarting``, or ``dead``), since
 its runs and its bindings comm died with the old process.
+
+A kernel that is there but no longer answers (stopped, wedged, its host or the gateway's
+link to it stuck) is found by a heartbeat: once nothing has come from the kernel for
+``heartbeat_seconds``, it is sent a ``kernel_info_request`` on control (which a kernelgate
+kernel answers while a cell runs); nothing at all within ``heartbeat_timeout`` more and the
+client is dead, saying so. Any message from the kernel counts as an answer, so a run that
+streams output, or that ends within ``heartbeat_seconds``, costs no message more.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import secrets
 import struct
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_client.jsonutil import json_default
@@ -46,6 +54,8 @@ log = logging.getLogger("kernelgate.wsclient")
 #: The largest message taken from the gateway (tornado's default, 10 MiB, is below what a
 #: run's outputs may add up to under the default limits).
 _MAX_MESSAGE = 256 * 1024 * 1024
+#: How long a closing websocket is read until its close is done: past tornado's own 5 s.
+_CLOSE_SECONDS = 6.0
 
 
 class _Channel:
@@ -73,11 +83,20 @@ class WebSocketKernelClient:
         *,
         connect_timeout: float = 30.0,
         reconnect_timeout: float = 10.0,
+        heartbeat_seconds: float | None = 5.0,
+        heartbeat_timeout: float = 10.0,
+        on_death: Callable[[str], None] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.kernel_id = kernel_id
         self.connect_timeout = connect_timeout
         self.reconnect_timeout = reconnect_timeout
+        #: Silence after which the kernel is asked whether it is there (None: never).
+        self.heartbeat_seconds = heartbeat_seconds
+        #: How long it then has to say anything before it counts as dead.
+        self.heartbeat_timeout = heartbeat_timeout
+        #: Called once with the reason when the kernel is found dead (not on aclose()).
+        self.on_death = on_death
         # Unsigned: the websocket carries JSON; the gateway signs toward the kernel.
         self.session = Session(key=b"", session=uuid.uuid4().hex, username="kernelgate")
         #: The websocket's ``session_id`` (the gateway's key for this connection and what it
@@ -89,6 +108,12 @@ class WebSocketKernelClient:
         self.control_channel = _Channel(self, "control")
         self._ws: WebSocketClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        #: When the kernel last said anything (time.monotonic()), and an event each message sets.
+        self._heard = time.monotonic()
+        self._heard_event = asyncio.Event()
+        #: The execute_requests sent whose execute_reply has not come (by msg_id).
+        self.awaiting_reply: set[str] = set()
         self._queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
         #: Messages sent while the websocket was down, sent again once it is back.
         self._pending: list[str] = []
@@ -145,6 +170,8 @@ class WebSocketKernelClient:
             log.debug("not sent to a dead kernel: %s", msg.get("msg_type"))
             return
         text = json.dumps({**msg, "channel": channel}, default=json_default)
+        if channel == "shell" and msg.get("msg_type") == "execute_request":
+            self.awaiting_reply.add(str(msg["header"]["msg_id"]))
         ws = self._ws
         if ws is None:
             self._pending.append(text)
@@ -169,7 +196,10 @@ class WebSocketKernelClient:
         if self._reader is not None:
             return
         self._ws = await self._open_ws()
+        self._heard = time.monotonic()
         self._reader = asyncio.create_task(self._read())
+        if self.heartbeat_seconds is not None:
+            self._watchdog = asyncio.create_task(self._watch(self.heartbeat_seconds))
 
     async def _open_ws(self) -> WebSocketClientConnection:
         url = self.endpoint.ws_url(self.kernel_id, self._ws_session)
@@ -198,12 +228,16 @@ class WebSocketKernelClient:
                     if self._closed or not await self._reconnect():
                         return
                     continue
+                self._heard = time.monotonic()
+                self._heard_event.set()
                 msg = _decode(raw)
                 if msg is None:
                     continue
                 channel = str(msg.pop("channel", "") or "")
                 if channel == "iopub" and msg.get("msg_type") == "status":
                     self._on_status(msg)
+                elif channel == "shell" and msg.get("msg_type") == "execute_reply":
+                    self.awaiting_reply.discard(str(msg["parent_header"].get("msg_id", "")))
                 if channel in ("shell", "iopub"):
                     self._queue(channel).put_nowait(msg)
         except asyncio.CancelledError:
@@ -225,10 +259,45 @@ class WebSocketKernelClient:
         elif state == "dead":
             self._die(f"kernel {self.kernel_id} at {self.endpoint.url} died")
 
+    async def _watch(self, every: float) -> None:
+        """The heartbeat: ask a kernel silent for ``every`` seconds whether it is there,
+        and give it up if it then says nothing within ``heartbeat_timeout``."""
+        while self.death_reason is None:
+            silent = time.monotonic() - self._heard
+            if self._ws is None:  # reconnecting: _reconnect has a deadline of its own
+                self._heard = time.monotonic()
+                silent = 0.0
+            if silent < every:
+                await asyncio.sleep(every - silent)  # a timer: the next time to look
+                continue
+            self._heard_event.clear()
+            reconnects = self.reconnects
+            self.send("control", self.session.msg("kernel_info_request", {}))
+            try:
+                await asyncio.wait_for(self._heard_event.wait(), self.heartbeat_timeout)
+            except asyncio.TimeoutError:
+                if self._ws is None or self.reconnects != reconnects:
+                    continue  # the websocket dropped meanwhile: not the kernel's silence
+                self._die(
+                    f"kernel {self.kernel_id} at {self.endpoint.url} stopped answering: "
+                    f"nothing from it for {time.monotonic() - self._heard:.0f} s, not even an "
+                    f"answer to a kernel_info_request within {self.heartbeat_timeout:g} s (it "
+                    "is frozen: stopped, or stuck on its host, or the gateway's link to it is)"
+                )
+
+    def give_up(self, reason: str) -> None:
+        """Count the kernel as dead (``reason``: why), as if the client had found it so."""
+        self._die(reason)
+
     def _die(self, reason: str) -> None:
         if self.death_reason is None:
             self.death_reason = reason
             log.warning("%s", reason)
+            if self.on_death is not None and not self._closed:
+                try:
+                    self.on_death(reason)
+                except Exception:  # the owner's hook must not break the reader
+                    log.exception("the on_death hook of kernel %s failed", self.kernel_id)
 
     async def _reconnect(self) -> bool:
         """Open the websocket again, the kernel still being there; False: dead (why set)."""
@@ -277,11 +346,25 @@ class WebSocketKernelClient:
         ws, self._ws = self._ws, None
         if ws is not None:
             ws.close()
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
+        tasks = [t for t in (self._reader, self._watchdog) if t is not None]
+        self._reader = self._watchdog = None
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(BaseException):
-                await reader
+                await task
+        if ws is not None:
+            # tornado hands messages over through a queue of one: unread, its frame loop
+            # would wait on the next for ever (a task and a connection left per kernel).
+            # Read on until the close is done (the gateway's answer, or tornado's own
+            # abort after 5 s).
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(_drain(ws), _CLOSE_SECONDS)
+
+
+async def _drain(ws: WebSocketClientConnection) -> None:
+    while await ws.read_message() is not None:
+        pass
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:

@@ -16,8 +16,10 @@ that venv the tests are skipped, saying why.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -29,7 +31,7 @@ import pytest
 
 from kernelgate import RunResult
 from kernelgate.jupyter import GatewayRuntime
-from tests.procs import descendants
+from tests.procs import descendants, processes_with
 
 from .helpers import wait_gone
 from .kernelgateway import KernelGatewayServer, free_port, get_json
@@ -144,3 +146,54 @@ def test_enterprise_gateway_runs_kernelgate_with_bindings_answered_here(
     assert len(ids) == 2
     assert server.kernels() == []
     assert wait_gone(descendants(server.proc.pid)) == set()  # no kernel, no launcher
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_enterprise_gateway_kernel_frozen_mid_run_is_replaced(
+    server: KernelGatewayServer, name: str
+) -> None:
+    """The kernel SIGSTOP'd during a binding call (alive, silent): the heartbeat finds it,
+    the run ends ``worker_exit``, Enterprise Gateway deletes it (through the launcher, for
+    the distributed proxy) and starts a fresh one, on which the next run works."""
+    if name == "kernelgate-distributed" and not _has_cryptography():
+        pytest.skip("kernelgate's Enterprise Gateway launcher needs cryptography")
+    box: list[GatewayRuntime] = []
+    frozen: list[int] = []
+
+    def freeze() -> None:
+        (kid,) = box[0].kernel_ids
+        (pid,) = processes_with(f"kernel-{kid}.json")
+        os.kill(pid, signal.SIGSTOP)
+        frozen.append(pid)
+
+    gw = GatewayRuntime(
+        server.url,
+        name,
+        bindings={"freeze": freeze},
+        kernel_env={"KERNEL_USERNAME": "kernelgate-tests"},
+        heartbeat_seconds=0.5,
+        heartbeat_timeout=5,
+    )
+    box.append(gw)
+
+    async def main() -> tuple[RunResult, float, RunResult, set[str]]:
+        async with gw:
+            first = set(gw.kernel_ids)
+            t0 = time.monotonic()
+            died = await gw.run("await tools.freeze()\n1")
+            took = time.monotonic() - t0
+            after = await gw.run("6 * 7")
+            return died, took, after, first | set(gw.kernel_ids)
+
+    try:
+        died, took, after, ids = asyncio.run(asyncio.wait_for(main(), 90))
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert died.status == "worker_exit" and "stopped answering" in died.message, died
+    assert took < 0.5 + 5 + 1 + 6, took
+    assert after.ok and after.value == 42, after
+    assert gw.replaced == 1 and len(ids) == 2
+    assert server.kernels() == []
+    assert wait_gone({*frozen, *descendants(server.proc.pid)}) == set()
