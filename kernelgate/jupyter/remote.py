@@ -177,7 +177,7 @@ class RemoteGateway:
                         "data": open_data(self._registry.specs()),
                     },
                 )
-                await asyncio.wait_for(asyncio.shield(ready), self.ready_timeout)
+                await _ready_while_alive(ready, kc, self.ready_timeout)
             elif not ready.done():
                 ready.set_result({})
         except BaseException as exc:
@@ -618,6 +618,28 @@ def _overdue(run: RemoteRun, budget: float | None, grace: float) -> str | None:
         f"kill grace ({budget:g} s) and {grace:g} s more: the kernel or the connection lost "
         "it (the kernel was interrupted; run again)"
     )
+
+
+async def _ready_while_alive(ready: asyncio.Future[Any], kc: Any, timeout: float) -> None:
+    """Wait up to ``timeout`` for the kernel's answer to the bindings' ``comm_open``,
+    checking every second that the kernel lives (a kernel that died or froze between its
+    ``kernel_info_reply`` and that answer must not hold ``open()`` for the whole timeout)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        step = min(_ALIVE_CHECK_SECONDS, deadline - loop.time())
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), max(step, 0.0))
+            return
+        except asyncio.TimeoutError:
+            if loop.time() >= deadline:
+                raise
+            if not await _kernel_alive(kc):
+                why = getattr(kc, "death_reason", None) or "the kernel died"
+                raise RuntimeError(
+                    f"RemoteGateway could not open: {why} before it answered the bindings' "
+                    "comm_open (start the kernel again, or use another)"
+                ) from None
 
 
 async def _kernel_alive(kc: Any) -> bool:

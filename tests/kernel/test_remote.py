@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import pytest
+from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 
 from kernelgate import CallRecord, CodeGateway, Limits, RemoteGateway, RunResult
@@ -322,5 +323,42 @@ def test_a_reply_the_kernel_never_sends_ends_the_run_past_its_budget() -> None:
             kc.stop_channels()
             await km.shutdown_kernel()
         assert not await km.is_alive()
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(90)
+def test_open_ends_soon_when_the_kernel_freezes_before_it_answers_the_bindings() -> None:
+    """A kernel that answered kernel_info and then froze before it answered the bindings'
+    comm_open: open() says so within seconds (its heartbeat stops), not after
+    ready_timeout. The client is one of the kernel's own connection file (no manager), so
+    it tells a frozen kernel by its heartbeat, as a remote client does."""
+
+    async def main() -> None:
+        km = AsyncKernelManager(kernel_name=KERNEL_NAME)
+        await km.start_kernel()
+        kc = AsyncKernelClient()
+        kc.load_connection_info(km.get_connection_info())
+        kc.start_channels()
+        pid = km.provisioner.pid
+        answered = kc.wait_for_ready
+
+        async def then_freeze(timeout: float | None = None) -> None:
+            await answered(timeout=timeout)
+            os.kill(pid, signal.SIGSTOP)  # it answered kernel_info; it never answers again
+
+        kc.wait_for_ready = then_freeze  # type: ignore[method-assign]
+        try:
+            gw = RemoteGateway(kc, bindings={"f": lambda: 1}, ready_timeout=60)
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            with pytest.raises(RuntimeError, match=r"could not open: .* comm_open"):
+                await asyncio.wait_for(gw.open(), 45)
+            assert loop.time() - began < 30
+            await gw.aclose()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
 
     asyncio.run(main())
