@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_notebook
 from papermill.exceptions import PapermillException
 
+from kernelgate.cli import main as kernelgate_main
 from kernelgate.jupyter.introspect_ts import is_complete
 from kernelgate.jupyter.papermill import ScriptTranslator
 from kernelgate.notebooks import load_run
@@ -215,6 +216,34 @@ def test_parameters_without_a_parameters_cell_and_a_const_one(tmp_path: pathlib.
     assert done.returncode != 0
     assert "'limit' is declared with const" in done.stderr
     assert "Assignment to constant variable" in done.stderr
+
+
+@NEEDS_NODE
+@pytest.mark.timeout(180)
+def test_the_javascript_kernel_takes_parameters_too(
+    kernelspec: str, tmp_path: pathlib.Path
+) -> None:
+    """A ``--language javascript`` kernel, under its default name, in the same prefix."""
+    prefix = pathlib.Path(kernelspec).parent.parent
+    code = kernelgate_main(
+        ["kernel", "install", "--prefix", str(prefix), "--language", "javascript",
+         "--bindings", "kernelgate.demo:BINDINGS"]
+    )  # fmt: skip
+    assert code == 0
+    nb = new_notebook(
+        cells=[
+            new_code_cell("//| setup\nlet limit = 1;\n", metadata={"tags": ["parameters"]}),
+            new_code_cell("return [limit, name];"),
+        ],
+        metadata={"kernelspec": {"name": "kernelgate-javascript", "language": "javascript",
+                                 "display_name": "kernelgate (JavaScript)"}},
+    )  # fmt: skip
+    source, out = tmp_path / "in.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(nb, str(source))
+    papermill.execute_notebook(
+        str(source), str(out), parameters={"limit": 5, "name": _HOSTILE[0]}, progress_bar=False
+    )
+    assert _record(out)["value"] == [5, _HOSTILE[0]]
 
 
 @NEEDS_NODE
