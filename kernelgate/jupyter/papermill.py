@@ -69,12 +69,12 @@ NAMES = ("kernelgate-typescript", "kernelgate-javascript", "typescript", "javasc
 _IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*\Z")
 #: Names an assignment cannot take: JavaScript's reserved words (strict mode's too), and
 #: globals that are not writable or not what they seem (an assignment to ``undefined`` is
-#: silently ignored).
+#: silently ignored, one to ``__proto__`` changes the global object's prototype).
 _NOT_ASSIGNABLE = frozenset(
-    "arguments await break case catch class const continue debugger default delete do else "
-    "enum eval export extends false finally for function if implements import in Infinity "
-    "instanceof interface let NaN new null package private protected public return static "
-    "super switch this throw true try typeof undefined var void while with yield".split()
+    "__proto__ arguments await break case catch class const continue debugger default delete "
+    "do else enum eval export extends false finally for function if implements import in "
+    "Infinity instanceof interface let NaN new null package private protected public return "
+    "static super switch this throw true try typeof undefined var void while with yield".split()
 )
 #: A declaration in a ``parameters`` cell: ``let name: type = value; // help``.
 _DECLARATION = re.compile(

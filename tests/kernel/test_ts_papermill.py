@@ -30,6 +30,9 @@ from kernelgate.notebooks import load_run
 from .conftest import NEEDS_NODE
 from .helpers import TS_KERNEL_NAME
 
+#: Every test has its own limit; the kernel tests a longer one.
+pytestmark = pytest.mark.timeout(60)
+
 _KERNELSPEC = {
     "name": TS_KERNEL_NAME,
     "display_name": "kernelgate (TypeScript)",
@@ -312,7 +315,19 @@ def test_the_injected_cell_is_assignments_under_a_setup_marker() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["x; process.exit()", "1x", "a-b", "caf\u00e9", "", "let", "undefined", "NaN", "eval"]
+    "name",
+    [
+        "x; process.exit()",
+        "1x",
+        "a-b",
+        "caf\u00e9",
+        "",
+        "let",
+        "undefined",
+        "NaN",
+        "eval",
+        "__proto__",
+    ],
 )
 def test_a_name_that_is_not_an_assignable_identifier_is_refused(name: str) -> None:
     with pytest.raises(PapermillException, match="parameter name"):
