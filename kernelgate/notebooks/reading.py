@@ -92,6 +92,18 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (numbers must be finite)")
 
 
+def _with_papermill_constants(raw: bytes) -> Any:
+    """The notebook, if all its NaN and Infinity are in ``metadata.papermill`` (papermill
+    copies the ``-p`` parameters there as given; kernelgate reads none of it), else None."""
+    try:
+        nb = json.loads(raw, parse_constant=float)
+        rest = {k: v for k, v in nb["metadata"].items() if k != "papermill"}
+        json.dumps(dict(nb, metadata=rest), allow_nan=False)  # raises on any other NaN
+    except (ValueError, RecursionError, TypeError, KeyError, AttributeError):
+        return None
+    return nb
+
+
 def _nesting(value: Any) -> int:
     """How deep ``value`` nests (iteratively: no recursion on crafted input)."""
     deepest = 0
@@ -148,8 +160,12 @@ def read_notebook(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise NotARunError(
             f"{name} is not a notebook: it is not JSON ({exc}); {HOW_TO_RECORD}"
         ) from None
-    except ValueError as exc:  # NaN, Infinity, -Infinity
-        raise RecordingError(f"{name} holds {exc}: the recording was edited or crafted") from None
+    except ValueError as exc:  # NaN, Infinity, -Infinity: papermill's metadata only
+        nb = _with_papermill_constants(raw)
+        if nb is None:
+            raise RecordingError(
+                f"{name} holds {exc}: the recording was edited or crafted"
+            ) from None
     except RecursionError:
         raise RecordingError(
             f"{name} nests JSON deeper than this interpreter parses; recordings nest at most "

@@ -160,3 +160,18 @@ def test_result_save_returns_path_and_gateway_run_is_real(tmp_path: Path) -> Non
     p = save_run(r, tmp_path / "x.ipynb")
     assert Path(p) == tmp_path / "x.ipynb"
     assert load_run(p).calls[0].value == 5
+
+
+def test_papermills_nan_parameters_load_and_a_nan_elsewhere_is_refused(saved_demo: Path) -> None:
+    """papermill writes ``-p x nan`` into ``metadata.papermill`` as a bare NaN; that is
+    not part of the run, so the notebook loads. A NaN anywhere else is still refused."""
+    from kernelgate.notebooks.store import RecordingError
+
+    nb = json.loads(saved_demo.read_text())
+    nb["metadata"]["papermill"] = {"parameters": {"x": float("nan"), "y": float("inf")}}
+    saved_demo.write_text(json.dumps(nb))
+    assert load_run(saved_demo).program == load_run(saved_demo).program  # it loads
+    nb["cells"][-1]["metadata"]["planted"] = float("nan")
+    saved_demo.write_text(json.dumps(nb))
+    with pytest.raises(RecordingError, match="NaN is not JSON"):
+        load_run(saved_demo)
