@@ -52,11 +52,12 @@ _rehearsal_frames: list[bytes] | None = None
 _program: types.FunctionType | None = None
 #: What a rehearsal compiles once the program is compiled: a short program through the
 #: same path (``ast.parse``, the wrapping, ``compile``). What makes the run's own compile
-#: fast is that path's pages, whatever the program: compiling the whole rehearsal's
-#: program in each child cost 1.4 ms of its CPU to save the run 0.4 ms; this one costs
-#: ~0.1 ms and saves all but 0.1 ms of it (issue 23, root host, interleaved A/B: the
-#: child's CPU from parked to its program's first line, 0.89 / 1.10 / 0.95 ms with the
-#: whole program / none / this).
+#: fast is that path's pages, whatever the program: in each child the whole program's
+#: compile cost 1.4 ms of CPU, this one 0.5 ms (~100 faults, mostly of pages the run's
+#: compile would copy anyway). The run's critical path (the child's CPU from parked to
+#: its program's first line / past its first call): 0.89-0.91 / 1.66-1.71 ms with the
+#: whole program, 0.93-0.97 / 1.80-1.83 ms with this, 1.09-1.12 / 2.08-2.16 ms with no
+#: compile (issue 23, root host, interleaved A/B).
 _WARM_COMPILE = "x = len('a')\nx\n"
 
 
