@@ -262,6 +262,20 @@ def encode(event: ZygoteEvent) -> bytes:
     """One datagram for ``event``. Events are valid by construction (numbers finite), so
     this cannot fail."""
     message: dict[str, Any]
+    # The zygote's own messages, one or two per run, formatted directly (the same bytes
+    # as the encoder's): the zygote pays a copy-on-write fault for every page it touches
+    # after each fork, and the JSON encoder's touched ~20 (issue 23: its send of Forked,
+    # 0.14 -> 0.08 ms and 41 -> 19 faults).
+    if type(event) is Forked:
+        return b'{"id":%d,"pid":%d}' % (event.request_id, event.pid)
+    if type(event) is Exited:
+        return b'{"exit":%d,"status":%d,"rusage":[%s,%s,%d]}' % (
+            event.pid,
+            event.status,
+            float.__repr__(event.user_s).encode(),
+            float.__repr__(event.system_s).encode(),
+            event.maxrss_kib,
+        )
     if type(event) is ForkRequest:
         message = {
             "op": "fork",

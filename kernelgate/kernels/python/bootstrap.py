@@ -29,6 +29,7 @@ from collections.abc import Callable
 from .client import CONTROL_FD
 from .program import FILENAME, safe_str
 from .rehome import PACKAGE_DIR, rehome_code
+from .report import fallback_frame
 from .runner import Child
 from .sandbox import Born, Ids, die_with_parent, lock_down, not_dumpable
 from .sandbox import prepare as prepare_sandbox
@@ -63,8 +64,7 @@ def main(
     sys.argv = [FILENAME]
     die_with_parent()
     not_dumpable()  # a same-uid program elsewhere must not reach our fd 3 or memory
-    child = Child(prepared=level is not None)
-    fallback = child.fallback
+    fallback = fallback_frame()
     try:
         import faulthandler
 
@@ -76,6 +76,11 @@ def main(
         if level is not None and run_dir is not None:
             try:
                 prepare_sandbox(level, run_dir, read_paths, born_in, ids)
+                # At a namespace level we are the program's process now, forked by the
+                # namespace's init: what only the program uses is made here, not in
+                # the init, whose every page written is one more copy-on-write fault
+                # in it and again in the program (issue 23).
+                child = Child(prepared=True)
                 lock_down(level, run_dir, list(read_paths or []), ids=ids)
                 # The event loop does not depend on the program either: make it while
                 # the child waits, booted, for its program.
@@ -87,6 +92,8 @@ def main(
             except Exception:
                 # Before any program: exit quietly; the pool sees a dead child and drops it.
                 _os_exit(71)
+        else:
+            child = Child()
         child.run()
     except BaseException as exc:  # reporting failed: say so with the pre-encoded frame
         try:
