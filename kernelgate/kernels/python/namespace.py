@@ -208,8 +208,23 @@ class BindingCall(Coroutine[Any, Any, Any]):
         return RuntimeError(f"cannot reuse already awaited call of {self._label()}")
 
     def send(self, value: Any) -> Any:
-        # A task (create_task, gather...) drives the call: the steps are the answer's
-        # future's own iterator (C), with no generator of ours in between.
+        if value is None:
+            return self.__next__()
+        steps = self._steps
+        if steps is None or steps is _AWAITED or steps is _DONE:
+            if steps is None and not self._closed:
+                raise TypeError("can't send non-None value to a just-started coroutine")
+            raise self._reused()
+        try:
+            return steps.send(value)
+        except BaseException:
+            self._steps = _DONE
+            raise
+
+    def __next__(self) -> Any:
+        # A task (create_task, gather...) drives the call through this (a step sends
+        # None): the steps are the answer's future's own iterator (C), with no
+        # generator of ours in between.
         steps = self._steps
         if steps is None:
             if self._closed:
@@ -219,7 +234,7 @@ class BindingCall(Coroutine[Any, Any, Any]):
         elif steps is _AWAITED or steps is _DONE:
             raise self._reused()
         try:
-            return steps.send(value)
+            return steps.send(None)
         except BaseException:  # StopIteration (the answer) included: the call is over
             self._steps = _DONE
             raise
@@ -257,9 +272,6 @@ class BindingCall(Coroutine[Any, Any, Any]):
 
     def __iter__(self) -> Any:
         return self
-
-    def __next__(self) -> Any:
-        return self.send(None)
 
     def _label(self) -> str:
         return self._binding._label
