@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import RemoteProtocolError
+from .errors import LocalProtocolError, RemoteProtocolError
 from .events import CallReply, CallRequest, show
 from .messages import iso_now
 
@@ -68,6 +68,10 @@ def read_call(raw: list[Any]) -> CallRequest:
         raise RemoteProtocolError(
             f"a compact frame from the child must be {CALL_SHAPE}, got {show(raw)}"
         )
+    try:  # the constructor checks every field at once; a refusal is named below
+        return CallRequest(raw[1], raw[2], raw[3], raw[4], raw[5])
+    except LocalProtocolError:
+        pass
     _, call_id, namespace, name, args, kwargs = raw
     if type(call_id) is not int:
         raise _bad(CALL_SHAPE, "id", "an integer", call_id)

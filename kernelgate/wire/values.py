@@ -292,8 +292,20 @@ def check_json(value: Any, root: str = "value", max_bytes: int | None = None) ->
     # long: one iterative loop over the whole value (no recursion, no call per node): it
     # runs on every argument, answer and value that crosses the wire, where a split into
     # helpers would cost a call per node.
-    size = 0
     limit = max_bytes if max_bytes is not None else -1
+    t = type(value)
+    if value is None or t is bool or t is int or t is str:
+        # A lone scalar (most binding results and many arguments): no walk to set up.
+        if t is str:
+            size = _str_size(value, root, [], limit)
+        elif t is int:
+            size = _int_size(value, root, [])
+        else:
+            size = 4 if value is not False else 5
+        if limit >= 0 and size > limit:
+            _too_large(root, limit, [])
+        return size
+    size = 0
     # keys runs parallel to the stack: the key or index of the child being visited in each
     # open container (-1 before the first), so a path is only rendered when needed.
     keys: list[str | int] = []
