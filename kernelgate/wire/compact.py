@@ -92,6 +92,11 @@ def read_call(raw: list[Any]) -> CallRequest:
 def read_reply(raw: list[Any]) -> CallReply:
     """A compact reply from the host, checked position by position (RemoteProtocolError)."""
     n = len(raw)
+    if n == 4 and raw[0] == "reply" and raw[2] is True:
+        try:  # a value (the usual reply): the constructor checks the id; a refusal is named below
+            return CallReply(raw[1], True, raw[3])
+        except LocalProtocolError:
+            pass
     if n < 3 or raw[0] != "reply":
         raise RemoteProtocolError(
             f"a compact frame from the host must be {REPLY_SHAPE}, got {show(raw)}"
