@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import RemoteProtocolError
+from .errors import LocalProtocolError, RemoteProtocolError
 from .events import CallReply, CallRequest, show
 from .messages import iso_now
 
@@ -68,6 +68,10 @@ def read_call(raw: list[Any]) -> CallRequest:
         raise RemoteProtocolError(
             f"a compact frame from the child must be {CALL_SHAPE}, got {show(raw)}"
         )
+    try:  # the constructor checks every field at once; a refusal is named below
+        return CallRequest(raw[1], raw[2], raw[3], raw[4], raw[5])
+    except LocalProtocolError:
+        pass
     _, call_id, namespace, name, args, kwargs = raw
     if type(call_id) is not int:
         raise _bad(CALL_SHAPE, "id", "an integer", call_id)
@@ -88,6 +92,11 @@ def read_call(raw: list[Any]) -> CallRequest:
 def read_reply(raw: list[Any]) -> CallReply:
     """A compact reply from the host, checked position by position (RemoteProtocolError)."""
     n = len(raw)
+    if n == 4 and raw[0] == "reply" and raw[2] is True:
+        try:  # a value (the usual reply): the constructor checks the id; a refusal is named below
+            return CallReply(raw[1], True, raw[3])
+        except LocalProtocolError:
+            pass
     if n < 3 or raw[0] != "reply":
         raise RemoteProtocolError(
             f"a compact frame from the host must be {REPLY_SHAPE}, got {show(raw)}"

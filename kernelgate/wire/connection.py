@@ -207,10 +207,12 @@ class Connection:
         Values are serialized as they are: check them with
         :func:`~kernelgate.wire.values.check_json` first.
         """
-        if self._error is not None:
-            raise self._dead(f"send {type(event).__name__}")
-        role = self.our_role
         etype = type(event)
+        if self._compact_out and (type(event) is CallRequest or type(event) is CallReply):
+            return self._send_compact(event)
+        if self._error is not None:
+            raise self._dead(f"send {etype.__name__}")
+        role = self.our_role
         try:
             new_state = self._our_table[self._states[role]].get(etype)
             if new_state is None:
@@ -227,15 +229,7 @@ class Connection:
         except LocalProtocolError as exc:
             raise self._fail(exc) from None
         msg = _BUILDERS[etype](self, event)
-        name = etype.__name__
-        try:
-            data = (dumps(msg) + "\n").encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise LocalProtocolError(f"cannot encode {name}: text holds a lone surrogate") from exc
-        except (TypeError, ValueError) as exc:
-            raise LocalProtocolError(f"cannot encode {name}: {exc}") from exc
-        except RecursionError as exc:
-            raise LocalProtocolError(f"cannot encode {name}: nested too deeply") from exc
+        data = _encode(msg, etype)
         # The frame exists: only now does anything change. (This and _receive do the
         # bookkeeping of calls inline: they are most of the traffic.)
         if type(event) is CallRequest:
@@ -254,6 +248,39 @@ class Connection:
             self._state.commit(role, etype, new_state)
         else:
             self._states[role] = new_state
+        return data
+
+    def _send_compact(self, event: CallRequest | CallReply) -> bytes:
+        """``send`` of a call or a reply once compact frames are agreed: the same checks
+        and bookkeeping, without the message builders (most of the traffic)."""
+        if self._error is not None:
+            raise self._dead(f"send {type(event).__name__}")
+        role = self.our_role
+        etype = type(event)
+        new_state = self._our_table[self._states[role]].get(etype)
+        try:
+            if new_state is None:
+                raise self._state.refusal(role, etype)
+            if type(event) is CallRequest:
+                if event.call_id != self._next_call_id:
+                    raise LocalProtocolError(
+                        f"call id must be {self._next_call_id}, got {event.call_id}"
+                    )
+                raw = ["call", event.call_id, event.namespace, event.name, event.args, event.kwargs]
+            elif type(event) is CallReply:
+                if event.call_id not in self._outstanding:
+                    raise LocalProtocolError(f"no call {event.call_id} is waiting for a reply")
+                raw = encode_reply(event)
+        except LocalProtocolError as exc:
+            raise self._fail(exc) from None
+        data = _encode(raw, etype)
+        self._factory.skip()  # a compact frame still has its place among our messages
+        if type(event) is CallRequest:
+            self._next_call_id += 1
+            self._outstanding.add(event.call_id)
+        else:
+            self._outstanding.discard(event.call_id)
+        self._states[role] = new_state  # calls and replies move only their sender
         return data
 
     def _record(self, event: Event, msg: dict[str, Any]) -> None:
@@ -426,7 +453,9 @@ class Connection:
         # straight from the dict; anything unusual takes the general reader, which names
         # the fault.
         event: Event | None
-        if type(raw) is list and (self._compact_in or self._offered):  # a compact call or reply
+        if type(raw) is list and self._compact_in:
+            return self._receive_compact(raw)
+        if type(raw) is list and self._offered:  # compact before the agreement: refused
             event = self._read_compact(raw)
         else:
             event = (
@@ -472,6 +501,36 @@ class Connection:
             self._states[role] = new_state
         return event
 
+    def _receive_compact(self, raw: list[Any]) -> Event:
+        """``_receive`` of a compact call (we are the host) or reply (the child), once
+        agreed: the peer's table first (out of order is said before what is wrong
+        inside), then every position, then the call ids, as for a full message."""
+        role = self.their_role
+        if self.our_role == HOST:
+            new_state = self._their_table[self._states[role]].get(CallRequest)
+            if new_state is None:
+                raise self._state.refusal(role, CallRequest)
+            call = read_call(raw)
+            if call.call_id != self._next_call_id:
+                raise RemoteProtocolError(
+                    f"call id {call.call_id} is out of sequence: expected "
+                    f"{self._next_call_id} (ids are consecutive from 0; forged or repeated "
+                    "ids are refused)"
+                )
+            self._next_call_id += 1
+            self._outstanding.add(call.call_id)
+            self._states[role] = new_state
+            return call
+        new_state = self._their_table[self._states[role]].get(CallReply)
+        if new_state is None:
+            raise self._state.refusal(role, CallReply)
+        reply = read_reply(raw)
+        if reply.call_id not in self._outstanding:
+            raise RemoteProtocolError(f"reply to call {reply.call_id}, which is not waiting")
+        self._outstanding.discard(reply.call_id)
+        self._states[role] = new_state
+        return reply
+
     #: The fast reader (:func:`~kernelgate.wire.reader.read_fast`); a class attribute so
     #: that tests can switch it off (tests/wire/test_fast_path.py).
     _read_fast = staticmethod(read_fast)
@@ -500,6 +559,20 @@ class Connection:
 
     def _check_peer(self, etype: type) -> object:
         return self._state.check(self.their_role, etype)
+
+
+def _encode(msg: Any, etype: type) -> bytes:
+    """One frame of ``msg``; a value JSON cannot carry is our LocalProtocolError."""
+    try:
+        return (dumps(msg) + "\n").encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise LocalProtocolError(
+            f"cannot encode {etype.__name__}: text holds a lone surrogate"
+        ) from exc
+    except (TypeError, ValueError) as exc:
+        raise LocalProtocolError(f"cannot encode {etype.__name__}: {exc}") from exc
+    except RecursionError as exc:
+        raise LocalProtocolError(f"cannot encode {etype.__name__}: nested too deeply") from exc
 
 
 def _marked_compact(msg: dict[str, Any]) -> bool:

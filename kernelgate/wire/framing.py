@@ -31,12 +31,16 @@ class FrameDecoder:
     :class:`RemoteProtocolError`.
     """
 
-    __slots__ = ("_buf", "_closed", "_deferred", "_failed", "_max", "_tail")
+    __slots__ = ("_buf", "_closed", "_deferred", "_failed", "_max", "_pos", "_tail")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if max_frame_bytes < 2:
             raise ValueError(f"max_frame_bytes must be at least 2, got {max_frame_bytes}")
-        self._buf = bytearray()
+        # The bytes held: the chunk as it came (bytes) while its frames are taken, or a
+        # bytearray while a frame is being joined across chunks. Frames are taken from
+        # _pos on, without moving what follows (one copy per frame, its own).
+        self._buf: bytes | bytearray = b""
+        self._pos = 0
         # Offset in _buf just after its last newline: bytes before it are complete frames,
         # bytes after it are the unterminated tail.
         self._tail = 0
@@ -52,7 +56,7 @@ class FrameDecoder:
     @property
     def pending_bytes(self) -> int:
         """Bytes received but not yet returned as a frame."""
-        return len(self._buf)
+        return len(self._buf) - self._pos
 
     def receive_data(self, data: bytes) -> None:
         """Add bytes from the peer. ``b""`` means end of stream."""
@@ -65,14 +69,28 @@ class FrameDecoder:
             return
         if self._closed:
             self._fail("data received after end of stream")
-        start = len(self._buf)
-        self._buf += data
+        held = self._buf
+        pos = self._pos
+        if pos == len(held):  # nothing held (the usual case): the chunk as it is
+            buf: bytes | bytearray = data if type(data) is bytes else bytes(data)
+            start = self._tail = 0
+        else:  # joined to what is held: a bytearray from now on
+            if isinstance(held, bytearray):
+                del held[:pos]
+                buf = held
+            else:
+                buf = bytearray(memoryview(held)[pos:])
+            self._tail -= pos
+            start = len(buf)
+            buf += data
+        self._buf = buf
+        self._pos = 0
         nl = data.rfind(b"\n")
         if nl >= 0:
             self._tail = start + nl + 1
         # Refuse as soon as the unterminated tail passes the ceiling: the check in
         # next_frame would only run once a newline shows up.
-        tail = len(self._buf) - self._tail
+        tail = len(buf) - self._tail
         if tail > self._max:
             message = (
                 f"frame over max_frame_bytes={self._max} bytes ({tail} bytes so far without "
@@ -82,13 +100,13 @@ class FrameDecoder:
                 self._fail(message)
             # Complete frames came before the flood (output printed just before it, say):
             # they are delivered first, the flood is dropped, and the refusal follows.
-            del self._buf[self._tail :]
+            self._buf = buf[: self._tail]
             self._deferred = message
 
     def _fail(self, message: str) -> None:
         self._failed = RemoteProtocolError(message)
-        self._buf = bytearray()
-        self._tail = 0
+        self._buf = b""
+        self._pos = self._tail = 0
         raise self._failed
 
     def next_frame(self) -> bytes | None:
@@ -99,25 +117,31 @@ class FrameDecoder:
         """
         if self._failed is not None:
             raise self._failed
+        pos = self._pos
         buf = self._buf
-        if self._tail == 0:  # no newline held: no complete frame
+        if pos >= self._tail:  # no newline held: no complete frame
             if self._deferred is not None:
                 self._fail(self._deferred)
-            if self._closed and buf:
-                self._fail(f"stream ended inside a frame ({len(buf)} bytes without a newline)")
+            if self._closed and len(buf) > pos:
+                self._fail(
+                    f"stream ended inside a frame ({len(buf) - pos} bytes without a newline)"
+                )
             return None
-        nl = buf.find(b"\n", 0, self._tail)
-        if nl > self._max:
+        nl = buf.find(b"\n", pos, self._tail)
+        if nl - pos > self._max:
             self._fail(
-                f"frame of {nl} bytes is over max_frame_bytes={self._max}; "
+                f"frame of {nl - pos} bytes is over max_frame_bytes={self._max}; "
                 "frames must be one JSON object per line"
             )
-        frame = bytes(buf[:nl])
-        del buf[: nl + 1]
-        self._tail -= nl + 1
-        return frame
+        frame = buf[pos:nl]
+        if nl + 1 == len(buf):  # all taken: hold nothing
+            self._buf = b""
+            self._pos = self._tail = 0
+        else:
+            self._pos = nl + 1
+        return frame if type(frame) is bytes else bytes(frame)
 
     @property
     def at_eof(self) -> bool:
         """True once the peer ended the stream and every frame has been taken."""
-        return self._closed and not self._buf
+        return self._closed and self._pos >= len(self._buf)

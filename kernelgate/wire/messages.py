@@ -52,7 +52,15 @@ def iso_now(t: float | None = None) -> str:
         t = time.time()
     whole = int(t)
     micros = int((t - whole) * 1_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{micros:06d}Z"
+    global _second
+    second = _second
+    if second[0] != whole:  # formatting the date and time is most of the cost: once a second
+        second = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+        # (one tuple, swapped whole: any thread reads a matching second and text)
+    return f"{second[1]}.{micros:06d}Z"
+
+
+_second: tuple[int, str] = (-1, "")  # the last second formatted, and its text
 
 
 class MessageFactory:

@@ -26,6 +26,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -38,7 +39,28 @@ __all__ = [
     "describe_path",
 ]
 
-_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# The C encoder itself, made once: ``JSONEncoder.encode`` would add two Python calls and a
+# fresh encoder per frame (most frames are a compact call or reply: that was half their
+# encoding). No circular-reference markers: they would be one dict shared by every thread
+# that sends, and values are checked first (check_json refuses a cycle by its size); a
+# cycle that was not still fails, with RecursionError.
+_dumps: Callable[[Any], str]
+_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+if _c_encoder is not None:
+    _encode = _c_encoder(
+        None, _not_json, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+
+    def _dumps(value: Any) -> str:
+        return "".join(_encode(value, 0))
+
+else:  # pragma: no cover - an interpreter without the C accelerator
+    _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
 class NotJSONError(TypeError):
@@ -105,7 +127,13 @@ def _check_surrogate_escapes(text: str) -> None:
 
 
 # One decoder for every frame: json.loads with hooks would build a new one each call.
-_decode = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_parse_float).decode
+_decoder = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_parse_float)
+_decode = _decoder.decode
+# Its scanner, called directly for a frame that is one JSON value and nothing else (every
+# frame a sender makes): ``decode`` adds two Python calls and two regex matches. Anything
+# else (whitespace around the value, trailing data, no value) goes through ``decode``,
+# which accepts or refuses it as before.
+_scan: Callable[[str, int], tuple[Any, int]] = _decoder.scan_once  # type: ignore[attr-defined]
 
 
 def loads(text: str | bytes) -> Any:
@@ -120,7 +148,12 @@ def loads(text: str | bytes) -> Any:
         text = bytes(text).decode("utf-8")  # UnicodeDecodeError is a ValueError
     elif _RAW_SURROGATE.search(text) is not None:
         raise ValueError("text holds a lone surrogate, which is not valid Unicode")
-    value = _decode(text)
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:  # no value at the start: decode says what is wrong
+        end = -1
+    if end != len(text):
+        value = _decode(text)
     if "\\u" in text and _SURROGATE_ESCAPE_HINT.search(text) is not None:
         _check_surrogate_escapes(text)
     return value
@@ -259,8 +292,20 @@ def check_json(value: Any, root: str = "value", max_bytes: int | None = None) ->
     # long: one iterative loop over the whole value (no recursion, no call per node): it
     # runs on every argument, answer and value that crosses the wire, where a split into
     # helpers would cost a call per node.
-    size = 0
     limit = max_bytes if max_bytes is not None else -1
+    t = type(value)
+    if value is None or t is bool or t is int or t is str:
+        # A lone scalar (most binding results and many arguments): no walk to set up.
+        if t is str:
+            size = _str_size(value, root, [], limit)
+        elif t is int:
+            size = _int_size(value, root, [])
+        else:
+            size = 4 if value is not False else 5
+        if limit >= 0 and size > limit:
+            _too_large(root, limit, [])
+        return size
+    size = 0
     # keys runs parallel to the stack: the key or index of the child being visited in each
     # open container (-1 before the first), so a path is only rendered when needed.
     keys: list[str | int] = []

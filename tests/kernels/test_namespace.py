@@ -263,3 +263,41 @@ def test_names_that_are_not_identifiers_are_reached_by_item():
     ns = Namespace("tools", {"do-it": Binding("tools", "do-it", spec, host, 1000)})
     asyncio.run(call_it(ns["do-it"]()))
     assert host.sent == [("tools", "do-it", [], {})]
+
+
+def test_positional_calls_bind_as_the_signature_does():
+    # A call with positional arguments only, to a binding whose parameters may all be
+    # passed by position, is bound without Signature.bind: the same names and refusals.
+    spec = {
+        "params": [["a", "POSITIONAL_ONLY", False], ["b", "POSITIONAL_OR_KEYWORD", True]],
+        "signature": "(a, /, b=2)",
+    }
+    host = Host()
+    opt = Namespace("tools", {"opt": Binding("tools", "opt", spec, host, 1000)})
+    with pytest.raises(TypeError, match=r"^tools\.opt\(\) argument b: set is not JSON"):
+        opt.opt(1, {2})
+    with pytest.raises(TypeError, match=r"^tools\.opt\(\) missing a required argument: 'a'"):
+        opt.opt()
+    with pytest.raises(TypeError, match=r"^tools\.opt\(\) too many positional arguments"):
+        opt.opt(1, 2, 3)
+    with pytest.raises(ValueError, match="over 1000 bytes"):
+        opt.opt("x" * 600, "y" * 600)
+    assert asyncio.run(call_it(opt.opt(1))) == {"args": [1], "kwargs": {}}
+    assert asyncio.run(call_it(opt.opt(1, b=3))) == {"args": [1], "kwargs": {"b": 3}}
+    assert host.sent == [("tools", "opt", [1], {}), ("tools", "opt", [1], {"b": 3})]
+
+
+def test_a_call_a_task_ran_cannot_be_run_again():
+    host = Host()
+    call = tools(host).add(1, 2)
+
+    async def main() -> None:
+        assert await asyncio.create_task(call) == {"args": [1, 2], "kwargs": {}}
+        with pytest.raises(RuntimeError, match=r"cannot reuse already awaited call"):
+            call.send(None)
+        with pytest.raises(ValueError, match="thrown"):
+            call.throw(ValueError("thrown"))
+        call.close()
+
+    asyncio.run(main())
+    assert len(host.sent) == 1

@@ -281,3 +281,20 @@ def test_after_a_failure_every_call_raises_the_same_error(feed):
         with pytest.raises(RemoteProtocolError) as info:
             call()
         assert info.value is first
+
+
+def test_data_may_come_before_the_frames_held_are_taken():
+    d = FrameDecoder(max_frame_bytes=64)
+    d.receive_data(b"[1]\n[2]\n[3")
+    assert d.next_frame() == b"[1]"
+    d.receive_data(bytearray(b"]\n[4]\n"))
+    assert d.pending_bytes == len(b"[2]\n[3]\n[4]\n")
+    frames = drain(d)
+    assert frames == [b"[2]", b"[3]", b"[4]"]
+    assert all(type(f) is bytes for f in frames)
+    d.receive_data(bytearray(b"[5]\n[6"))
+    assert drain(d) == [b"[5]"] and d.pending_bytes == 2
+    d.receive_data(b"]\n")
+    assert drain(d) == [b"[6]"] and d.pending_bytes == 0
+    d.receive_data(b"")
+    assert d.at_eof

@@ -421,3 +421,36 @@ def test_loads_round_trips(value):
 def test_describe_path():
     assert describe_path("value", []) == "value"
     assert describe_path("args", [0, "a", 2]) == "args[0]['a'][2]"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [(" [1]", [1]), ("[1] ", [1]), ('\n{"a": 1}\t', {"a": 1}), ('"x"', "x"), ("7", 7)],
+)
+def test_loads_takes_one_value_with_whitespace_around_it(text, value):
+    # A frame that is one value and nothing else is scanned directly; whitespace around
+    # it takes the decoder's own path: both accept it, as json.loads does.
+    assert loads(text) == value == json.loads(text)
+    assert loads(text.encode()) == value
+
+
+@pytest.mark.parametrize("text", ["", " ", "[1] [2]", "[1]x", "1 2", '{"a": 1}}', "[1,", "]"])
+def test_loads_refuses_anything_but_one_value(text):
+    with pytest.raises(ValueError):
+        json.loads(text)
+    with pytest.raises(ValueError):
+        loads(text)
+    with pytest.raises(ValueError):
+        loads(text.encode())
+
+
+def test_dumps_refuses_what_json_cannot_carry():
+    with pytest.raises(TypeError, match="Object of type set is not JSON serializable"):
+        dumps({"a": {1}})
+    with pytest.raises(ValueError):
+        dumps([float("nan")])
+    looped: list[object] = []
+    looped.append(looped)
+    with pytest.raises((ValueError, RecursionError)):  # check_json refuses it first
+        dumps(looped)
+    assert dumps([1, "é"]) == '[1,"é"]'  # the encoder is still fine after a refusal

@@ -62,6 +62,7 @@ class CallClient:
         self.fallback = fallback
         # call id -> (future of the answer, in the loop that made the call; binding label)
         self.pending: dict[int, tuple[asyncio.Future[Any], str]] = {}
+        self._labels: dict[tuple[str, str], str] = {}  # (namespace, name) -> its label
         # Writing fd 3: one frame at a time whatever thread sends it. Reentrant, because
         # a signal handler that prints may run on a thread in the middle of its own write:
         # that frame waits in the backlog until the one being written is whole.
@@ -266,7 +267,12 @@ class CallClient:
                 f"{binding_label(namespace, name)}() must run in an event loop: await it, "
                 "or pass it to asyncio.run() or create_task()"
             )
-        tool = binding_label(namespace, name)
+        key = (namespace, name)
+        tool = self._labels.get(key)
+        if tool is None:
+            tool = binding_label(namespace, name)
+            if len(self._labels) < 1024:  # the host's bindings; any name the program makes
+                self._labels[key] = tool
         for stream in self.streams:
             stream.flush()
         fut = loop.create_future()
@@ -309,7 +315,11 @@ class CallClient:
         fd = self.fd
         try:
             wakeup = loop._ssock.fileno()  # type: ignore[attr-defined]
-            watched = loop._selector.get_map()  # type: ignore[attr-defined]
+            selector = loop._selector  # type: ignore[attr-defined]
+            # The selector's own dict (what get_map() shows through a Python mapping).
+            watched = getattr(selector, "_fd_to_key", None)
+            if type(watched) is not dict:
+                watched = selector.get_map()
             if len(watched) != 2 or fd not in watched or wakeup not in watched:
                 return  # the program watches fds of its own
         except Exception:

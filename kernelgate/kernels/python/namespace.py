@@ -58,6 +58,10 @@ def _rebuild_tool_error(message: str, tool: str, ename: str) -> ToolError:
     return ToolError(message, tool=tool, ename=ename)
 
 
+_BY_POSITION = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_EMPTY = inspect.Parameter.empty
+
+
 class Binding:
     """One host function as the program calls it: ``await tools.name(...)``."""
 
@@ -81,6 +85,16 @@ class Binding:
         self._max_arg_bytes = max_arg_bytes
         self._spec = spec
         self._schema = spec.get("schema")
+        # The names of the parameters when every one may be passed by position and no
+        # schema checks the call: then a call with positional arguments only binds
+        # without ``Signature.bind`` (the arguments' names are these, in order). How many
+        # must be passed: the parameters without a default.
+        self._positional: tuple[str, ...] | None = None
+        self._required = 0
+        params = self._signature.parameters.values()
+        if self._schema is None and all(p.kind in _BY_POSITION for p in params):
+            self._positional = tuple(p.name for p in params)
+            self._required = sum(1 for p in params if p.default is _EMPTY)
         if self._schema is not None:
             # Imported only by children that have a binding with a schema: every module
             # loaded here is start-up time of every cold run.
@@ -89,14 +103,15 @@ class Binding:
             self._check_bound = check_bound
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            bound = self._signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(
-                f"{self._label}() {exc}; its signature is {self._name}{self._shown}"
-            ) from None
+        names = self._positional
+        bound = None
+        if not kwargs and names is not None and self._required <= len(args) <= len(names):
+            arguments: Any = zip(names, args, strict=False)  # what bind() gives, less its work
+        else:
+            bound = self._bind(args, kwargs)
+            arguments = bound.arguments.items()
         budget = self._max_arg_bytes
-        for pname, value in bound.arguments.items():
+        for pname, value in arguments:
             try:
                 budget -= check_json(value, f"{self._label}() argument {pname}", budget)
             except NotJSONError as exc:
@@ -110,12 +125,21 @@ class Binding:
                     "as JSON (max_frame_bytes); pass less data per call"
                 ) from None
         if self._schema is not None:
+            assert bound is not None  # a binding with a schema has no fast path
             error = self._check_bound(self._schema, bound)
             if error:
                 raise TypeError(
                     f"{self._label}() {error}; its signature is {self._name}{self._shown}"
                 )
         return BindingCall(self, list(args), kwargs)
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> inspect.BoundArguments:
+        try:
+            return self._signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(
+                f"{self._label}() {exc}; its signature is {self._name}{self._shown}"
+            ) from None
 
     def _kg_help(self) -> str:
         from kernelgate.model.describe import render_help  # only when help() is asked
@@ -148,6 +172,7 @@ def _program_line() -> int:
 
 
 _AWAITED: Any = object()  # BindingCall._steps once ``await`` took the call's future
+_DONE: Any = object()  # BindingCall._steps once a task's steps are over
 
 
 class BindingCall(Coroutine[Any, Any, Any]):
@@ -183,31 +208,58 @@ class BindingCall(Coroutine[Any, Any, Any]):
         return RuntimeError(f"cannot reuse already awaited call of {self._label()}")
 
     def send(self, value: Any) -> Any:
+        if value is None:
+            return self.__next__()
+        steps = self._steps
+        if steps is None or steps is _AWAITED or steps is _DONE:
+            if steps is None and not self._closed:
+                raise TypeError("can't send non-None value to a just-started coroutine")
+            raise self._reused()
+        try:
+            return steps.send(value)
+        except BaseException:
+            self._steps = _DONE
+            raise
+
+    def __next__(self) -> Any:
+        # A task (create_task, gather...) drives the call through this (a step sends
+        # None): the steps are the answer's future's own iterator (C), with no
+        # generator of ours in between.
         steps = self._steps
         if steps is None:
             if self._closed:
                 raise self._reused()
-            steps = self._steps = self._run()
-        elif steps is _AWAITED or steps.gi_frame is None:
+            self._steps = _DONE  # if sending fails, the call is over
+            steps = self._steps = self._start().__await__()
+        elif steps is _AWAITED or steps is _DONE:
             raise self._reused()
-        return steps.send(value)
+        try:
+            return steps.send(None)
+        except BaseException:  # StopIteration (the answer) included: the call is over
+            self._steps = _DONE
+            raise
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         steps = self._steps
-        if steps is None or steps is _AWAITED:
+        if steps is None or steps is _AWAITED or steps is _DONE:
             # Thrown into before it ran (a task cancelled before its first step), or
             # after: like a native coroutine, it raises at once and is finished.
             self._closed = True
-            steps = self._steps = self._run()
+            self._steps = _DONE
+            steps = self._run()
             steps.close()
+        else:
+            self._steps = _DONE  # a future's iterator cannot go on once thrown into
         if val is None and tb is None:
             return steps.throw(typ)
         return steps.throw(typ, val, tb)
 
     def close(self) -> None:
         self._closed = True
-        if self._steps is not None and self._steps is not _AWAITED:
-            self._steps.close()
+        steps = self._steps
+        if steps is not None and steps is not _AWAITED and steps is not _DONE:
+            self._steps = _DONE
+            steps.close()
 
     def __await__(self) -> Any:
         # The common case, ``await tools.x()``: send now and wait on the future itself,
@@ -220,9 +272,6 @@ class BindingCall(Coroutine[Any, Any, Any]):
 
     def __iter__(self) -> Any:
         return self
-
-    def __next__(self) -> Any:
-        return self.send(None)
 
     def _label(self) -> str:
         return self._binding._label
