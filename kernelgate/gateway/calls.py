@@ -643,6 +643,10 @@ class CallDispatcher:
         self._pending.clear()  # admitted, never started: they are not started now
         self._settle_threads()  # answered already: recorded, whatever ends the run
         self._over = True
+        if self._lane is not None:
+            # Waiting for a thread, never started: dropped, not kept (with this run's
+            # channel and outputs) until a thread is free (threads other calls may block).
+            self._lane.close()
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
@@ -651,15 +655,8 @@ class CallDispatcher:
 
     async def cancel_all(self) -> None:
         """End the calls still running: the program is over, nobody awaits them."""
-        self._pending.clear()  # admitted, never started: they are not started now
-        self._settle_threads()  # answered already: recorded, whatever ends the run
-        self._over = True
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
+        self.cancel_now()
+        tasks = list(self._tasks)  # cancelled, those _settle_threads started included
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 

@@ -84,6 +84,12 @@ class Lane:
         free for this run (RuntimeError: the executor is shut down, or no thread starts)."""
         self._workers.submit(job, self)
 
+    def close(self) -> None:
+        """The run is over: its jobs no thread took yet are dropped, never started."""
+        with self._workers._lock:
+            self.waiting.clear()
+            self._workers._ready.pop(self, None)
+
     def run(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], T]) -> asyncio.Future[T]:
         """``fn()`` in one of these threads, as a future of ``loop`` (``run_in_executor``
         on these threads: its value, or what it raised). Not started if the future was
