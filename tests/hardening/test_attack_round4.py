@@ -410,3 +410,57 @@ def test_kernelgate_replay_reads_what_record_to_wrote(hostile, tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "MATCHES" in out.stdout
     assert sorted(os.listdir(runs)) == [path.name]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("policy", [False, True], ids=["batched", "queued"])
+@WARM_COLD
+def test_calls_a_program_floods_after_its_reply_are_recorded_if_they_ran(hostile, warm, policy):
+    # A thread of the program writes call frames to fd 3 in a loop, never reading an
+    # answer, on and on after the program's reply. Every call whose binding returned is in
+    # the result with its value (the program must not make the host act and hide it: a
+    # call it left unanswered is not one that never ran), but for the few in a thread as
+    # the run ended; and once the run has returned, at most one call per binding thread
+    # (each already running then) ends in a binding.
+    returned: set[int] = set()
+    lock = threading.Lock()
+
+    def tick() -> int:
+        with lock:
+            returned.add(len(returned))
+            return len(returned) - 1
+
+    threads = 4
+    gw = hostile.gateway(
+        bindings={"tick": tick},
+        pool_size=1 if warm else 0,
+        max_threads=threads,
+        policy=(lambda namespace, name, args, kwargs: True) if policy else None,
+    )
+    program = _src(
+        """
+        import threading
+        first = await tools.tick()  # the first honest call agrees compact frames
+        def flood():
+            while True:
+                try:
+                    forge_calls('tick', [[]] * 20)
+                except OSError:
+                    return
+        threading.Thread(target=flood, daemon=True).start()
+        first
+        """
+    )
+    for _ in range(3):
+        r = hostile.record(gw.run_sync(program))
+        with lock:
+            at_return = set(returned)
+        asyncio.run(gw.wait_finished())
+        with lock:
+            after, returned = len(returned) - len(at_return), set()
+        assert r.calls[0].ok, r.message
+        recorded = {c.value for c in r.calls if c.ok}
+        assert recorded <= at_return
+        unrecorded = len(at_return - recorded)
+        assert unrecorded <= 2 * threads, f"{unrecorded} calls ran but are not recorded"
+        assert after <= 2 * threads, after  # the pool and its extras
