@@ -251,6 +251,8 @@ def test_a_run_whose_notebook_cannot_be_written_is_not_lost(hostile, tmp_path):
     with pytest.raises(OSError, match="recorded") as info:
         gw.run_sync("print('kept')\n42")
     result = info.value.result  # type: ignore[attr-defined]
+    again = pickle.loads(pickle.dumps(info.value))  # an error that crosses processes
+    assert again.result == result and again.filename == info.value.filename
     hostile.record(result)
     assert result.status == "ok" and result.value == 42 and result.stdout == "kept\n"
 
@@ -451,7 +453,7 @@ def test_calls_a_program_floods_after_its_reply_are_recorded_if_they_ran(hostile
         first
         """
     )
-    for _ in range(3):
+    for _ in range(5):
         r = hostile.record(gw.run_sync(program))
         with lock:
             at_return = set(returned)

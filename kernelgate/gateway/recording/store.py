@@ -196,6 +196,11 @@ class RunNotRecorded(OSError):
             path,
         )
         self.result = result
+        self._error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # OSError pickles its (errno, strerror, filename), which this __init__ does not take.
+        return type(self), (self.result, self.filename, self._error)
 
 
 class RunDirectory:
