@@ -474,8 +474,6 @@ class CallDispatcher:
         value, error = outcome.value, outcome.error
         if not outcome.checked:  # a plain function's coroutine
             self._spawn(self._complete(record, started, value, None, self._slots), value)
-        elif not sent and self._channel.backlogged:
-            self._spawn(self._complete(record, started, value, error, checked=True), None)
         else:
             ended = outcome.ended if sent else None
             self._answer(record, started, value, error, checked=True, sent=sent, ended=ended)
@@ -499,7 +497,7 @@ class CallDispatcher:
         else:
             # The same threads and lane as the batches, in the same order: a queued call
             # never waits in the executor's queue behind threads the batches keep parked.
-            value = await self._lane.run(self._loop, job)
+            value = await self._lane.call(self._loop, job)
         if inspect.isawaitable(value):  # a plain function that returned a coroutine
             value = await value
         return value
@@ -511,11 +509,9 @@ class CallDispatcher:
         pending: Any,
         error: BaseException | None,
         slot: asyncio.Semaphore | None = None,
-        checked: bool = False,
     ) -> None:
-        """Await the binding's value (in ``slot``, when given), then answer: once the
-        child reads its answers again, if it had stopped (back-pressure). One coroutine
-        per call on the fast path, as direct as the binding allows."""
+        """Await the binding's value (in ``slot``, when given), then answer. One
+        coroutine per call on the fast path, as direct as the binding allows."""
         if slot is not None:
             await slot.acquire()
         try:
@@ -527,9 +523,7 @@ class CallDispatcher:
                     raise
                 except BaseException as exc:  # SystemExit from a binding must not end the host
                     value, error = None, exc
-            if self._channel.backlogged:
-                await self._channel.drained()
-            self._answer(record, started, value, error, checked=checked)
+            self._answer(record, started, value, error)
         finally:
             if slot is not None:
                 slot.release()
@@ -568,7 +562,9 @@ class CallDispatcher:
     ) -> None:
         """Check a call's result (unless ``checked``), record it, and send the child its
         answer (unless it was ``sent`` from the binding's thread: the same answer, when
-        the binding had ``ended``)."""
+        the binding had ``ended``): once it reads its answers again, if it had stopped
+        (back-pressure). Recorded at once all the same: a binding that ran is in the
+        record though the run ends before the child reads its answer."""
         if not checked:
             value, error = self._checked(record, value, error)
         reply = _reply(record.id, value, error)
@@ -580,17 +576,12 @@ class CallDispatcher:
             record.error = ErrorInfo(reply.ename, reply.evalue)
         record.duration_s = (time.monotonic() if ended is None else ended) - started
         self._output.place_call(record)
-        if not sent and not self._verdicts.settled:
-            try:
-                self._channel.send(reply)
-            except LocalProtocolError as exc:
-                # A result that passed the checks yet cannot be encoded must still answer
-                # the call, or the program would wait for it forever.
-                record.ok, record.value = False, None
-                record.error = ErrorInfo("TypeError", f"the result cannot be sent: {exc}")
-                self._channel.send(
-                    CallReply(record.id, False, ename="TypeError", evalue=record.error.evalue)
-                )
+        if sent or self._verdicts.settled:
+            pass  # sent from its thread, or the run is over: nobody answers
+        elif self._channel.backlogged:
+            self._spawn(self._send_later(record, reply), None)
+        else:
+            self._send(record, reply)
         if self._trace is not None:
             self._trace.call_ended(record)
         if self._on_call is not None:
@@ -600,6 +591,20 @@ class CallDispatcher:
                 # The host's own hook failed: the program is not to blame, and the run goes
                 # on; say so where the host's developer will look.
                 self.hook_errors.append(f"on_call: {type(exc).__name__}: {safe_str(exc, 500)}")
+
+    def _send(self, record: CallRecord, reply: CallReply) -> None:
+        try:
+            self._channel.send(reply)
+        except LocalProtocolError as exc:  # passed the checks, yet cannot be encoded: it
+            # must still be answered, or the program would wait for it forever
+            text = f"the result cannot be sent: {exc}"
+            record.ok, record.value, record.error = False, None, ErrorInfo("TypeError", text)
+            self._channel.send(CallReply(record.id, False, ename="TypeError", evalue=text))
+
+    async def _send_later(self, record: CallRecord, reply: CallReply) -> None:
+        await self._channel.drained()
+        if not self._verdicts.settled:
+            self._send(record, reply)
 
     def _checked(
         self, record: CallRecord, value: Any, error: BaseException | None
@@ -643,6 +648,8 @@ class CallDispatcher:
         self._pending.clear()  # admitted, never started: they are not started now
         self._settle_threads()  # answered already: recorded, whatever ends the run
         self._over = True
+        if self._lane is not None:
+            self._lane.close()  # its calls waiting for a thread: dropped, not held till one is free
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
@@ -651,15 +658,8 @@ class CallDispatcher:
 
     async def cancel_all(self) -> None:
         """End the calls still running: the program is over, nobody awaits them."""
-        self._pending.clear()  # admitted, never started: they are not started now
-        self._settle_threads()  # answered already: recorded, whatever ends the run
-        self._over = True
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
+        self.cancel_now()
+        tasks = list(self._tasks)  # cancelled, those _settle_threads started included
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 

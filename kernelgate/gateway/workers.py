@@ -35,6 +35,7 @@ True
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import threading
 import weakref
@@ -84,6 +85,12 @@ class Lane:
         free for this run (RuntimeError: the executor is shut down, or no thread starts)."""
         self._workers.submit(job, self)
 
+    def close(self) -> None:
+        """The run is over: its jobs no thread took yet are dropped, never started."""
+        with self._workers._lock:
+            self.waiting.clear()
+            self._workers._ready.pop(self, None)
+
     def run(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], T]) -> asyncio.Future[T]:
         """``fn()`` in one of these threads, as a future of ``loop`` (``run_in_executor``
         on these threads: its value, or what it raised). Not started if the future was
@@ -108,6 +115,23 @@ class Lane:
 
         self.submit(job)
         return future
+
+    async def call(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], T]) -> T:
+        """``await self.run(loop, fn)``; but cancelled once ``fn`` has returned, its value
+        all the same: a run that ends records its calls whose binding ran, not only those
+        whose value reached the loop in time (an awaitable it returned is not awaited)."""
+        got: list[T] = []
+
+        def job() -> T:
+            got.append(fn())
+            return got[0]
+
+        try:
+            return await self.run(loop, job)
+        except asyncio.CancelledError:
+            if not got or inspect.isawaitable(got[0]):
+                raise
+            return got[0]
 
 
 class Workers:

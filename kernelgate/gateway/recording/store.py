@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,10 @@ from .render import run_notebook_dict
 
 __all__ = [
     "RunDirectory",
+    "RunNotRecorded",
     "atomic_write",
     "dumps_notebook",
+    "run_file_name",
     "save_run",
     "temp_prefix",
 ]
@@ -139,10 +142,28 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     _fsync_dir(directory)
 
 
+_NAME_BAD = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def run_file_name(run_id: str) -> str:
+    """The file a run gets in a directory: ``<run_id>.ipynb``, as a plain name.
+
+    A host-made run id is one already; a RunResult read back from a recording carries the
+    recording's, which may be anything: no ``/``, no leading dot (``..``, a hidden file),
+    nothing empty, so it names a file in that directory and nowhere else.
+
+    >>> run_file_name("20260101T000000-1a2b3c4d"), run_file_name("../../etc/x")
+    ('20260101T000000-1a2b3c4d.ipynb', 'etc_x.ipynb')
+    """
+    name = _NAME_BAD.sub("_", str(run_id))[:200].lstrip("._")
+    return f"{name or 'run'}.ipynb"
+
+
 def save_run(result: RunResult, path: str | os.PathLike[str]) -> Path:
     """Write ``result`` as a notebook at ``path`` (atomically); return the path written.
 
-    ``path`` may be an existing directory: the file is then ``<run_id>.ipynb`` in it.
+    ``path`` may be an existing directory: the file is then ``<run_id>.ipynb`` in it
+    (:func:`run_file_name`: always in it, whatever the run id).
     Missing parent directories are created.
 
     :func:`kernelgate.notebooks.load_run` reads it back.
@@ -157,15 +178,38 @@ def save_run(result: RunResult, path: str | os.PathLike[str]) -> Path:
     """
     target = Path(os.fspath(path))
     if target.is_dir():
-        target = target / f"{result.run_id or 'run'}.ipynb"
+        target = target / run_file_name(result.run_id)
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target, dumps_notebook(run_notebook_dict(result)))
     return target
 
 
+class RunNotRecorded(OSError):
+    """A run ended but its notebook could not be written: ``result`` holds the run (it
+    is not lost with the notebook), ``filename`` where the notebook was to go."""
+
+    def __init__(self, result: RunResult, path: str, error: OSError) -> None:
+        super().__init__(
+            error.errno,
+            f"the run ended ({result.status}) but its notebook could not be written: "
+            f"{error.strerror or error}; the run's result is this error's .result",
+            path,
+        )
+        self.result = result
+        self._error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # OSError pickles its (errno, strerror, filename), which this __init__ does not take.
+        return type(self), (self.result, self.filename, self._error)
+
+
 class RunDirectory:
     """The recorder ``Gateway(record_to=DIR)`` makes of a directory: every run it is given
     is saved as ``<run_id>.ipynb`` in it (the directory is made at the first run).
+
+    A path that is there but is no directory is refused at once (NotADirectoryError: the
+    gateway is not made) rather than at each run. A notebook that cannot be written
+    raises :class:`RunNotRecorded`, an OSError that holds the run's result.
 
     >>> import os, tempfile
     >>> from kernelgate import Gateway
@@ -178,11 +222,20 @@ class RunDirectory:
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = os.fspath(directory)
+        if os.path.lexists(self.directory) and not os.path.isdir(self.directory):
+            raise NotADirectoryError(
+                f"record_to={self.directory!r} is there and is not a directory: runs are "
+                "recorded as notebooks in a directory"
+            )
 
     def append(self, result: RunResult, /) -> Path:
         """Save ``result`` in the directory; return the path written."""
-        os.makedirs(self.directory, exist_ok=True)
-        return save_run(result, os.path.join(self.directory, f"{result.run_id}.ipynb"))
+        path = os.path.join(self.directory, run_file_name(result.run_id))
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            return save_run(result, path)
+        except OSError as exc:
+            raise RunNotRecorded(result, path, exc) from exc
 
     def __repr__(self) -> str:
         return f"RunDirectory({self.directory!r})"
