@@ -257,7 +257,14 @@ class Gateway(AgentSurface):
                 run.finishing.add_done_callback(self._finishing.discard)
         if self._recorder is not None:
             # A recorder writes a notebook and fsyncs it: not on the event loop.
-            await asyncio.to_thread(self._recorder.append, result)
+            try:
+                await asyncio.to_thread(self._recorder.append, result)
+            except OSError as exc:  # any recorder's (a SessionLog's too): the run is kept
+                from .recording.store import RunNotRecorded  # only on this failure: 11 ms
+
+                if isinstance(exc, RunNotRecorded):
+                    raise
+                raise RunNotRecorded(result, str(exc.filename or ""), exc) from exc
         return result
 
     async def run_tool(

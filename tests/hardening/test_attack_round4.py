@@ -257,6 +257,20 @@ def test_a_run_whose_notebook_cannot_be_written_is_not_lost(hostile, tmp_path):
     assert result.status == "ok" and result.value == 42 and result.stdout == "kept\n"
 
 
+@pytest.mark.timeout(60)
+def test_a_run_a_session_log_cannot_write_is_not_lost(hostile, tmp_path):
+    # Any recorder's failure, not only the directory's: the run is the error's .result.
+    from kernelgate.notebooks import SessionLog
+
+    gw = hostile.gateway(record_to=SessionLog(tmp_path / "gone" / "session.ipynb"))
+    (tmp_path / "gone").write_text("a file where the log's directory should be")
+    with pytest.raises(OSError, match="notebook could not be written") as info:
+        gw.run_sync("print('kept')\n42")
+    result = info.value.result  # type: ignore[attr-defined]
+    hostile.record(result)
+    assert result.status == "ok" and result.value == 42 and result.stdout == "kept\n"
+
+
 @pytest.mark.timeout(120)
 @WARM_COLD
 def test_concurrent_runs_record_to_one_directory(hostile, tmp_path, warm):
