@@ -626,14 +626,15 @@ class CallDispatcher:
         return value, error
 
     def _check_result(self, record: CallRecord, value: Any) -> BaseException | None:
+        limit = self._limits.max_frame_bytes - FRAME_OVERHEAD
         try:
-            check_json(
-                value,
-                f"{binding_label(record.namespace, record.name)}() result",
-                self._limits.max_frame_bytes - FRAME_OVERHEAD,
-            )
-        except NotJSONError as exc:
-            return TypeError(f"the binding returned a value that is not JSON: {exc}")
+            check_json(value, "result", limit)  # named only when refused (0.6 us per call)
+        except NotJSONError:
+            try:
+                check_json(value, f"{binding_label(record.namespace, record.name)}() result")
+            except NotJSONError as exc:
+                return TypeError(f"the binding returned a value that is not JSON: {exc}")
+            raise  # unreachable: the same value, the same check
         except ValueTooLargeError:
             return ValueError(
                 f"the binding's result is over max_frame_bytes="
