@@ -77,6 +77,7 @@ def test_binding_returning_non_json_raises_tool_error(gateway, run_dir_base, mak
     r = gw.run_sync("await tools.bad()")
     assert r.error.ename == "ToolError"
     assert "not JSON" in r.error.evalue and "set" in r.error.evalue
+    assert "tools.bad() result: set is not JSON" in r.error.evalue  # names the binding
 
 
 def test_print_and_calls_are_in_order(run):
