@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import doctest
+import gc
 import importlib
+import os
 import tempfile
 
 import pytest
+
+from tests.procs import live_children
 
 MODULES = [
     "kernelgate.notebooks",
@@ -33,6 +37,11 @@ def test_docstring_examples(name: str, tmp_path, monkeypatch) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0
+    # The examples drop their gateways unclosed (``Gateway(...).run_sync(...)``), as a
+    # reader may: collected, a gateway ends its pool. Nothing of them may outlive this test
+    # (a later test's leak check would count their zygotes as its own).
+    gc.collect()
+    assert live_children(os.getpid()) == []
 
 
 def test_package_imports_without_pyzmq_or_nbformat() -> None:
