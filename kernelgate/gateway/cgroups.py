@@ -155,15 +155,16 @@ def _read_int(path: str, default: int = 0) -> int:
         return default
 
 
-def _read_keyed(path: str, key: str) -> int:
-    """``key``'s number in a flat keyed file (memory.oom_control, memory.events)."""
-    try:
-        for line in _read(path).decode().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
+def _keyed(data: bytes, key: bytes) -> int:
+    """``key``'s number in the text of a flat keyed file (memory.oom_control,
+    memory.events); 0 when it has none."""
+    for line in data.splitlines():
+        name, _, value = line.partition(b" ")
+        if name == key:
+            try:
                 return int(value)
-    except (OSError, ValueError):
-        pass
+            except ValueError:
+                return 0
     return 0
 
 
@@ -180,9 +181,35 @@ class _Memory:
         self.limit: int | None = None  # None: unlimited
         self._oom_base = 0
         self._peak_fd = -1  # v2: an fd of memory.peak reset at begin (its own peak)
+        self._fds: dict[tuple[str, int], int] = {}  # see _kept
 
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name)
+
+    def _kept(self, name: str, flags: int) -> int:
+        """An fd of the file ``name``, opened at its first use and kept until :meth:`close`:
+        a pooled cgroup serves run after run, and the files a run reads and resets at its
+        start and at its reply are on its latency path. A read at offset 0 makes a cgroup
+        file's text anew (seq_file), a write is taken whole whatever the offset: what a
+        fresh open would give, without the path walk. (Never cgroup.procs: cgroup v1
+        keeps the pid list an open file first read, for a second, and serves it again.)"""
+        fd = self._fds.get((name, flags))
+        if fd is None:
+            fd = os.open(self._file(name), flags | os.O_CLOEXEC)
+            self._fds[(name, flags)] = fd
+        return fd
+
+    def _get(self, name: str) -> bytes:
+        return os.pread(self._kept(name, os.O_RDONLY), 4096, 0)
+
+    def _get_int(self, name: str) -> int:
+        try:
+            return int(self._get(name).strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def _put(self, name: str, value: bytes) -> None:
+        os.pwrite(self._kept(name, os.O_WRONLY), value, 0)
 
     def set_limit(self, limit: int | None) -> None:
         """Bound memory and swap together to ``limit`` bytes (None: unlimited)."""
@@ -231,14 +258,17 @@ class _Memory:
                 pass  # the peak since the cgroup was made: an overstatement, never less
             self._peak_fd = fd
         else:
-            _write(self._file("memory.max_usage_in_bytes"), "0")  # reset to the usage now
+            self._put("memory.max_usage_in_bytes", b"0")  # reset to the usage now
             if self.tcp:
-                _write(self._file(_V1_TCP_PEAK), "0")
+                self._put(_V1_TCP_PEAK, b"0")
 
     def oom_kills(self) -> int:
-        if self.v2:
-            return _read_keyed(self._file("memory.events"), "oom_kill")
-        return _read_keyed(self._file("memory.oom_control"), "oom_kill")
+        try:
+            return _keyed(
+                self._get("memory.events" if self.v2 else "memory.oom_control"), b"oom_kill"
+            )
+        except OSError:
+            return 0
 
     def used(self) -> MemoryUse:
         if self.v2:
@@ -248,12 +278,12 @@ class _Memory:
                     peak = int(os.pread(self._peak_fd, 64, 0).strip() or 0)
                 except (OSError, ValueError):
                     peak = 0
-            peak = max(peak, _read_int(self._file("memory.current")))
+            peak = max(peak, self._get_int("memory.current"))
         else:
-            peak = _read_int(self._file("memory.max_usage_in_bytes"))
+            peak = self._get_int("memory.max_usage_in_bytes")
             if self.tcp:
                 # Two peaks, maybe at different times: their sum may overstate, never hide.
-                peak += _read_int(self._file(_V1_TCP_PEAK))
+                peak += self._get_int(_V1_TCP_PEAK)
         return MemoryUse(peak, max(0, self.oom_kills() - self._oom_base))
 
     def charged(self) -> int:
@@ -275,6 +305,9 @@ class _Memory:
         if self._peak_fd >= 0:
             os.close(self._peak_fd)
             self._peak_fd = -1
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
 
 
 class RunCgroup:
@@ -363,6 +396,16 @@ class RunCgroup:
         """Reclaim what an emptied cgroup still holds (page cache of the run's files)."""
         if self._memory is not None:
             self._memory.reclaim()
+
+    def procs(self) -> list[int]:
+        """The processes in the cgroup, as its first controller's directory lists them:
+        what a run's reply is measured over. Every process of a run is in the same cgroup
+        under each controller (a child is attached to all of them before it runs, and its
+        processes inherit them; none may write a cgroup file), so one list is the run's."""
+        try:
+            return [int(pid) for pid in _read_all(self.paths[0], "cgroup.procs")]
+        except (OSError, ValueError):
+            return []
 
     def pids(self) -> list[int]:
         """The processes in the cgroup (under any of its controllers)."""

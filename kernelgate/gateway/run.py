@@ -443,7 +443,7 @@ class Run:
         /proc when the reply arrives (the child may not be reaped for a while): the child's
         own figures are its word, not a measurement."""
         assert self.child is not None
-        pids = self._cgroup.pids() if self._cgroup is not None else []
+        pids = self._cgroup.procs() if self._cgroup is not None else []
         self._host_usage, busiest = measure_usage(pids or descendants(self.child.pid))
         self._busiest_cpu_s = max(self._busiest_cpu_s, busiest)
         self._measure_memory()

@@ -37,7 +37,7 @@ def proc_usage(pid: int) -> tuple[float, float, int, float] | None:
     status = _read(f"/proc/{pid}/status", 65536)  # about 1.5 KiB
     if stat is None or status is None:
         return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    fields = stat[stat.rfind(b")") + 2 :].split(None, 15)  # up to cstime
     try:
         user = (int(fields[11]) + int(fields[13])) / _CLK_TCK
         system = (int(fields[12]) + int(fields[14])) / _CLK_TCK
@@ -45,13 +45,13 @@ def proc_usage(pid: int) -> tuple[float, float, int, float] | None:
     except (IndexError, ValueError):
         return None
     peak = 0
-    for line in status.splitlines():
-        if line.startswith(b"VmHWM:"):
-            try:
-                peak = int(line.split()[1]) * 1024
-            except (IndexError, ValueError):
-                pass
-            break
+    at = status.find(b"\nVmHWM:")  # never the first line (Name: is)
+    if at >= 0:
+        words = status[at + 7 : status.find(b"\n", at + 7)].split()
+        try:
+            peak = int(words[0]) * 1024
+        except (IndexError, ValueError):
+            pass
     return user, system, peak, own
 
 
