@@ -114,23 +114,15 @@ class MemoryUse:
     oom_kills: int
 
 
-# cgroupfs files are read and written with os-level calls: a run touches a few of them
-# (its limits, peak and OOM kills), and Python's buffered open costs more than the kernel's
-# side of it.
+# cgroupfs files are read and written with os-level calls (a run touches a few of them:
+# its limits, peak and OOM kills, and Python's buffered open costs more than the kernel's
+# side of it), the ones of every run through fds kept open (_Kept).
 
 
 def _write(path: str, value: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(fd, value.encode())
-    finally:
-        os.close(fd)
-
-
-def _read(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.read(fd, 4096)
     finally:
         os.close(fd)
 
@@ -148,13 +140,6 @@ def _read_all(directory: str, name: str) -> list[bytes]:
     return b"".join(chunks).split()
 
 
-def _read_int(path: str, default: int = 0) -> int:
-    try:
-        return int(_read(path).strip() or default)
-    except (OSError, ValueError):
-        return default
-
-
 def _keyed(data: bytes, key: bytes) -> int:
     """``key``'s number in the text of a flat keyed file (memory.oom_control,
     memory.events); 0 when it has none."""
@@ -166,6 +151,45 @@ def _keyed(data: bytes, key: bytes) -> int:
             except ValueError:
                 return 0
     return 0
+
+
+class _Kept:
+    """Fds of cgroup files, each opened at its first use and kept until :meth:`close`: a
+    pooled cgroup serves run after run, and the files a run resets at its start and reads
+    at its reply are on its latency path. A read at offset 0 makes a cgroup file's text
+    anew (seq_file), and a write is taken whole whatever the offset: what a fresh open
+    gives, without the path walk and the open. (Never cgroup.procs: cgroup v1 caches the
+    pid list an open file read first, for a second, and serves it to that file again.)"""
+
+    __slots__ = ("_fds",)
+
+    def __init__(self) -> None:
+        self._fds: dict[tuple[str, int], int] = {}
+
+    def _fd(self, path: str, flags: int) -> int:
+        fd = self._fds.get((path, flags))
+        if fd is None:
+            fd = os.open(path, flags | os.O_CLOEXEC)
+            self._fds[(path, flags)] = fd
+        return fd
+
+    def get(self, path: str) -> bytes:
+        return os.pread(self._fd(path, os.O_RDONLY), 4096, 0)
+
+    def get_int(self, path: str) -> int:
+        """The number ``path`` holds; 0 if it cannot be read."""
+        try:
+            return int(self.get(path).strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def put(self, path: str, value: bytes) -> None:
+        os.pwrite(self._fd(path, os.O_WRONLY), value, 0)
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
 
 
 class _Memory:
@@ -181,35 +205,19 @@ class _Memory:
         self.limit: int | None = None  # None: unlimited
         self._oom_base = 0
         self._peak_fd = -1  # v2: an fd of memory.peak reset at begin (its own peak)
-        self._fds: dict[tuple[str, int], int] = {}  # see _kept
+        self._files = _Kept()
 
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
-    def _kept(self, name: str, flags: int) -> int:
-        """An fd of the file ``name``, opened at its first use and kept until :meth:`close`:
-        a pooled cgroup serves run after run, and the files a run reads and resets at its
-        start and at its reply are on its latency path. A read at offset 0 makes a cgroup
-        file's text anew (seq_file), a write is taken whole whatever the offset: what a
-        fresh open would give, without the path walk. (Never cgroup.procs: cgroup v1
-        keeps the pid list an open file first read, for a second, and serves it again.)"""
-        fd = self._fds.get((name, flags))
-        if fd is None:
-            fd = os.open(self._file(name), flags | os.O_CLOEXEC)
-            self._fds[(name, flags)] = fd
-        return fd
-
     def _get(self, name: str) -> bytes:
-        return os.pread(self._kept(name, os.O_RDONLY), 4096, 0)
+        return self._files.get(self._file(name))
 
     def _get_int(self, name: str) -> int:
-        try:
-            return int(self._get(name).strip() or 0)
-        except (OSError, ValueError):
-            return 0
+        return self._files.get_int(self._file(name))
 
     def _put(self, name: str, value: bytes) -> None:
-        os.pwrite(self._kept(name, os.O_WRONLY), value, 0)
+        self._files.put(self._file(name), value)
 
     def set_limit(self, limit: int | None) -> None:
         """Bound memory and swap together to ``limit`` bytes (None: unlimited)."""
@@ -288,8 +296,7 @@ class _Memory:
 
     def charged(self) -> int:
         """Bytes still charged (page cache, tmpfs files, kernel memory of the run's)."""
-        name = "memory.current" if self.v2 else "memory.usage_in_bytes"
-        return _read_int(self._file(name))
+        return self._get_int("memory.current" if self.v2 else "memory.usage_in_bytes")
 
     def reclaim(self) -> None:
         """Give back what reclaim can (v1 force_empty; v2 memory.reclaim): before reuse."""
@@ -305,9 +312,7 @@ class _Memory:
         if self._peak_fd >= 0:
             os.close(self._peak_fd)
             self._peak_fd = -1
-        fds, self._fds = self._fds, {}
-        for fd in fds.values():
-            os.close(fd)
+        self._files.close()
 
 
 class RunCgroup:
@@ -325,6 +330,7 @@ class RunCgroup:
         self.paths: tuple[str, ...] = ()
         self._pids_dir = os.path.join(roots.pids, name) if roots.pids else None
         self._memory: _Memory | None = None
+        self._files = _Kept()  # pids.current, read as each run ends (recycle_cgroup)
         self.max_pids = -1
         try:
             for root in roots.dirs():
@@ -346,6 +352,7 @@ class RunCgroup:
         cgroup.paths = paths
         cgroup._pids_dir = None
         cgroup._memory = None
+        cgroup._files = _Kept()
         cgroup.max_pids = -1
         return cgroup
 
@@ -422,7 +429,7 @@ class RunCgroup:
         exited ones not yet reaped; 0 if it cannot be read."""
         if self._pids_dir is None:
             return 0
-        return _read_int(os.path.join(self._pids_dir, "pids.current"))
+        return self._files.get_int(os.path.join(self._pids_dir, "pids.current"))
 
     def settle(self, remove: bool = True) -> bool:
         """SIGKILL every process in the cgroup (which also holds what escaped its process
@@ -445,6 +452,7 @@ class RunCgroup:
                 continue
             except OSError:
                 return False  # busy: a process is still on its way out
+        self._files.close()
         if self._memory is not None:
             self._memory.close()
         return True

@@ -424,8 +424,10 @@ class Teardown:
                 continue
         await self.settle()
 
-    async def finish(self) -> None:
-        """The teardown of a run that returned on its reply (a task of its own)."""
+    async def finish(self, kill_after: float | None = None) -> None:
+        """A replied run's teardown (a task); its child, not gone ``kill_after`` s on, killed."""
+        if kill_after is not None and not self.exited.done():
+            self.call_later(kill_after, self._child.signal_group, signal.SIGKILL)
         try:
             await asyncio.shield(self.exited)
             await self.settle()
@@ -461,12 +463,12 @@ class Teardown:
             except asyncio.CancelledError:
                 pass  # finished off the loop
 
-    def finish_in_task(self) -> asyncio.Task[None]:
+    def finish_in_task(self, kill_after: float | None = None) -> asyncio.Task[None]:
         """:meth:`finish` in a task of the run's loop. Cancelled before its first step
         (a gateway's ``aclose`` cancelled in the turn the run returned, the loop ending),
         the task never runs ``finish``, nor its cleanup: the child is then finished
         without the loop (:meth:`_finish_off_loop`)."""
-        return guarded_task(self.finish, self._finish_off_loop, self._loop)
+        return guarded_task(lambda: self.finish(kill_after), self._finish_off_loop, self._loop)
 
     def _finish_off_loop(self) -> None:
         """Where nothing can be awaited: kill the child and close our ends of it now; a
