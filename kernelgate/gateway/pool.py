@@ -71,7 +71,7 @@ from .teardown import (
     settle_off_loop,
     sweep_leftovers,
 )
-from .usage import descendants
+from .usage import descendants, keep_proc_fds
 
 __all__ = ["WarmChild", "WarmPool", "PooledChild", "Zygote", "sweep_leftovers"]
 
@@ -786,6 +786,11 @@ class WarmPool:
         # discarded and counted as a failed boot now, not made ready for a run to find.
         ok = ok and child.alive()
         if ok and not self.closed:
+            # Its processes' /proc files, for its run's reply to read without the lookups.
+            cgroup = child.cgroup
+            keep_proc_fds(
+                cgroup.procs() if cgroup is not None else descendants(child.pid), child.proc_fds
+            )
             self._ready.append(child)
             self._behind = False
             self._delivered_at = asyncio.get_running_loop().time()

@@ -443,15 +443,15 @@ class Run:
         """CPU time and peak memory of the run's processes as the host reads them from
         /proc when the reply arrives (the child may not be reaped for a while): the child's
         own figures are its word, not a measurement."""
-        assert self.child is not None
+        child = self.child
+        assert child is not None
         pids = self._cgroup.procs() if self._cgroup is not None else []
-        self._host_usage, busiest = measure_usage(pids or descendants(self.child.pid))
+        self._host_usage, busiest = measure_usage(pids or descendants(child.pid), child.proc_fds)
         self._busiest_cpu_s = max(self._busiest_cpu_s, busiest)
         self._measure_memory()
 
     def _measure_memory(self) -> None:
-        """What the run's memory cgroup counted: the most all its processes held at once
-        (memfd, tmpfs, shared memory and kernel buffers included), and its OOM kills."""
+        """The run's memory cgroup's count: its peak (memfd, tmpfs, kernel buffers too), OOMs."""
         if self._cgroup is not None:
             self._memory = self._cgroup.memory_used()
 
