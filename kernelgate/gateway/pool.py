@@ -468,8 +468,6 @@ class WarmPool:
         self._zygote: Zygote | None = None
         self._ready: list[PooledChild] = []
         self._filler: asyncio.Task[None] | None = None
-        #: A delayed refill (refill(delay)): a timer, and the loop it is on.
-        self._refill_at: tuple[asyncio.TimerHandle, asyncio.AbstractEventLoop] | None = None
         self._names = itertools.count()
         self._token = secrets.token_hex(4)  # names unique across pools and processes
         self.cold_fallbacks = 0
@@ -577,10 +575,7 @@ class WarmPool:
 
     async def filled(self) -> None:
         """Wait until the refill in progress (if any) is over: every child it forked has
-        booted and parked, or been given up (for tests and benchmarks). A refill that
-        is due starts now."""
-        if self._refill_at is not None:
-            self._fill_now()
+        booted and parked, or been given up (for tests and benchmarks)."""
         while not self.closed:
             pending = [t for t in (self._filler, *self._boots) if t is not None and not t.done()]
             if not pending:
@@ -616,35 +611,17 @@ class WarmPool:
         discard_in_task(child, self._discarding)
 
     def refill(self, delay: float = 0.0) -> None:
-        """Fork children until ``size`` are ready or booting (after ``delay`` seconds).
-
-        A delayed refill is a timer, not a task that sleeps: nothing of it runs in the
-        turns of the run that took a child (the task's first step would, while the run's
-        child starts on the same CPU)."""
+        """Fork children until ``size`` are ready or booting (after ``delay`` seconds)."""
         if self.closed or self.size <= 0:
             return
-        loop = asyncio.get_running_loop()
         if self._filler is not None and not self._filler.done():
             # It is waiting for boots: have it look at the demand again.
             if delay:
-                loop.call_later(delay, self._want_more)
+                asyncio.get_running_loop().call_later(delay, self._want_more)
             else:
                 self._want_more()
             return
-        if not delay:
-            self._fill_now()
-        elif self._refill_at is None or self._refill_at[1] is not loop:  # else: one is due
-            # (A timer of a loop that ended never fires: this loop's replaces it.)
-            self._refill_at = (loop.call_later(delay, self._fill_now), loop)
-
-    def _fill_now(self) -> None:
-        """Start the refill now (a delayed one's time has come, or it is wanted at once)."""
-        if self._refill_at is not None:
-            self._refill_at[0].cancel()
-            self._refill_at = None
-        if self.closed or (self._filler is not None and not self._filler.done()):
-            return
-        self._filler = asyncio.get_running_loop().create_task(self._fill())
+        self._filler = asyncio.get_running_loop().create_task(self._fill(delay))
         self._filler.add_done_callback(lambda _: self._wake_all())
 
     def _want_more(self) -> None:
@@ -657,10 +634,12 @@ class WarmPool:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def _fill(self) -> None:
+    async def _fill(self, delay: float = 0.0) -> None:
         """The refill: fork children while fewer than wanted are ready or booting, and
         return once none is booting any more (each parked, or given up) and none is
         wanted; three failures (a fork, a boot) end it early, until the next refill."""
+        if delay:
+            await asyncio.sleep(delay)
         failures = 0
         # Counted by the boot tasks themselves: one that fails before this loop looks at it
         # (during the next fork's round trip) is gone from _boots by then, and a refill
@@ -838,9 +817,6 @@ class WarmPool:
 
     def _stop(self) -> None:
         self.closed = True
-        if self._refill_at is not None:
-            self._refill_at[0].cancel()
-            self._refill_at = None
         self._wake_all()  # runs waiting for a child go cold
         for task in (self._filler, *self._boots):
             if task is not None and not task.done():
