@@ -418,22 +418,11 @@ class RunCgroup:
         """The processes in the cgroup (under any of its controllers)."""
         found: dict[int, None] = {}
         for path in self.paths:
-            if path == self._pids_dir and self._no_tasks():
-                continue  # cgroup.procs costs far more (cgroup v1 sorts a pid list for it)
             try:
                 found.update(dict.fromkeys(int(pid) for pid in _read_all(path, "cgroup.procs")))
             except (OSError, ValueError):
                 pass
         return list(found)
-
-    def _no_tasks(self) -> bool:
-        """pids.current is 0: no task is in the cgroup (each is charged there from its
-        fork or attach until it is reaped); False if it cannot be read."""
-        assert self._pids_dir is not None
-        try:
-            return int(self._files.get(os.path.join(self._pids_dir, "pids.current"))) == 0
-        except (OSError, ValueError):
-            return False
 
     def charged(self) -> int:
         """Tasks charged to the cgroup (pids.current): its live processes and threads, and
