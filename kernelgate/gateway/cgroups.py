@@ -114,23 +114,15 @@ class MemoryUse:
     oom_kills: int
 
 
-# cgroupfs files are read and written with os-level calls: a run touches a few of them
-# (its limits, peak and OOM kills), and Python's buffered open costs more than the kernel's
-# side of it.
+# cgroupfs files are read and written with os-level calls (a run touches a few of them:
+# its limits, peak and OOM kills, and Python's buffered open costs more than the kernel's
+# side of it), the ones of every run through fds kept open (_Kept).
 
 
 def _write(path: str, value: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(fd, value.encode())
-    finally:
-        os.close(fd)
-
-
-def _read(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.read(fd, 4096)
     finally:
         os.close(fd)
 
@@ -148,23 +140,56 @@ def _read_all(directory: str, name: str) -> list[bytes]:
     return b"".join(chunks).split()
 
 
-def _read_int(path: str, default: int = 0) -> int:
-    try:
-        return int(_read(path).strip() or default)
-    except (OSError, ValueError):
-        return default
-
-
-def _read_keyed(path: str, key: str) -> int:
-    """``key``'s number in a flat keyed file (memory.oom_control, memory.events)."""
-    try:
-        for line in _read(path).decode().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
+def _keyed(data: bytes, key: bytes) -> int:
+    """``key``'s number in the text of a flat keyed file (memory.oom_control,
+    memory.events); 0 when it has none."""
+    for line in data.splitlines():
+        name, _, value = line.partition(b" ")
+        if name == key:
+            try:
                 return int(value)
-    except (OSError, ValueError):
-        pass
+            except ValueError:
+                return 0
     return 0
+
+
+class _Kept:
+    """Fds of cgroup files, each opened at its first use and kept until :meth:`close`: a
+    pooled cgroup serves run after run, and the files a run resets at its start and reads
+    at its reply are on its latency path. A read at offset 0 makes a cgroup file's text
+    anew (seq_file), and a write is taken whole whatever the offset: what a fresh open
+    gives, without the path walk and the open. (Never cgroup.procs: cgroup v1 caches the
+    pid list an open file read first, for a second, and serves it to that file again.)"""
+
+    __slots__ = ("_fds",)
+
+    def __init__(self) -> None:
+        self._fds: dict[tuple[str, int], int] = {}
+
+    def _fd(self, path: str, flags: int) -> int:
+        fd = self._fds.get((path, flags))
+        if fd is None:
+            fd = os.open(path, flags | os.O_CLOEXEC)
+            self._fds[(path, flags)] = fd
+        return fd
+
+    def get(self, path: str) -> bytes:
+        return os.pread(self._fd(path, os.O_RDONLY), 4096, 0)
+
+    def get_int(self, path: str) -> int:
+        """The number ``path`` holds; 0 if it cannot be read."""
+        try:
+            return int(self.get(path).strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def put(self, path: str, value: bytes) -> None:
+        os.pwrite(self._fd(path, os.O_WRONLY), value, 0)
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
 
 
 class _Memory:
@@ -180,9 +205,19 @@ class _Memory:
         self.limit: int | None = None  # None: unlimited
         self._oom_base = 0
         self._peak_fd = -1  # v2: an fd of memory.peak reset at begin (its own peak)
+        self._files = _Kept()
 
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name)
+
+    def _get(self, name: str) -> bytes:
+        return self._files.get(self._file(name))
+
+    def _get_int(self, name: str) -> int:
+        return self._files.get_int(self._file(name))
+
+    def _put(self, name: str, value: bytes) -> None:
+        self._files.put(self._file(name), value)
 
     def set_limit(self, limit: int | None) -> None:
         """Bound memory and swap together to ``limit`` bytes (None: unlimited)."""
@@ -231,14 +266,17 @@ class _Memory:
                 pass  # the peak since the cgroup was made: an overstatement, never less
             self._peak_fd = fd
         else:
-            _write(self._file("memory.max_usage_in_bytes"), "0")  # reset to the usage now
+            self._put("memory.max_usage_in_bytes", b"0")  # reset to the usage now
             if self.tcp:
-                _write(self._file(_V1_TCP_PEAK), "0")
+                self._put(_V1_TCP_PEAK, b"0")
 
     def oom_kills(self) -> int:
-        if self.v2:
-            return _read_keyed(self._file("memory.events"), "oom_kill")
-        return _read_keyed(self._file("memory.oom_control"), "oom_kill")
+        try:
+            return _keyed(
+                self._get("memory.events" if self.v2 else "memory.oom_control"), b"oom_kill"
+            )
+        except OSError:
+            return 0
 
     def used(self) -> MemoryUse:
         if self.v2:
@@ -248,18 +286,17 @@ class _Memory:
                     peak = int(os.pread(self._peak_fd, 64, 0).strip() or 0)
                 except (OSError, ValueError):
                     peak = 0
-            peak = max(peak, _read_int(self._file("memory.current")))
+            peak = max(peak, self._get_int("memory.current"))
         else:
-            peak = _read_int(self._file("memory.max_usage_in_bytes"))
+            peak = self._get_int("memory.max_usage_in_bytes")
             if self.tcp:
                 # Two peaks, maybe at different times: their sum may overstate, never hide.
-                peak += _read_int(self._file(_V1_TCP_PEAK))
+                peak += self._get_int(_V1_TCP_PEAK)
         return MemoryUse(peak, max(0, self.oom_kills() - self._oom_base))
 
     def charged(self) -> int:
         """Bytes still charged (page cache, tmpfs files, kernel memory of the run's)."""
-        name = "memory.current" if self.v2 else "memory.usage_in_bytes"
-        return _read_int(self._file(name))
+        return self._get_int("memory.current" if self.v2 else "memory.usage_in_bytes")
 
     def reclaim(self) -> None:
         """Give back what reclaim can (v1 force_empty; v2 memory.reclaim): before reuse."""
@@ -275,6 +312,7 @@ class _Memory:
         if self._peak_fd >= 0:
             os.close(self._peak_fd)
             self._peak_fd = -1
+        self._files.close()
 
 
 class RunCgroup:
@@ -292,6 +330,7 @@ class RunCgroup:
         self.paths: tuple[str, ...] = ()
         self._pids_dir = os.path.join(roots.pids, name) if roots.pids else None
         self._memory: _Memory | None = None
+        self._files = _Kept()  # pids.current, read as each run ends (recycle_cgroup)
         self.max_pids = -1
         try:
             for root in roots.dirs():
@@ -313,6 +352,7 @@ class RunCgroup:
         cgroup.paths = paths
         cgroup._pids_dir = None
         cgroup._memory = None
+        cgroup._files = _Kept()
         cgroup.max_pids = -1
         return cgroup
 
@@ -364,6 +404,16 @@ class RunCgroup:
         if self._memory is not None:
             self._memory.reclaim()
 
+    def procs(self) -> list[int]:
+        """The processes in the cgroup, as its first controller's directory lists them:
+        what a run's reply is measured over. Every process of a run is in the same cgroup
+        under each controller (a child is attached to all of them before it runs, and its
+        processes inherit them; none may write a cgroup file), so one list is the run's."""
+        try:
+            return [int(pid) for pid in _read_all(self.paths[0], "cgroup.procs")]
+        except (OSError, ValueError):
+            return []
+
     def pids(self) -> list[int]:
         """The processes in the cgroup (under any of its controllers)."""
         found: dict[int, None] = {}
@@ -379,7 +429,7 @@ class RunCgroup:
         exited ones not yet reaped; 0 if it cannot be read."""
         if self._pids_dir is None:
             return 0
-        return _read_int(os.path.join(self._pids_dir, "pids.current"))
+        return self._files.get_int(os.path.join(self._pids_dir, "pids.current"))
 
     def settle(self, remove: bool = True) -> bool:
         """SIGKILL every process in the cgroup (which also holds what escaped its process
@@ -402,6 +452,7 @@ class RunCgroup:
                 continue
             except OSError:
                 return False  # busy: a process is still on its way out
+        self._files.close()
         if self._memory is not None:
             self._memory.close()
         return True

@@ -75,6 +75,7 @@ class ChildChannel:
         self._drained.set()
         self._closed = False
         self._corked: list[bytes] | None = None  # frames held back while a chunk is handled
+        self._pipes_done = False  # fd 1 and 2 drained for good (drain_pipes)
         #: fd 3 is not read while calls wait for a slot (see :meth:`pause_control`).
         self.paused = False
         self.bytes_in = 0
@@ -153,6 +154,9 @@ class ChildChannel:
 
     def _on_pipe(self, name: str, drain: bool = False) -> None:
         fd = self._child.stdout_fd if name == "stdout" else self._child.stderr_fd
+        if self._pipes_done:  # drained for good (see drain_pipes): read no more
+            self.unwatch(fd)
+            return
         while True:
             try:
                 data = os.read(fd, _READ_CHUNK)
@@ -178,12 +182,14 @@ class ChildChannel:
 
     def drain_pipes(self, stop: bool = True) -> None:
         """Take what fd 1 and 2 hold now; with ``stop``, read them no more (after the
-        reply, they hold all the program wrote)."""
+        reply, they hold all the program wrote). Their readers then go at their next
+        event or with the others (:meth:`stop_reading`), not on the way to the caller."""
+        if self._pipes_done:
+            return
         for name, fd in (("stdout", self._child.stdout_fd), ("stderr", self._child.stderr_fd)):
             if fd in self._readers:
                 self._on_pipe(name, drain=True)
-                if stop:
-                    self.unwatch(fd)
+        self._pipes_done = stop
 
     def stop_control(self) -> None:
         """Read fd 3 no more (the host refused the child's traffic)."""

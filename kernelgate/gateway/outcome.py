@@ -313,7 +313,7 @@ def display_cut_output(limit: int) -> dict[str, Any]:
 # -- the result ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made on the way to the caller, at a third of the cost
 class Ending:
     """Everything a run saw that its result is built from, as plain data.
 

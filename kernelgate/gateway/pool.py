@@ -71,7 +71,7 @@ from .teardown import (
     settle_off_loop,
     sweep_leftovers,
 )
-from .usage import descendants
+from .usage import descendants, keep_proc_fds
 
 __all__ = ["WarmChild", "WarmPool", "PooledChild", "Zygote", "sweep_leftovers"]
 
@@ -341,16 +341,19 @@ async def booted(child: PooledChild, timeout: float) -> bool:
     return first == BOOTED
 
 
-def in_foreground(child: PooledChild) -> bool:
+def in_foreground(child: PooledChild, seen: set[int] | None = None) -> bool:
     """Put every thread of ``child``'s processes (its cgroup's, and those below it) back to
     nice 0: a root host's warm child boots at a lower priority (the zygote's ``_child``),
     and no program may run at a priority it did not start with. False if a thread could
     not be set (the child must not be handed out); a process gone meanwhile is not an
     error (its death shows elsewhere). A few /proc reads and a syscall per thread: done
-    once the child has parked, or when a run is about to wait for it."""
+    once the child has parked, or when a run is about to wait for it. The processes
+    found are added to ``seen``."""
     pids = set(descendants(child.pid))
     if child.cgroup is not None:
-        pids.update(child.cgroup.pids())
+        pids.update(child.cgroup.procs())
+    if seen is not None:
+        seen.update(pids)
     for pid in pids:
         try:
             tids = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
@@ -759,12 +762,16 @@ class WarmPool:
         if child not in self._booting:
             return True  # close() took it over
         self._booting.remove(child)
+        seen = {child.pid}  # its processes: the first, or all when in_foreground looked
         if ok and child.background:
-            ok = in_foreground(child)
+            ok = in_foreground(child, seen)
         # Parked, then killed before this step (its byte was there to read): dead, it is
         # discarded and counted as a failed boot now, not made ready for a run to find.
         ok = ok and child.alive()
         if ok and not self.closed:
+            # Their /proc files, for its run's reply to read without the lookups (one not
+            # kept is opened then: at a namespace level, the init is often the only one).
+            keep_proc_fds(sorted(seen), child.proc_fds)
             self._ready.append(child)
             self._behind = False
             self._delivered_at = asyncio.get_running_loop().time()
@@ -801,9 +808,11 @@ class WarmPool:
         if self.closed:
             await empty_cgroup(cgroup)
         elif await empty_cgroup(cgroup, remove=False):  # mkdir and rmdir cost ms each
-            if cgroup.memory_charged() > _LEFT_MEMORY:
+            left = cgroup.memory_charged()  # nothing runs in it now: read again after reclaim
+            if left > _LEFT_MEMORY:
                 cgroup.reclaim()
-            if self.closed or cgroup.charged() != 0 or cgroup.memory_charged() > _LEFT_MEMORY:
+                left = cgroup.memory_charged()
+            if self.closed or cgroup.charged() != 0 or left > _LEFT_MEMORY:
                 await empty_cgroup(cgroup)
             else:
                 self._free_cgroups.append(cgroup)

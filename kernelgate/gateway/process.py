@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import itertools
 import logging
 import os
 import re
@@ -98,6 +99,9 @@ class ChildProcess:
     #: its ru_maxrss: a cold child's ru_maxrss (reaped, or as it reports it) is at least
     #: this, whatever the child itself held (0: forked from a zygote, nothing inherited).
     inherited_maxrss_kib: int = 0
+    #: fds of its processes' /proc stat and status, opened ahead (a warm child's, as it
+    #: waits: :func:`~.usage.keep_proc_fds`); closed with the child's other fds.
+    proc_fds: dict[int, tuple[int, int]] = field(default_factory=dict, repr=False)
     _closed: bool = field(default=False, repr=False)
 
     #: Reaped by someone else (a zygote), who reports how it ended (see :meth:`on_status`).
@@ -193,7 +197,8 @@ class ChildProcess:
             return
         self._closed = True
         self.control.close()
-        for fd in (self.pidfd, self.stdout_fd, self.stderr_fd):
+        kept, self.proc_fds = self.proc_fds, {}
+        for fd in (self.pidfd, self.stdout_fd, self.stderr_fd, *itertools.chain(*kept.values())):
             try:
                 os.close(fd)
             except OSError:

@@ -338,7 +338,8 @@ class Run:
             # for them, the gateway does (aclose, run_sync).
             self._channel.drain_pipes()
             self.output.end_streams()
-            self.finishing = end.finish_in_task()
+            # The kill a misbehaving child needs is armed there, off the way to the caller.
+            self.finishing = end.finish_in_task(kill_after=min(self.limits.kill_grace_seconds, 0.5))
             await self._calls.cancel_all()  # their records are final in the result
             return self._result(started_at)
         self.output.end_streams()
@@ -432,25 +433,25 @@ class Run:
             self.verdicts.accept_reply(reply)
             if self._replied is not None and not self._replied.done():
                 self._replied.set_result(None)
-        assert self.child is not None and self._end is not None
+                return  # _wait has the teardown arm the kill (off the way to the caller)
         # The child exits right after its reply; only a misbehaving one needs the kill.
-        self._end.call_later(
-            min(self.limits.kill_grace_seconds, 0.5), self.child.signal_group, signal.SIGKILL
-        )
+        child, grace = self.child, min(self.limits.kill_grace_seconds, 0.5)
+        assert child is not None and self._end is not None
+        self._end.call_later(grace, child.signal_group, signal.SIGKILL)
 
     def _measure(self) -> None:
         """CPU time and peak memory of the run's processes as the host reads them from
         /proc when the reply arrives (the child may not be reaped for a while): the child's
         own figures are its word, not a measurement."""
-        assert self.child is not None
-        pids = self._cgroup.pids() if self._cgroup is not None else []
-        self._host_usage, busiest = measure_usage(pids or descendants(self.child.pid))
+        child = self.child
+        assert child is not None
+        pids = self._cgroup.procs() if self._cgroup is not None else []
+        self._host_usage, busiest = measure_usage(pids or descendants(child.pid), child.proc_fds)
         self._busiest_cpu_s = max(self._busiest_cpu_s, busiest)
         self._measure_memory()
 
     def _measure_memory(self) -> None:
-        """What the run's memory cgroup counted: the most all its processes held at once
-        (memfd, tmpfs, shared memory and kernel buffers included), and its OOM kills."""
+        """The run's memory cgroup's count: its peak (memfd, tmpfs, kernel buffers too), OOMs."""
         if self._cgroup is not None:
             self._memory = self._cgroup.memory_used()
 

@@ -297,14 +297,12 @@ def sweep_leftovers(base_dir: str | None, cgroup_roots: CgroupRoots | None) -> l
     """Remove the run directories under ``base_dir`` (default: the temporary directory)
     and the run cgroups under ``cgroup_roots`` of hosts that are gone (never a live
     host's: names carry their owner, see :func:`~.process.owner_prefix`); return the
-    names removed. Two listdirs and a /proc read per marked entry: well under a
-    millisecond on a clean machine; a dead host's cgroup may take a moment to empty, and
-    its run directories as long as what its programs made in them took to make, so it is
-    called off the event loop.
-
-    Nothing found there makes it raise (the first ``run()`` of every later gateway calls
-    it): what cannot be removed is logged and left. The first run waits for it, so the run
-    directories get :data:`SWEEP_TIMEOUT` seconds; what is left then is the next sweep's."""
+    names removed. Two listdirs and a /proc read per marked entry; a dead host's cgroup
+    may take a moment to empty, and its run directories as long as its programs took to
+    fill them, so it is called off the event loop. Nothing found there makes it raise
+    (every later gateway's first ``run()`` calls it): what cannot be removed is logged
+    and left. The first run waits for it: the run directories get :data:`SWEEP_TIMEOUT`
+    seconds; what is left then is the next sweep's."""
     removed: list[str] = []
     try:
         removed += sweep_run_dirs(base_dir, SWEEP_TIMEOUT)
@@ -328,10 +326,8 @@ class Calls(Protocol):
 class Teardown:
     """The end of one run's child: noticing its exit, taking what it wrote, reaping it,
     emptying its cgroup, cancelling its calls, removing its run directory.
-
     ``recycle(cgroup)``, when the child came from a pool, gives the cgroup back to it;
-    without it the cgroup is removed. Timers made with :meth:`call_later` end with the run.
-    """
+    without it the cgroup is removed. Timers made with :meth:`call_later` end with the run."""
 
     def __init__(
         self,
@@ -356,6 +352,7 @@ class Teardown:
         self._timers: list[asyncio.TimerHandle] = []
         #: Done once the child has exited and everything it wrote has been taken.
         self.exited: asyncio.Future[None] = loop.create_future()
+        self._waiter: asyncio.Future[None] | None = None  # finish's own, for the exit
 
     def watch(self) -> None:
         """Notice the child's exit: its pidfd, or (without one) its zygote's report."""
@@ -391,6 +388,8 @@ class Teardown:
         self._channel.unwatch(child.pidfd)
         self._channel.drain()
         self.exited.set_result(None)
+        if (waiter := self._waiter) is not None and not waiter.done():  # next turn, not 2
+            waiter.set_result(None)
 
     async def settle(self) -> None:
         """After the exit: what the program left behind is killed, the child reaped, its
@@ -424,10 +423,14 @@ class Teardown:
                 continue
         await self.settle()
 
-    async def finish(self) -> None:
-        """The teardown of a run that returned on its reply (a task of its own)."""
+    async def finish(self, kill_after: float | None = None) -> None:
+        """A replied run's teardown (a task); its child, not gone ``kill_after`` s on, killed."""
+        if kill_after is not None and not self.exited.done():
+            self.call_later(kill_after, self._child.signal_group, signal.SIGKILL)
         try:
-            await asyncio.shield(self.exited)
+            if not self.exited.done():  # a future of its own: cancelled, exited is not
+                waiter = self._waiter = self._loop.create_future()
+                await waiter
             await self.settle()
         except GeneratorExit:
             # The task is destroyed with its loop: nothing can be awaited any more.
@@ -461,12 +464,12 @@ class Teardown:
             except asyncio.CancelledError:
                 pass  # finished off the loop
 
-    def finish_in_task(self) -> asyncio.Task[None]:
+    def finish_in_task(self, kill_after: float | None = None) -> asyncio.Task[None]:
         """:meth:`finish` in a task of the run's loop. Cancelled before its first step
         (a gateway's ``aclose`` cancelled in the turn the run returned, the loop ending),
         the task never runs ``finish``, nor its cleanup: the child is then finished
         without the loop (:meth:`_finish_off_loop`)."""
-        return guarded_task(self.finish, self._finish_off_loop, self._loop)
+        return guarded_task(lambda: self.finish(kill_after), self._finish_off_loop, self._loop)
 
     def _finish_off_loop(self) -> None:
         """Where nothing can be awaited: kill the child and close our ends of it now; a
@@ -503,8 +506,7 @@ class Teardown:
         self._channel.close()
 
     async def release(self) -> None:
-        """The last step of either ending: timers and our fds at once, then the run
-        directory (see :func:`remove_dir`)."""
+        """The last step of either ending: timers and our fds at once, then the run dir."""
         self._close()
         try:
             await remove_dir(self._run_dir)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["descendants", "measure_usage", "proc_usage"]
+__all__ = ["ProcFds", "descendants", "keep_proc_fds", "measure_usage", "proc_usage"]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+#: fds of /proc/PID/stat and /proc/PID/status per pid, opened ahead (:func:`keep_proc_fds`).
+ProcFds = dict[int, tuple[int, int]]
 
 
 def _read(path: str, size: int) -> bytes | None:
@@ -30,14 +33,43 @@ def _read(path: str, size: int) -> bytes | None:
         os.close(fd)
 
 
-def proc_usage(pid: int) -> tuple[float, float, int, float] | None:
+def keep_proc_fds(pids: list[int], into: ProcFds) -> None:
+    """Open /proc/PID/stat and status of each of ``pids`` into ``into`` (those that can
+    be): a warm child's processes, while it waits, so that its run's reply reads them
+    without the lookups (the fds stay the process's: gone, they read nothing)."""
+    for pid in pids:
+        try:
+            stat = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            status = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            os.close(stat)
+            continue
+        into[pid] = (stat, status)
+
+
+def _pread(fd: int, size: int) -> bytes | None:
+    try:
+        return os.pread(fd, size, 0)  # offset 0: the file's text made anew (seq_file)
+    except OSError:
+        return None
+
+
+def proc_usage(pid: int, kept: ProcFds | None = None) -> tuple[float, float, int, float] | None:
     """(user s, system s, peak RSS bytes, its own CPU s) of ``pid`` and its reaped
-    children (the first three), from /proc."""
-    stat = _read(f"/proc/{pid}/stat", 4096)  # about 300 bytes
-    status = _read(f"/proc/{pid}/status", 65536)  # about 1.5 KiB
+    children (the first three), from /proc (through its fds in ``kept``, if there)."""
+    fds = kept.get(pid) if kept else None
+    stat = status = None
+    if fds is not None:
+        stat, status = _pread(fds[0], 4096), _pread(fds[1], 65536)
+    if stat is None or status is None:  # not kept; or gone, and the pid another's now
+        stat = _read(f"/proc/{pid}/stat", 4096)  # about 300 bytes
+        status = _read(f"/proc/{pid}/status", 65536)  # about 1.5 KiB
     if stat is None or status is None:
         return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    fields = stat[stat.rfind(b")") + 2 :].split(None, 15)  # up to cstime
     try:
         user = (int(fields[11]) + int(fields[13])) / _CLK_TCK
         system = (int(fields[12]) + int(fields[14])) / _CLK_TCK
@@ -45,13 +77,13 @@ def proc_usage(pid: int) -> tuple[float, float, int, float] | None:
     except (IndexError, ValueError):
         return None
     peak = 0
-    for line in status.splitlines():
-        if line.startswith(b"VmHWM:"):
-            try:
-                peak = int(line.split()[1]) * 1024
-            except (IndexError, ValueError):
-                pass
-            break
+    at = status.find(b"\nVmHWM:")  # never the first line (Name: is)
+    if at >= 0:
+        words = status[at + 7 : status.find(b"\n", at + 7)].split()
+        try:
+            peak = int(words[0]) * 1024
+        except (IndexError, ValueError):
+            pass
     return user, system, peak, own
 
 
@@ -75,15 +107,18 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def measure_usage(pids: list[int]) -> tuple[dict[str, Any] | None, float]:
+def measure_usage(
+    pids: list[int], kept: ProcFds | None = None
+) -> tuple[dict[str, Any] | None, float]:
     """CPU time and peak memory of ``pids`` as the host reads them from /proc (None if none
-    could be read), and the most CPU one of them used on its own."""
+    could be read; ``kept``: fds of some, see :func:`keep_proc_fds`), and the most CPU one
+    of them used on its own."""
     user = system = 0.0
     peak = 0
     busiest = 0.0
     seen = False
     for pid in pids:
-        found = proc_usage(pid)
+        found = proc_usage(pid, kept)
         if found is None:
             continue
         seen = True
