@@ -70,3 +70,10 @@ class CodeGateway(Protocol):
     async def __aenter__(self: _G) -> _G: ...
 
     async def __aexit__(self, *exc: object) -> None: ...
+
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
+
+    def _is_a_code_gateway(gateway: Gateway) -> CodeGateway:
+        return gateway  # mypy checks that a Gateway is a CodeGateway

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import RunResult
@@ -16,7 +17,7 @@ from . import toolresult as _toolresult
 from . import tools as _tools
 from .agent import AgentSurface
 from .bindings import BindingRegistry
-from .cleanups import guarded_task, join_off_loop, off_loop_done
+from .cleanups import guarded_task, join_off_loop, off_loop_done, weakly
 from .debug import RunDebugger
 from .discovery import Discovery, builtin_bindings
 from .outcome import Verdict, sandbox_unavailable
@@ -173,6 +174,7 @@ class Gateway(AgentSurface):
             raise ValueError(f"pool_size must be an integer >= 0, got {pool_size!r}")
         self.pool_size = pool_size
         self._pool: ChildPool | None = None
+        self._pool_finalizer: weakref.finalize[Any, Any] | None = None
         self._runs: set[Run] = set()
         # Runs that returned on their reply while their child was still exiting.
         self._finishing: set[asyncio.Task[None]] = set()
@@ -187,7 +189,7 @@ class Gateway(AgentSurface):
         self._described: list[dict[str, Any]] | None = None
         self._stub: str | None = None
         self._imports: tuple[list[str] | None] | None = None
-        self._discovery = Discovery(self._registry, self.runtime.render_stub, self._entries)
+        self._discovery = Discovery(self._registry, self.runtime.render_stub, weakly(self._entries))
         #: Programs may search the bindings (``kernelgate.search_tools``).
         self.tool_search = bool(tool_search)
         # What a run's child is given: the bindings, and the gateway's own when asked for.
@@ -387,9 +389,9 @@ class Gateway(AgentSurface):
         if self.pool_size == 0:
             return None
         if self._pool is None or self._pool.level != level:
-            if self._pool is not None:
-                self._retire(self._pool)
-            self._pool = self.runtime.warm_pool(
+            if (retired := self._let_go()) is not None:
+                self._retire(retired)
+            pool = self._pool = self.runtime.warm_pool(
                 size=self.pool_size,
                 env=self.env,
                 level=level,
@@ -400,7 +402,18 @@ class Gateway(AgentSurface):
                     level, self.limits, support, self.read_paths, self.runtime.own_tasks
                 ),
             )
+            self._pool_finalizer = weakref.finalize(self, pool.close)
         return self._pool
+
+    def _let_go(self) -> ChildPool | None:
+        """Take the pool (to close or retire it) from its finalizer, which closes it when the
+        gateway is dropped unclosed: at once (a gateway is in no reference cycle), whatever
+        else still holds the pool (a finished run's plan, in a cycle of its own)."""
+        pool, self._pool = self._pool, None
+        if self._pool_finalizer is not None:
+            self._pool_finalizer.detach()
+            self._pool_finalizer = None
+        return pool
 
     def _retire(self, pool: ChildPool) -> None:
         """Close a pool that is no longer used, on the loop without blocking it; awaited
@@ -462,8 +475,8 @@ class Gateway(AgentSurface):
             await asyncio.gather(*waits, return_exceptions=True)
         await self.wait_finished()
         self._close_threads()
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
+        pool = self._let_go()
+        if pool is not None:
             await pool.aclose()
         if self._owns_runtime:
             await self.runtime.aclose()
@@ -473,9 +486,9 @@ class Gateway(AgentSurface):
 
     def _close_pool(self) -> None:
         self._close_threads()
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        pool = self._let_go()
+        if pool is not None:
+            pool.close()
         if self._owns_runtime:
             self.runtime.close()
 
@@ -505,10 +518,3 @@ class Gateway(AgentSurface):
         return (
             f"<Gateway {state} namespaces={names} {self.runtime.name}={self.runtime.interpreter!r}>"
         )
-
-
-if TYPE_CHECKING:
-    from .api import CodeGateway
-
-    def _is_a_code_gateway(gateway: Gateway) -> CodeGateway:
-        return gateway  # mypy checks that a Gateway is a CodeGateway
