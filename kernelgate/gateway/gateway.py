@@ -8,7 +8,7 @@ import os
 import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import RunResult
@@ -16,6 +16,7 @@ from kernelgate.model.result import RunResult
 from . import toolresult as _toolresult
 from . import tools as _tools
 from .agent import AgentSurface
+from .api import Recorder
 from .bindings import BindingRegistry
 from .cleanups import guarded_task, join_off_loop, off_loop_done, weakly
 from .debug import RunDebugger
@@ -23,7 +24,7 @@ from .discovery import Discovery, builtin_bindings
 from .outcome import Verdict, sandbox_unavailable
 from .run import CallListener, OutputListener, Policy, Run, RunPlan
 from .runtime import ChildPool, CodeRuntime, ProgramError
-from .runtimes import runtime_for
+from .runtimes import BASE_ENV, runtime_for
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox
 from .teardown import sweep_leftovers
 from .tracing import Tracing, TracingOption
@@ -31,23 +32,10 @@ from .tracing import Tracing, TracingOption
 __all__ = ["Gateway", "Recorder"]
 
 
-@runtime_checkable
-class Recorder(Protocol):
-    """Where ``Gateway(record_to=...)`` puts every run: anything with ``append(result)``,
-    such as :class:`kernelgate.notebooks.SessionLog` (the whole session, one notebook)."""
-
-    def append(self, result: RunResult, /) -> Any: ...
-
-
 def _default_threads() -> int:
     """Synchronous bindings of one gateway running at once (more wait for a thread): a
     few per CPU, as they mostly wait on I/O; between 8 and 32."""
     return max(8, min(32, 4 * (os.cpu_count() or 1)))
-
-
-#: What the interpreter needs in an otherwise empty environment. The host's own variables
-#: never reach the child; ``Gateway(env=...)`` adds to (or overrides) these.
-_BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
 class Gateway(AgentSurface):
@@ -126,7 +114,7 @@ class Gateway(AgentSurface):
         self.runtime = runtime_for(runtime=runtime, language=language, python=python, node=node)
         # A runtime the caller gave may serve other gateways too: it is the caller's to close.
         self._owns_runtime = runtime is None
-        child_env = dict(_BASE_ENV)
+        child_env = dict(BASE_ENV)
         for key, value in (env or {}).items():
             if not isinstance(key, str) or not isinstance(value, str) or "=" in key or not key:
                 raise ValueError(
@@ -175,6 +163,7 @@ class Gateway(AgentSurface):
         self.pool_size = pool_size
         self._pool: ChildPool | None = None
         self._pool_finalizer: weakref.finalize[Any, Any] | None = None
+        self._last_plan: tuple[tuple[object, ...], RunPlan] | None = None  # see _plan
         self._runs: set[Run] = set()
         # Runs that returned on their reply while their child was still exiting.
         self._finishing: set[asyncio.Task[None]] = set()
@@ -330,6 +319,15 @@ class Gateway(AgentSurface):
             self._executor = None
 
     def _plan(self, limits: Limits, support: SandboxSupport) -> RunPlan:
+        """The last run's plan (immutable) while nothing it was made from changed: the
+        limits, or a setting assigned since (its pool and threads change only with those)."""
+        made_of = (limits, support, self.sandbox, self.strict, self.read_paths, self.policy,
+                   self.env, self.tmp_dir, self.runtime)  # fmt: skip
+        if self._last_plan is None or self._last_plan[0] != made_of:
+            self._last_plan = (made_of, self._new_plan(limits, support))
+        return self._last_plan[1]
+
+    def _new_plan(self, limits: Limits, support: SandboxSupport) -> RunPlan:
         """Everything one run needs, decided once: the sandbox level (the strongest here
         unless asked; a strict gateway refuses less), its plan, the pool to take a child
         from, the policy and the binding threads."""
