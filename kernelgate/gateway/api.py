@@ -22,9 +22,17 @@ if TYPE_CHECKING:  # light: the notebooks name this protocol without loading the
     from .output import OutputListener
     from .plan import CallListener
 
-__all__ = ["CodeGateway"]
+__all__ = ["CodeGateway", "Recorder"]
 
 _G = TypeVar("_G", bound="CodeGateway")
+
+
+@runtime_checkable
+class Recorder(Protocol):
+    """Where ``Gateway(record_to=...)`` puts every run: anything with ``append(result)``,
+    such as :class:`kernelgate.notebooks.SessionLog` (the whole session, one notebook)."""
+
+    def append(self, result: RunResult, /) -> Any: ...
 
 
 @runtime_checkable
@@ -70,3 +78,10 @@ class CodeGateway(Protocol):
     async def __aenter__(self: _G) -> _G: ...
 
     async def __aexit__(self, *exc: object) -> None: ...
+
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
+
+    def _is_a_code_gateway(gateway: Gateway) -> CodeGateway:
+        return gateway  # mypy checks that a Gateway is a CodeGateway

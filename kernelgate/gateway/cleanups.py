@@ -11,6 +11,11 @@ Two ways a cleanup gets lost, and what stops each:
   own (:func:`off_loop`). Those threads are counted, so that whoever closes a gateway can
   wait for them (:func:`off_loop_done`): a caller that has awaited ``aclose()`` and then
   looks for leftovers must find none.
+
+And one way a cleanup comes late: an object in a reference cycle is freed only at the next
+garbage collection, not when its last reference goes. A callback that an object's own
+parts keep (:func:`weakly`) must not hold the object, or a gateway dropped unclosed keeps
+its pool's processes alive until the collector runs.
 """
 
 from __future__ import annotations
@@ -18,10 +23,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["CLEANUP_TIMEOUT", "guarded_task", "join_off_loop", "off_loop", "off_loop_done"]
+__all__ = [
+    "CLEANUP_TIMEOUT",
+    "guarded_task",
+    "join_off_loop",
+    "off_loop",
+    "off_loop_done",
+    "weakly",
+]
 
 _T = TypeVar("_T")
 
@@ -104,3 +117,18 @@ async def off_loop_done(timeout: float = CLEANUP_TIMEOUT) -> bool:
         if not _threads:
             return True
     return await asyncio.to_thread(join_off_loop, timeout)
+
+
+def weakly(method: Callable[[], _T]) -> Callable[[], _T]:
+    """The bound ``method``, holding its object weakly: for a part of the object (which
+    the object holds) to call back without making a cycle through it."""
+    ref = weakref.WeakMethod(method)
+    name = method.__qualname__  # not the method itself: it holds its object
+
+    def call() -> _T:
+        bound = ref()
+        if bound is None:  # only the object's own parts call it, while it is alive
+            raise ReferenceError(f"{name}: its object is gone")
+        return bound()
+
+    return call

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any
 
 from kernelgate.model.limits import Limits
 from kernelgate.model.result import RunResult
@@ -15,14 +16,15 @@ from kernelgate.model.result import RunResult
 from . import toolresult as _toolresult
 from . import tools as _tools
 from .agent import AgentSurface
+from .api import Recorder
 from .bindings import BindingRegistry
-from .cleanups import guarded_task, join_off_loop, off_loop_done
+from .cleanups import guarded_task, join_off_loop, off_loop_done, weakly
 from .debug import RunDebugger
 from .discovery import Discovery, builtin_bindings
 from .outcome import Verdict, sandbox_unavailable
 from .run import CallListener, OutputListener, Policy, Run, RunPlan
 from .runtime import ChildPool, CodeRuntime, ProgramError
-from .runtimes import runtime_for
+from .runtimes import BASE_ENV, runtime_for
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox
 from .teardown import sweep_leftovers
 from .tracing import Tracing, TracingOption
@@ -30,23 +32,10 @@ from .tracing import Tracing, TracingOption
 __all__ = ["Gateway", "Recorder"]
 
 
-@runtime_checkable
-class Recorder(Protocol):
-    """Where ``Gateway(record_to=...)`` puts every run: anything with ``append(result)``,
-    such as :class:`kernelgate.notebooks.SessionLog` (the whole session, one notebook)."""
-
-    def append(self, result: RunResult, /) -> Any: ...
-
-
 def _default_threads() -> int:
     """Synchronous bindings of one gateway running at once (more wait for a thread): a
     few per CPU, as they mostly wait on I/O; between 8 and 32."""
     return max(8, min(32, 4 * (os.cpu_count() or 1)))
-
-
-#: What the interpreter needs in an otherwise empty environment. The host's own variables
-#: never reach the child; ``Gateway(env=...)`` adds to (or overrides) these.
-_BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
 class Gateway(AgentSurface):
@@ -125,7 +114,7 @@ class Gateway(AgentSurface):
         self.runtime = runtime_for(runtime=runtime, language=language, python=python, node=node)
         # A runtime the caller gave may serve other gateways too: it is the caller's to close.
         self._owns_runtime = runtime is None
-        child_env = dict(_BASE_ENV)
+        child_env = dict(BASE_ENV)
         for key, value in (env or {}).items():
             if not isinstance(key, str) or not isinstance(value, str) or "=" in key or not key:
                 raise ValueError(
@@ -173,6 +162,8 @@ class Gateway(AgentSurface):
             raise ValueError(f"pool_size must be an integer >= 0, got {pool_size!r}")
         self.pool_size = pool_size
         self._pool: ChildPool | None = None
+        self._pool_finalizer: weakref.finalize[Any, Any] | None = None
+        self._last_plan: tuple[tuple[object, ...], RunPlan] | None = None  # see _plan
         self._runs: set[Run] = set()
         # Runs that returned on their reply while their child was still exiting.
         self._finishing: set[asyncio.Task[None]] = set()
@@ -187,7 +178,7 @@ class Gateway(AgentSurface):
         self._described: list[dict[str, Any]] | None = None
         self._stub: str | None = None
         self._imports: tuple[list[str] | None] | None = None
-        self._discovery = Discovery(self._registry, self.runtime.render_stub, self._entries)
+        self._discovery = Discovery(self._registry, self.runtime.render_stub, weakly(self._entries))
         #: Programs may search the bindings (``kernelgate.search_tools``).
         self.tool_search = bool(tool_search)
         # What a run's child is given: the bindings, and the gateway's own when asked for.
@@ -328,6 +319,15 @@ class Gateway(AgentSurface):
             self._executor = None
 
     def _plan(self, limits: Limits, support: SandboxSupport) -> RunPlan:
+        """The last run's plan (immutable) while nothing it was made from changed: the
+        limits, or a setting assigned since (its pool and threads change only with those)."""
+        made_of = (limits, support, self.sandbox, self.strict, self.read_paths, self.policy,
+                   self.env, self.tmp_dir, self.runtime)  # fmt: skip
+        if self._last_plan is None or self._last_plan[0] != made_of:
+            self._last_plan = (made_of, self._new_plan(limits, support))
+        return self._last_plan[1]
+
+    def _new_plan(self, limits: Limits, support: SandboxSupport) -> RunPlan:
         """Everything one run needs, decided once: the sandbox level (the strongest here
         unless asked; a strict gateway refuses less), its plan, the pool to take a child
         from, the policy and the binding threads."""
@@ -387,9 +387,9 @@ class Gateway(AgentSurface):
         if self.pool_size == 0:
             return None
         if self._pool is None or self._pool.level != level:
-            if self._pool is not None:
-                self._retire(self._pool)
-            self._pool = self.runtime.warm_pool(
+            if (retired := self._let_go()) is not None:
+                self._retire(retired)
+            pool = self._pool = self.runtime.warm_pool(
                 size=self.pool_size,
                 env=self.env,
                 level=level,
@@ -400,7 +400,18 @@ class Gateway(AgentSurface):
                     level, self.limits, support, self.read_paths, self.runtime.own_tasks
                 ),
             )
+            self._pool_finalizer = weakref.finalize(self, pool.close)
         return self._pool
+
+    def _let_go(self) -> ChildPool | None:
+        """Take the pool (to close or retire it) from its finalizer, which closes it when the
+        gateway is dropped unclosed: at once (a gateway is in no reference cycle), whatever
+        else still holds the pool (a finished run's plan, in a cycle of its own)."""
+        pool, self._pool = self._pool, None
+        if self._pool_finalizer is not None:
+            self._pool_finalizer.detach()
+            self._pool_finalizer = None
+        return pool
 
     def _retire(self, pool: ChildPool) -> None:
         """Close a pool that is no longer used, on the loop without blocking it; awaited
@@ -462,8 +473,8 @@ class Gateway(AgentSurface):
             await asyncio.gather(*waits, return_exceptions=True)
         await self.wait_finished()
         self._close_threads()
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
+        pool = self._let_go()
+        if pool is not None:
             await pool.aclose()
         if self._owns_runtime:
             await self.runtime.aclose()
@@ -473,9 +484,9 @@ class Gateway(AgentSurface):
 
     def _close_pool(self) -> None:
         self._close_threads()
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        pool = self._let_go()
+        if pool is not None:
+            pool.close()
         if self._owns_runtime:
             self.runtime.close()
 
@@ -505,10 +516,3 @@ class Gateway(AgentSurface):
         return (
             f"<Gateway {state} namespaces={names} {self.runtime.name}={self.runtime.interpreter!r}>"
         )
-
-
-if TYPE_CHECKING:
-    from .api import CodeGateway
-
-    def _is_a_code_gateway(gateway: Gateway) -> CodeGateway:
-        return gateway  # mypy checks that a Gateway is a CodeGateway

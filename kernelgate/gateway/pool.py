@@ -625,7 +625,16 @@ class WarmPool:
                 self._want_more()
             return
         self._filler = asyncio.get_running_loop().create_task(self._fill(delay))
-        self._filler.add_done_callback(lambda _: self._wake_all())
+        self._filler.add_done_callback(self._filled)
+
+    def _filled(self, task: asyncio.Task[None]) -> None:
+        # Let go of the task once it is over: a refill cancelled with its loop keeps its
+        # CancelledError, whose traceback holds _fill's frame and so this pool; held here
+        # too, the pool would be in a cycle, and a pool dropped unclosed would end its
+        # zygote at the next garbage collection instead of at once.
+        if self._filler is task:
+            self._filler = None
+        self._wake_all()
 
     def _want_more(self) -> None:
         if self._more is not None and not self._more.done():

@@ -14,7 +14,11 @@ from kernelgate.model.language import Language, check_language
 from .noderuntime import NodeRuntime
 from .runtime import CodeRuntime, PythonRuntime
 
-__all__ = ["node_runtime", "runtime_for"]
+__all__ = ["BASE_ENV", "node_runtime", "runtime_for"]
+
+#: What the interpreter needs in an otherwise empty environment. The host's own variables
+#: never reach the child; ``Gateway(env=...)`` adds to (or overrides) these.
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
 def node_runtime(language: Language, node: str | os.PathLike[str] | None = None) -> CodeRuntime:
