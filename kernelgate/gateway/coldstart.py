@@ -45,7 +45,11 @@ def start_cold(plan: RunPlan, run_id: str, max_pids: int, memory_bytes: int) -> 
     if plan.cgroup_roots is not None:
         with contextlib.suppress(OSError):
             made = RunCgroup(plan.cgroup_roots, run_id, max_pids, None)
-            made.begin(max_pids, memory_bytes)
+            try:
+                made.begin(max_pids, memory_bytes)
+            except OSError:
+                made.settle()  # made and empty: its directories and kept files go at once
+                raise
             cgroup = made
     entered: list[RunCgroup] = []
 
