@@ -256,12 +256,14 @@ class NodePool:
         """Empty the cgroup of a finished run and keep it for the next child; or remove it
         (the pool closed, or the run left something charged to it: see
         :meth:`.pool.WarmPool.recycle_cgroup`)."""
-        if self.closed:
+        # No more kept than the pool holds children (see WarmPool._keeps_no_more_cgroups).
+        if self.closed or len(self._free_cgroups) >= self.size:
             await empty_cgroup(cgroup)
         elif await empty_cgroup(cgroup, remove=False):
             if cgroup.memory_charged() > _LEFT_MEMORY:
                 cgroup.reclaim()
-            if self.closed or cgroup.charged() != 0 or cgroup.memory_charged() > _LEFT_MEMORY:
+            unwanted = self.closed or len(self._free_cgroups) >= self.size
+            if unwanted or cgroup.charged() != 0 or cgroup.memory_charged() > _LEFT_MEMORY:
                 await empty_cgroup(cgroup)
             else:
                 # An idle child's memory is unbounded again (the run that takes it sets it).

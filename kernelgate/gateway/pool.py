@@ -804,7 +804,8 @@ class WarmPool:
 
     async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
         """Empty the cgroup of a finished run and take it back for the next child; or
-        remove it, when the pool is closed or anything is still charged to it.
+        remove it, when the pool is closed, already keeps ``size`` cgroups, or anything is
+        still charged to it.
 
         A killed process leaves cgroup.procs when it exits but stays charged to pids.current
         until it is reaped (an orphan waits for the system's init, seconds on some machines):
@@ -814,17 +815,23 @@ class WarmPool:
         cgroup go. Removing the cgroup waits for neither (rmdir needs no process left, not
         no charge; the kernel moves leftover memory to the parent).
         """
-        if self.closed:
+        if self._keeps_no_more_cgroups():
             await empty_cgroup(cgroup)
         elif await empty_cgroup(cgroup, remove=False):  # mkdir and rmdir cost ms each
             left = cgroup.memory_charged()  # nothing runs in it now: read again after reclaim
             if left > _LEFT_MEMORY:
                 cgroup.reclaim()
                 left = cgroup.memory_charged()
-            if self.closed or cgroup.charged() != 0 or left > _LEFT_MEMORY:
+            if self._keeps_no_more_cgroups() or cgroup.charged() != 0 or left > _LEFT_MEMORY:
                 await empty_cgroup(cgroup)
             else:
                 self._free_cgroups.append(cgroup)
+
+    def _keeps_no_more_cgroups(self) -> bool:
+        # A kept cgroup holds half a dozen open fds (its files, read at every run): no
+        # more are kept than the pool forks children into, or a burst of runs would
+        # leave the host as many fds per run it once had in flight, for good.
+        return self.closed or len(self._free_cgroups) >= self.size
 
     def _stop(self) -> None:
         self.closed = True
