@@ -88,6 +88,11 @@ class ChildChannel:
         #: it brought go to their worker thread together).
         self.after_events: Callable[[], None] | None = None
 
+    def violation(self, detail: str) -> None:
+        """Tell the run of traffic it refuses (``on_violation``; nothing once closed): what
+        the run's other rooms are given, so that only this channel holds the run."""
+        self._on_violation(detail)
+
     def open(self, on_exit: Callable[[], None]) -> None:
         """Start reading fd 3, 1 and 2, and watch the child's pidfd with ``on_exit``."""
         child = self._child
@@ -361,3 +366,12 @@ class ChildChannel:
                 self._out.clear()
         self._drained.set()
         self._child.close()
+        # Let go of the run: its methods (and its call dispatcher's) hold it, and it holds
+        # this channel; a finished run is then freed at once, not at the next collection.
+        self._on_event = self._on_violation = _ignore
+        self._on_raw = _ignore
+        self.before_read = self.after_events = None
+
+
+def _ignore(*_: object) -> None:
+    """What a closed channel hands its events to."""

@@ -271,7 +271,7 @@ class Run:
             self.verdicts,
             t0=self._t0,
             on_call=self.on_call,
-            on_violation=self._protocol_violation,
+            on_violation=channel.violation,  # not the run's own: no cycle once closed
             trace=self.trace,
         )
         pool = self.plan.pool if self.pooled else None

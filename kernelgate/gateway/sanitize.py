@@ -45,12 +45,13 @@ import binascii
 import bisect
 import functools
 import html
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import nh3
+
+from kernelgate.wire.values import dumps
 
 __all__ = ["SAFE_MIME_TYPES", "sanitize_output", "sanitize_outputs", "sanitize_html"]
 
@@ -248,7 +249,10 @@ def _base64(value: Any) -> str | None:
 
 def _is_json(value: Any) -> bool:
     try:
-        json.dumps(value, allow_nan=False)
+        # The C encoder made once (json.dumps makes an encoder per call): what it accepts
+        # is what json.dumps(value, allow_nan=False) accepts; a cycle fails as
+        # RecursionError instead of ValueError.
+        dumps(value)
     except (TypeError, ValueError, RecursionError):
         return False
     return True

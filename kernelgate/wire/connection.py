@@ -449,9 +449,9 @@ class Connection:
             ) from None
         except RecursionError:
             raise RemoteProtocolError("frame is JSON nested too deeply to parse") from None
-        # The most frequent messages (a binding call and its reply, a stream) are read
-        # straight from the dict; anything unusual takes the general reader, which names
-        # the fault.
+        # The most frequent messages (a binding call and its reply, a stream) and those a
+        # run waits for (the request, the value, the reply) are read straight from the
+        # dict; anything unusual takes the general reader, which names the fault.
         event: Event | None
         if type(raw) is list and self._compact_in:
             return self._receive_compact(raw)

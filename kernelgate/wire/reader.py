@@ -1,7 +1,8 @@
 """Frames -> events: the two readers of what the peer sent (sans-I/O; no state changes).
 
 :func:`read_fast` reads the most frequent messages (a binding call and its reply, a stream)
-straight from the parsed dict, or gives up (``None``); :func:`read` reads any message field
+and those a run's latency waits for (the request, the value, the reply) straight from the
+parsed dict, or gives up (``None``); :func:`read` reads any message field
 by field and names what is wrong. Both build events through the events' own constructors,
 which validate (:class:`~kernelgate.wire.errors.LocalProtocolError`: the connection reports
 it as the peer's fault), and neither changes anything: the connection then consults the
@@ -68,8 +69,9 @@ FROM_HOST: dict[str, type] = {
 
 
 def read_fast(raw: dict[str, Any], our_role: str, comm_id: str | None) -> Event | None:
-    """A call or a stream (``our_role`` the host) or a call reply (the child) read without
-    the field-by-field reader, or None to let that reader say what is wrong.
+    """A call, a stream, the value or the reply (``our_role`` the host), or a call reply or
+    the request (the child) read without the field-by-field reader, or None to let that
+    reader say what is wrong.
 
     Accepts exactly what :func:`read` accepts for these messages and gives the same event:
     the constructors do the checking either way; this only skips building error messages
@@ -104,12 +106,69 @@ def read_fast(raw: dict[str, Any], our_role: str, comm_id: str | None) -> Event 
                 return CallReply(d.get("id"), True, d["value"])
             if ok is False:
                 return CallReply(d.get("id"), False, None, d.get("ename"), d.get("evalue"))
-        elif msg_type == "stream" and our_role == HOST:
+        elif our_role == HOST:
             c: Any = content
-            return Stream(c.get("name"), c.get("text"))
+            if msg_type == "stream":
+                return Stream(c.get("name"), c.get("text"))
+            if msg_type == "execute_reply":
+                return _fast_reply(c, raw["metadata"])
+            if msg_type == "execute_result":
+                # The run's last frames (its value, then its reply) are read as the
+                # caller waits: the same fields the general reader takes, or None.
+                meta = c.get("metadata", _ABSENT)
+                if meta is _ABSENT:
+                    meta = {}
+                elif type(meta) is not dict:
+                    return None
+                return ExecuteResult(c.get("data"), meta, c.get("execution_count"))
+        elif msg_type == "execute_request" and our_role == CHILD:
+            return _fast_request(content, raw["metadata"])
     except LocalProtocolError:
         pass
     return None
+
+
+_ABSENT: Any = object()
+
+
+def _fast_reply(c: dict[str, Any], metadata: dict[str, Any]) -> Event | None:
+    """An execute_reply as :func:`_read_reply` reads it, or None where it would refuse
+    a field (that reader then names it)."""
+    status = c.get("status")
+    kg = metadata.get("kernelgate", _ABSENT)
+    if kg is _ABSENT:
+        kg = {}
+    count = c.get("execution_count")
+    if type(status) is not str or type(kg) is not dict or type(count) is not int:
+        return None
+    run_status = usage = None
+    if "status" in kg:  # when there, a string (null too is refused)
+        run_status = kg["status"]
+        if type(run_status) is not str:
+            return None
+    if "usage" in kg:
+        usage = kg["usage"]
+        if type(usage) is not dict:
+            return None
+    if status != "error":
+        return ExecuteReply(status, run_status, count, usage=usage)
+    ename, evalue, tb = c.get("ename"), c.get("evalue"), c.get("traceback")
+    if type(ename) is not str or type(evalue) is not str or type(tb) is not list:
+        return None
+    return ExecuteReply("error", run_status, count, ename, evalue, tb, usage=usage)
+
+
+def _fast_request(c: dict[str, Any], metadata: dict[str, Any]) -> Event | None:
+    """An execute_request as :func:`_read_request` reads it, or None."""
+    options = metadata.get("kernelgate", _ABSENT)
+    if options is _ABSENT:
+        options = {}
+    elif type(options) is not dict:
+        return None
+    code = c.get("code")
+    if type(code) is not str:
+        return None
+    return ExecuteRequest(code, options)
 
 
 def read(raw: Any, their_role: str, comm_id: str | None, check: Callable[[type], object]) -> Event:

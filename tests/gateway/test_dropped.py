@@ -118,3 +118,37 @@ def test_a_closed_gateway_dropped_after_is_fine(no_collection):
     gw.close()
     del gw
     assert _new_children(before) == set()
+
+
+def test_a_finished_run_is_freed_by_reference_counting(no_collection):
+    """A run's objects (the run, its channel, its calls, its teardown) hold each other
+    only while it runs: once it has returned and its teardown is over, reference counting
+    frees them all, not the cyclic collector."""
+
+    async def runs() -> list[str]:
+        async with _make(no_collection) as gw:
+            await gw.run("pass")  # the gateway's own objects: made before the count
+            await gw.wait_finished()
+            gc.collect()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                for program in (
+                    "return await tools.add(1, 2)",
+                    "print('hi')\nreturn await tools.search('x', limit=1)",
+                    "1 / 0",
+                ):
+                    await gw.run(program)
+                    await gw.wait_finished()
+                gc.collect()
+                return sorted(
+                    {
+                        type(o).__qualname__
+                        for o in gc.garbage
+                        if type(o).__module__.startswith("kernelgate")
+                    }
+                )
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+
+    assert asyncio.run(runs()) == []

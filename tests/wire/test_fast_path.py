@@ -20,6 +20,7 @@ from kernelgate.wire import (
     CallRequest,
     Connection,
     DisplayData,
+    ErrorOutput,
     ExecuteReply,
     ExecuteRequest,
     ExecuteResult,
@@ -95,6 +96,50 @@ FROM_CHILD = [
 FROM_HOST = child_side(Connection)[1]
 
 
+def _last_frames(shown, reply):
+    """A child's value or error and its reply, as the frames it sends last."""
+    _, child = host_side(Connection)
+    return b"".join(child.send(e) for e in (shown, reply))
+
+
+#: A run's last frames, other ways: each a value or an error and the reply, in one chunk.
+LAST = [
+    _last_frames(
+        ExecuteResult({"text/plain": "x", "image/png": "AAAA"}, {"image/png": {"width": 3}}, 2),
+        ExecuteReply("ok", usage={"cpu_user_s": 0.5, "peak_memory_bytes": 1024}),
+    ),
+    _last_frames(
+        ErrorOutput("ValueError", "bad", ["Traceback", "ValueError: bad"]),
+        ExecuteReply(
+            "error", "exception", 1, "ValueError", "bad", ["ValueError: bad"], {"cpu_user_s": 1}
+        ),
+    ),
+    _last_frames(
+        ErrorOutput("OutputLimit", "too much", []),
+        ExecuteReply("error", "output_limit", 0, "OutputLimit", "too much"),
+    ),
+]
+
+
+def child_before_request(cls):
+    """A child of class ``cls`` that has its bindings and waits for its program."""
+    host = Connection(HOST, session="host")
+    child = cls(CHILD, session="child")
+    child.receive_data(host.send(OpenBindings(COMM_ID, SPECS)))
+    drain(child)
+    return child, host
+
+
+REQUESTS = [
+    child_before_request(Connection)[1].send(e)
+    for e in (
+        ExecuteRequest("return await tools.add(1)", {"cwd": "/r", "sandbox": {"level": "x"}}),
+        ExecuteRequest("", {}),
+        ExecuteRequest("print('é')", {"debug": {"breakpoints": []}, "max_calls": 3}),
+    )
+]
+
+
 def outcome(conn, chunks):
     """Everything observable: the events, the error (type and words), the state after."""
     events, error = [], None
@@ -126,6 +171,12 @@ def same_on_child(chunks):
     return fast
 
 
+def same_before_request(chunks):
+    fast = outcome(child_before_request(Connection)[0], chunks)
+    assert fast == outcome(child_before_request(GeneralOnly)[0], chunks)
+    return fast
+
+
 def test_valid_frames_take_the_fast_path_and_agree():
     Counting.general = 0
     host, _ = host_side(Counting)
@@ -140,6 +191,30 @@ def test_valid_frames_take_the_fast_path_and_agree():
     assert error is None and len(events) == len(FROM_CHILD)
     events, error, *_ = same_on_child(FROM_HOST)
     assert error is None and [e.call_id for e in events] == [1, 0, 2]
+
+
+def test_a_runs_request_value_and_reply_take_the_fast_path_and_agree():
+    Counting.general = 0
+    host, _ = host_side(Counting)
+    host.receive_data(b"".join(FROM_CHILD[6:]))  # the value and the reply
+    assert [type(e) for e in drain(host)] == [ExecuteResult, ExecuteReply]
+    assert Counting.general == 0
+    for frames in LAST:  # the error outputs take the general reader
+        Counting.general = 0
+        host, _ = host_side(Counting)
+        host.receive_data(frames)
+        events = drain(host)
+        assert type(events[-1]) is ExecuteReply and host.finished
+        assert Counting.general == (type(events[0]) is not ExecuteResult)
+        events, error, *_ = same_on_host([frames])
+        assert error is None and len(events) == 2
+    for request in REQUESTS:
+        child, _ = child_before_request(Counting)
+        Counting.general = 0
+        child.receive_data(request)
+        assert [type(e) for e in drain(child)] == [ExecuteRequest] and Counting.general == 0
+        events, error, *_ = same_before_request([request])
+        assert error is None and len(events) == 1
 
 
 @FUZZ
@@ -197,6 +272,23 @@ def test_valid_frames_with_fields_replaced(data):
     """Every kind of damage the general reader names, the fast reader must hand to it."""
     same_on_host([replaced(data, FROM_CHILD[:4])])
     same_on_child([replaced(data, FROM_HOST)])
+
+
+@settings(FUZZ, max_examples=300)
+@given(st.data())
+def test_last_frames_and_request_with_fields_replaced(data):
+    """The same for a run's value, its reply and its request."""
+    last = [*FROM_CHILD[6:], *(f + b"\n" for fs in LAST for f in fs.split(b"\n")[:2])]
+    same_on_host([replaced(data, last)])
+    same_before_request([replaced(data, REQUESTS)])
+
+
+@FUZZ
+@given(st.sampled_from(LAST + REQUESTS), st.lists(mutation, min_size=1, max_size=4), cuts)
+def test_mutated_last_frames_and_requests(frames, ops, cut_points):
+    data = mutate(frames, ops)
+    same_on_host(split_at(data, cut_points))
+    same_before_request(split_at(data, cut_points))
 
 
 @FUZZ
