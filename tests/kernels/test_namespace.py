@@ -43,7 +43,12 @@ class Host:
         self.error: ToolError | None = None
 
     def __call__(
-        self, namespace: str, name: str, args: list[Any], kwargs: dict[str, Any]
+        self,
+        namespace: str,
+        name: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        scheduled: bool = False,
     ) -> asyncio.Future[Any]:
         self.sent.append((namespace, name, args, kwargs))
         fut = asyncio.get_running_loop().create_future()
@@ -301,3 +306,113 @@ def test_a_call_a_task_ran_cannot_be_run_again():
 
     asyncio.run(main())
     assert len(host.sent) == 1
+
+
+class SlowHost(Host):
+    """Answers each call when the test says (``answer``), as fd 3 would, later."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.futures: list[asyncio.Future[Any]] = []
+        self.scheduled: list[bool] = []
+
+    def __call__(
+        self,
+        namespace: str,
+        name: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        scheduled: bool = False,
+    ) -> asyncio.Future[Any]:
+        self.sent.append((namespace, name, args, kwargs))
+        self.scheduled.append(scheduled)
+        fut = asyncio.get_running_loop().create_future()
+        self.futures.append(fut)
+        return fut
+
+    def answer(self, i: int, value: Any = None, error: BaseException | None = None) -> None:
+        if error is not None:
+            self.futures[i].set_exception(error)
+        else:
+            self.futures[i].set_result(value)
+
+
+def test_gather_takes_calls_as_futures_without_a_task_each():
+    # In a running loop a call not yet run is a future to asyncio (gather, wait_for,
+    # shield, ensure_future need no Task per call); sent the moment asyncio takes it.
+    host = SlowHost()
+    t = tools(host)
+
+    async def main() -> list[Any]:
+        calls = [t.add(i, 1) for i in range(3)]
+        assert host.sent == []
+        gathering = asyncio.gather(*calls)
+        assert len(host.sent) == 3 and host.scheduled == [True] * 3
+        assert len(asyncio.all_tasks()) == 1  # main alone: no task per call
+        for i in (2, 0, 1):
+            host.answer(i, i * 10)
+        return await gathering
+
+    assert asyncio.run(main()) == [0, 10, 20]
+    unstarted = tools(Host()).add(1, 2)
+    assert not asyncio.isfuture(unstarted) and asyncio.iscoroutine(unstarted)  # no loop runs
+    unstarted.close()
+
+
+def test_a_scheduled_call_behaves_as_its_answer_s_future():
+    host = SlowHost()
+    t = tools(host)
+
+    async def main() -> None:
+        call = t.add(1, 2)
+        assert asyncio.ensure_future(call) is call and asyncio.isfuture(call)
+        assert call.get_loop() is asyncio.get_running_loop() and not call.done()
+        with pytest.raises(asyncio.InvalidStateError, match="did you forget `await`"):
+            call.result()
+        seen: list[Any] = []
+        call.add_done_callback(seen.append)
+        host.answer(0, 3)
+        assert await call == 3 and await call == 3  # a future: awaited again
+        await asyncio.sleep(0)  # done-callbacks run at the loop's next turn
+        assert seen == [call] and call.result() == 3 and call.exception() is None
+        # as_completed hands back the very objects it was given
+        order: list[Any] = []
+
+        async def collect() -> None:
+            for f in asyncio.as_completed([t.add(1, 1), t.add(2, 2)]):
+                order.append(await f)
+
+        collecting = asyncio.create_task(collect())
+        await asyncio.sleep(0)
+        first = host.sent.index(("tools", "add", [1, 1], {}))
+        host.answer(3 - first, "b")
+        host.answer(first, "a")
+        await collecting
+        assert order == ["b", "a"]
+        # a host error is the call's exception, through gather too
+        err = t.add(0, 0)
+        gathering = asyncio.gather(err, return_exceptions=True)
+        host.answer(3, error=ToolError("boom", tool="tools.add", ename="ValueError"))
+        (got,) = await gathering
+        assert isinstance(got, ToolError) and err.exception() is got
+        # wait_for's timeout cancels the call's future; the late answer goes nowhere
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(t.add(9, 9), 0.01)
+        assert host.futures[4].cancelled()
+        # cancelling a gather cancels its calls
+        c1, c2 = t.add(1, 0), t.add(2, 0)
+        g = asyncio.gather(c1, c2)
+        g.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await g
+        assert c1.cancelled() and c2.cancelled()
+        # awaited first, it is a coroutine: asyncio no longer takes it as a future
+        done = t.add(5, 5)
+        host_count = len(host.sent)
+        waiter = asyncio.ensure_future(call_it(done))
+        await asyncio.sleep(0)
+        host.answer(host_count, 10)
+        assert await waiter == 10 and not asyncio.isfuture(done)
+
+    asyncio.run(main())
+    assert len(host.sent) == 8

@@ -10,9 +10,12 @@ never awaited sends nothing.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import warnings
+from asyncio import Future, InvalidStateError
+from asyncio.events import _get_running_loop
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
@@ -70,7 +73,7 @@ class Binding:
         namespace: str,
         name: str,
         spec: dict[str, Any],
-        call: Callable[[str, str, list[Any], dict[str, Any]], Any],
+        call: Callable[..., Any],
         max_arg_bytes: int,
     ) -> None:
         self._namespace = namespace
@@ -172,7 +175,17 @@ def _program_line() -> int:
 
 
 _AWAITED: Any = object()  # BindingCall._steps once ``await`` took the call's future
-_DONE: Any = object()  # BindingCall._steps once a task's steps are over
+_DONE: Any = object()  # BindingCall._steps once a task's steps are over, or it is a future
+#: What asyncio reads of a future besides its public methods (``gather`` reads a cancelled
+#: child's ``_make_cancelled_error``, ``_cancel_message``): read from a scheduled call's
+#: answer future.
+_FUTURE_NAMES = frozenset(
+    name for name in dir(Future) if name.startswith("_") and not name.startswith("__")
+)
+
+
+def _forward(fn: Callable[[Any], Any], call: BindingCall, _answer: Future[Any]) -> None:
+    fn(call)  # a scheduled call's done-callbacks get the call itself, as they were given it
 
 
 class BindingCall(Coroutine[Any, Any, Any]):
@@ -185,7 +198,7 @@ class BindingCall(Coroutine[Any, Any, Any]):
     program's line, that the call was never made.
     """
 
-    __slots__ = ("_binding", "_args", "_kwargs", "_steps", "_closed")
+    __slots__ = ("_binding", "_args", "_kwargs", "_steps", "_closed", "_answer", "_forwards")
 
     def __init__(self, binding: Binding, args: list[Any], kwargs: dict[str, Any]) -> None:
         self._binding = binding
@@ -193,13 +206,93 @@ class BindingCall(Coroutine[Any, Any, Any]):
         self._kwargs = kwargs
         self._steps: Any = None  # the generator doing the call, once it runs
         self._closed = False
+        self._answer: Future[Any] | None = None  # once scheduled as a future (below)
+        self._forwards: list[tuple[Any, Any]] | None = None  # (callback, its forwarder)
 
-    def _start(self) -> Any:
-        """Send the call; the future of its answer."""
+    def _start(self, scheduled: bool = False) -> Any:
+        """Send the call; the future of its answer. ``scheduled``: started by asyncio
+        taking it as a future, not awaited (the call may wait for the loop's next turn to
+        leave, with the others the program starts in this one)."""
         binding = self._binding
-        future = binding._call(binding._namespace, binding._name, self._args, self._kwargs)
+        if scheduled:
+            future = binding._call(
+                binding._namespace, binding._name, self._args, self._kwargs, True
+            )
+        else:
+            future = binding._call(binding._namespace, binding._name, self._args, self._kwargs)
         self._args = self._kwargs = None  # type: ignore[assignment]  # sent: not needed
         return future
+
+    # -- scheduled: the call as the future of its answer -------------------------------------
+    #
+    # ``asyncio.gather``, ``wait_for``, ``shield``, ``as_completed`` and ``ensure_future``
+    # wrap a coroutine in a Task, and a Task costs the program's loop three callbacks per
+    # call (its first step, its wakeup, its done-callback) besides the Task itself: most of
+    # a call's CPU in a gather. They take a future as it is. So while an event loop runs in
+    # this thread, a call not yet run says it is a future (``asyncio.isfuture``: the
+    # ``_asyncio_future_blocking`` attribute is not None), is sent as asyncio asks (that
+    # question, the first of each of them), and is from then on the future of its answer:
+    # ``done``, ``result``, callbacks... are that future's, a callback given the call.
+    # Awaited or run by a task (``create_task``, ``asyncio.run``, ``TaskGroup``), it is a
+    # coroutine as before.
+
+    @property
+    def _asyncio_future_blocking(self) -> bool | None:
+        if self._answer is not None:
+            return False
+        if self._steps is None and not self._closed and _get_running_loop() is not None:
+            self._scheduled()  # asyncio is about to take it as a future: it runs now
+            return False
+        return None  # a coroutine: awaited, a task's, finished, or no loop to run in
+
+    def _scheduled(self) -> Future[Any]:
+        answer = self._answer
+        if answer is None:
+            if self._steps is not None or self._closed:
+                raise self._reused()
+            self._steps = _DONE  # neither awaited nor a task's: its future is the call
+            answer = self._answer = self._start(scheduled=True)
+        return answer
+
+    def get_loop(self) -> Any:
+        return self._scheduled().get_loop()
+
+    def add_done_callback(self, fn: Callable[[Any], Any], *, context: Any = None) -> None:
+        forward = functools.partial(_forward, fn, self)
+        if self._forwards is None:
+            self._forwards = []
+        self._forwards.append((fn, forward))
+        self._scheduled().add_done_callback(forward, context=context)
+
+    def remove_done_callback(self, fn: Callable[[Any], Any]) -> int:
+        answer = self._scheduled()
+        removed = 0
+        forwards = self._forwards or []
+        for pair in [pair for pair in forwards if pair[0] == fn]:
+            forwards.remove(pair)
+            removed += answer.remove_done_callback(pair[1])
+        return removed
+
+    def done(self) -> bool:
+        return self._scheduled().done()
+
+    def cancelled(self) -> bool:
+        return self._scheduled().cancelled()
+
+    def cancel(self, msg: Any = None) -> bool:
+        return self._scheduled().cancel(msg)
+
+    def result(self) -> Any:
+        answer = self._scheduled()
+        if not answer.done():
+            raise InvalidStateError(f"{self.not_awaited()} (its answer has not come yet)")
+        return answer.result()
+
+    def exception(self) -> BaseException | None:
+        answer = self._scheduled()
+        if not answer.done():
+            raise InvalidStateError(f"{self.not_awaited()} (its answer has not come yet)")
+        return answer.exception()
 
     def _run(self) -> Generator[Any, Any, Any]:
         return (yield from self._start())
@@ -263,11 +356,13 @@ class BindingCall(Coroutine[Any, Any, Any]):
 
     def __await__(self) -> Any:
         # The common case, ``await tools.x()``: send now and wait on the future itself,
-        # with no Python-level step in between. A task (create_task, gather...) drives
-        # the call through send() and throw() instead.
+        # with no Python-level step in between. A task (create_task...) drives the call
+        # through send() and throw() instead.
         if self._steps is None and not self._closed:
             self._steps = _AWAITED
             return self._start().__await__()
+        if self._answer is not None:  # scheduled (ensure_future...): a future, awaited again
+            return self._answer.__await__()
         return self  # awaited again: send() says it cannot be reused
 
     def __iter__(self) -> Any:
@@ -288,6 +383,8 @@ class BindingCall(Coroutine[Any, Any, Any]):
     # "'BindingCall' object is not subscriptable". (Attributes asyncio looks up with a
     # default, such as cr_code, still read as missing: AttributeError.)
     def __getattr__(self, name: str) -> Any:
+        if name in _FUTURE_NAMES and self._answer is not None:
+            return getattr(self._answer, name)
         if name.startswith("__") or name.startswith("cr_") or name.startswith("_"):
             raise AttributeError(name)
         raise AttributeError(f"{self.not_awaited()} (it has no attribute {name!r})")
