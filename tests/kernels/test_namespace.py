@@ -371,6 +371,8 @@ def test_a_scheduled_call_behaves_as_its_answer_s_future():
             call.result()
         seen: list[Any] = []
         call.add_done_callback(seen.append)
+        call.add_done_callback(print)
+        assert call.remove_done_callback(print) == 1
         host.answer(0, 3)
         assert await call == 3 and await call == 3  # a future: awaited again
         await asyncio.sleep(0)  # done-callbacks run at the loop's next turn

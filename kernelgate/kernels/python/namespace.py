@@ -10,7 +10,6 @@ never awaited sends nothing.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
 import warnings
@@ -176,6 +175,9 @@ def _program_line() -> int:
 
 _AWAITED: Any = object()  # BindingCall._steps once ``await`` took the call's future
 _DONE: Any = object()  # BindingCall._steps once a task's steps are over, or it is a future
+#: A scheduled call's methods that are its answer future's own (C, no step of ours in
+#: between: ``gather`` asks each call ``cancelled`` and ``exception`` twice).
+_FUTURE_METHODS = ("done", "cancelled", "exception", "get_loop", "cancel")
 #: What asyncio reads of a future besides its public methods (``gather`` reads a cancelled
 #: child's ``_make_cancelled_error``, ``_cancel_message``): read from a scheduled call's
 #: answer future.
@@ -184,8 +186,24 @@ _FUTURE_NAMES = frozenset(
 )
 
 
-def _forward(fn: Callable[[Any], Any], call: BindingCall, _answer: Future[Any]) -> None:
-    fn(call)  # a scheduled call's done-callbacks get the call itself, as they were given it
+class _Forward:
+    """A scheduled call's done-callback on its answer's future: gives the callback the call
+    itself, as it was given it (``as_completed`` looks its futures up). Equal to any other
+    for the same callback, so the future's ``remove_done_callback`` finds it."""
+
+    __slots__ = ("fn", "call")
+
+    def __init__(self, fn: Callable[[Any], Any], call: Any) -> None:
+        self.fn = fn
+        self.call = call
+
+    def __call__(self, _answer: Future[Any]) -> None:
+        self.fn(self.call)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _Forward and other.fn == self.fn
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class BindingCall(Coroutine[Any, Any, Any]):
@@ -198,7 +216,21 @@ class BindingCall(Coroutine[Any, Any, Any]):
     program's line, that the call was never made.
     """
 
-    __slots__ = ("_binding", "_args", "_kwargs", "_steps", "_closed", "_answer", "_forwards")
+    __slots__ = (
+        "_binding",
+        "_args",
+        "_kwargs",
+        "_steps",
+        "_closed",
+        "_answer",
+        *_FUTURE_METHODS,
+    )
+    # Set once scheduled (below): the answer future's own methods, called as they are.
+    done: Callable[[], bool]
+    cancelled: Callable[[], bool]
+    exception: Callable[[], BaseException | None]
+    get_loop: Callable[[], Any]
+    cancel: Callable[..., bool]
 
     def __init__(self, binding: Binding, args: list[Any], kwargs: dict[str, Any]) -> None:
         self._binding = binding
@@ -207,7 +239,6 @@ class BindingCall(Coroutine[Any, Any, Any]):
         self._steps: Any = None  # the generator doing the call, once it runs
         self._closed = False
         self._answer: Future[Any] | None = None  # once scheduled as a future (below)
-        self._forwards: list[tuple[Any, Any]] | None = None  # (callback, its forwarder)
 
     def _start(self, scheduled: bool = False) -> Any:
         """Send the call; the future of its answer. ``scheduled``: started by asyncio
@@ -232,7 +263,8 @@ class BindingCall(Coroutine[Any, Any, Any]):
     # this thread, a call not yet run says it is a future (``asyncio.isfuture``: the
     # ``_asyncio_future_blocking`` attribute is not None), is sent as asyncio asks (that
     # question, the first of each of them), and is from then on the future of its answer:
-    # ``done``, ``result``, callbacks... are that future's, a callback given the call.
+    # ``done``, ``result``, callbacks... are that future's, a callback given the call
+    # (asked before it is scheduled, they schedule it: ``__getattr__``).
     # Awaited or run by a task (``create_task``, ``asyncio.run``, ``TaskGroup``), it is a
     # coroutine as before.
 
@@ -251,48 +283,38 @@ class BindingCall(Coroutine[Any, Any, Any]):
             if self._steps is not None or self._closed:
                 raise self._reused()
             self._steps = _DONE  # neither awaited nor a task's: its future is the call
-            answer = self._answer = self._start(scheduled=True)
+            try:
+                answer = self._start(scheduled=True)
+            except Exception as exc:  # max_calls...: the call's error, as a task's would be
+                loop = _get_running_loop()
+                if loop is None:
+                    raise
+                answer = loop.create_future()
+                answer.set_exception(exc)
+            self._answer = answer
+            self.done = answer.done
+            self.cancelled = answer.cancelled
+            self.exception = answer.exception
+            self.get_loop = answer.get_loop
+            self.cancel = answer.cancel
         return answer
 
-    def get_loop(self) -> Any:
-        return self._scheduled().get_loop()
-
     def add_done_callback(self, fn: Callable[[Any], Any], *, context: Any = None) -> None:
-        forward = functools.partial(_forward, fn, self)
-        if self._forwards is None:
-            self._forwards = []
-        self._forwards.append((fn, forward))
-        self._scheduled().add_done_callback(forward, context=context)
+        answer = self._answer
+        if answer is None:
+            answer = self._scheduled()
+        answer.add_done_callback(_Forward(fn, self), context=context)
 
     def remove_done_callback(self, fn: Callable[[Any], Any]) -> int:
-        answer = self._scheduled()
-        removed = 0
-        forwards = self._forwards or []
-        for pair in [pair for pair in forwards if pair[0] == fn]:
-            forwards.remove(pair)
-            removed += answer.remove_done_callback(pair[1])
-        return removed
-
-    def done(self) -> bool:
-        return self._scheduled().done()
-
-    def cancelled(self) -> bool:
-        return self._scheduled().cancelled()
-
-    def cancel(self, msg: Any = None) -> bool:
-        return self._scheduled().cancel(msg)
+        return self._scheduled().remove_done_callback(_Forward(fn, None))
 
     def result(self) -> Any:
-        answer = self._scheduled()
+        answer = self._answer
+        if answer is None:
+            answer = self._scheduled()
         if not answer.done():
             raise InvalidStateError(f"{self.not_awaited()} (its answer has not come yet)")
         return answer.result()
-
-    def exception(self) -> BaseException | None:
-        answer = self._scheduled()
-        if not answer.done():
-            raise InvalidStateError(f"{self.not_awaited()} (its answer has not come yet)")
-        return answer.exception()
 
     def _run(self) -> Generator[Any, Any, Any]:
         return (yield from self._start())
@@ -383,7 +405,13 @@ class BindingCall(Coroutine[Any, Any, Any]):
     # "'BindingCall' object is not subscriptable". (Attributes asyncio looks up with a
     # default, such as cr_code, still read as missing: AttributeError.)
     def __getattr__(self, name: str) -> Any:
-        if name in _FUTURE_NAMES and self._answer is not None:
+        if name in _FUTURE_METHODS and self._answer is None:
+            # Not scheduled yet: asked while a loop runs, by code that takes the call as
+            # a future (the other methods' first use), it is scheduled now.
+            if self._steps is None and not self._closed and _get_running_loop() is not None:
+                self._scheduled()
+                return object.__getattribute__(self, name)
+        elif name in _FUTURE_NAMES and self._answer is not None:
             return getattr(self._answer, name)
         if name.startswith("__") or name.startswith("cr_") or name.startswith("_"):
             raise AttributeError(name)
