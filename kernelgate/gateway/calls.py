@@ -396,15 +396,21 @@ class CallDispatcher:
                 self._sweep = self._loop.call_later(_SWEEP_S, self._swept)
 
     def _submit(self, calls: list[_ThreadCall]) -> None:
-        batch = _Batch(calls)
-        with self._claim:
-            self._batches.append(batch)
+        batch = None
+        if len(calls) == 1:  # nothing behind it for the sweep to split off: no _Batch
+            job = functools.partial(self._run_lone, calls[0])
+        else:
+            batch = _Batch(calls)
+            with self._claim:
+                self._batches.append(batch)
+            job = functools.partial(self._run_batch, batch)
         try:
             assert self._lane is not None
-            self._lane.submit(functools.partial(self._run_batch, batch))
+            self._lane.submit(job)
         except RuntimeError as exc:  # the executor is shut down: the gateway is closing
-            with self._claim:
-                self._batches.remove(batch)
+            if batch is not None:
+                with self._claim:
+                    self._batches.remove(batch)
             for _context, record, started, _fn, _args, _kwargs in calls:
                 self._threads -= 1
                 self._slots.release()
@@ -421,6 +427,13 @@ class CallDispatcher:
             ran.append(self._run_one(*call))
         with self._claim:
             self._batches.remove(batch)
+        self._ran(ran)
+
+    def _run_lone(self, call: _ThreadCall) -> None:
+        """In a worker thread: :meth:`_run_batch` of a batch of one."""
+        self._ran([] if self._over else [self._run_one(*call)])
+
+    def _ran(self, ran: list[tuple[CallRecord, _ThreadOutcome]]) -> None:
         if self._send_from_thread(ran) and not self._tasks:
             return  # answered, and nothing waits on the loop for them: see _done
         try:

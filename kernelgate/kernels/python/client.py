@@ -84,6 +84,8 @@ class CallClient:
         self.max_calls = 10_000
         # A debugged run: a reader thread owns fd 3 (.debugchannel), no loop watches it.
         self.reader = False
+        # The loop _wait_here last looked into: it, its wakeup fd, its selector's fds.
+        self._waits_in: tuple[asyncio.AbstractEventLoop, int, Any] | None = None
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -331,12 +333,17 @@ class CallClient:
             return  # a loop the program brought: its internals are not ours to read
         fd = self.fd
         try:
-            wakeup = loop._ssock.fileno()  # type: ignore[attr-defined]
-            selector = loop._selector  # type: ignore[attr-defined]
-            # The selector's own dict (what get_map() shows through a Python mapping).
-            watched = getattr(selector, "_fd_to_key", None)
-            if type(watched) is not dict:
-                watched = selector.get_map()
+            seen = self._waits_in
+            if seen is None or seen[0] is not loop:
+                wakeup = loop._ssock.fileno()  # type: ignore[attr-defined]
+                selector = loop._selector  # type: ignore[attr-defined]
+                # The selector's own dict (what get_map() shows through a Python mapping),
+                # kept with the loop: it is the same dict for the selector's life.
+                watched = getattr(selector, "_fd_to_key", None)
+                if type(watched) is not dict:
+                    watched = selector.get_map()
+                seen = self._waits_in = (loop, wakeup, watched)
+            _loop, wakeup, watched = seen
             if len(watched) != 2 or fd not in watched or wakeup not in watched:
                 return  # the program watches fds of its own
         except Exception:
