@@ -359,62 +359,57 @@ def test_gather_takes_calls_as_futures_without_a_task_each():
     unstarted.close()
 
 
-def test_a_scheduled_call_behaves_as_its_answer_s_future():
+def test_a_gathered_call_is_its_answer_s_future_and_nothing_else_changes():
     host = SlowHost()
     t = tools(host)
 
     async def main() -> None:
+        # a program's call never turns into a future: ensure_future gives a Task, as ever
         call = t.add(1, 2)
-        assert asyncio.ensure_future(call) is call and asyncio.isfuture(call)
-        assert call.get_loop() is asyncio.get_running_loop() and not call.done()
-        with pytest.raises(asyncio.InvalidStateError, match="did you forget `await`"):
+        with pytest.raises(AttributeError, match="did you forget `await`"):
             call.result()
-        seen: list[Any] = []
-        call.add_done_callback(seen.append)
-        call.add_done_callback(print)
-        assert call.remove_done_callback(print) == 1
+        task = asyncio.ensure_future(call)
+        assert isinstance(task, asyncio.Task) and not asyncio.isfuture(call)
+        done, _ = await asyncio.wait([task, asyncio.ensure_future(t.add(2, 2))], timeout=0)
+        assert done == set()
         host.answer(0, 3)
-        assert await call == 3 and await call == 3  # a future: awaited again
-        await asyncio.sleep(0)  # done-callbacks run at the loop's next turn
-        assert seen == [call] and call.result() == 3 and call.exception() is None
-        # as_completed hands back the very objects it was given
-        order: list[Any] = []
-
-        async def collect() -> None:
-            for f in asyncio.as_completed([t.add(1, 1), t.add(2, 2)]):
-                order.append(await f)
-
-        collecting = asyncio.create_task(collect())
-        await asyncio.sleep(0)
-        first = host.sent.index(("tools", "add", [1, 1], {}))
-        host.answer(3 - first, "b")
-        host.answer(first, "a")
-        await collecting
-        assert order == ["b", "a"]
+        host.answer(1, 4)
+        assert await task == 3
+        # a gathered one is the future of its answer (its own methods), awaited again
+        a = t.add(5, 5)
+        gathering = asyncio.gather(a)
+        assert not a.done() and a.get_loop() is asyncio.get_running_loop()
+        host.answer(2, 10)
+        assert await gathering == [10] and a.result() == 10 and await a == 10
         # a host error is the call's exception, through gather too
         err = t.add(0, 0)
         gathering = asyncio.gather(err, return_exceptions=True)
         host.answer(3, error=ToolError("boom", tool="tools.add", ename="ValueError"))
         (got,) = await gathering
         assert isinstance(got, ToolError) and err.exception() is got
-        # wait_for's timeout cancels the call's future; the late answer goes nowhere
-        with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(t.add(9, 9), 0.01)
-        assert host.futures[4].cancelled()
-        # cancelling a gather cancels its calls
+        # cancelling a gather cancels its calls' futures (a late answer goes nowhere)
         c1, c2 = t.add(1, 0), t.add(2, 0)
         g = asyncio.gather(c1, c2)
         g.cancel()
         with pytest.raises(asyncio.CancelledError):
             await g
         assert c1.cancelled() and c2.cancelled()
-        # awaited first, it is a coroutine: asyncio no longer takes it as a future
-        done = t.add(5, 5)
-        host_count = len(host.sent)
-        waiter = asyncio.ensure_future(call_it(done))
-        await asyncio.sleep(0)
-        host.answer(host_count, 10)
-        assert await waiter == 10 and not asyncio.isfuture(done)
+        assert host.scheduled == [False, False, True, True, True, True]
 
     asyncio.run(main())
-    assert len(host.sent) == 8
+    assert len(host.sent) == 6
+
+
+def test_a_call_that_cannot_start_in_a_gather_is_that_call_s_error():
+    class Full(Host):
+        def __call__(self, *call: Any) -> asyncio.Future[Any]:
+            raise ToolError("max_calls=0 reached", tool="tools.add", ename="LimitExceeded")
+
+    t = tools(Full())
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(t.add(1, 2), t.add(3, 4), return_exceptions=True)
+
+    got = asyncio.run(main())
+    assert [type(g) for g in got] == [ToolError, ToolError]
+    assert got[0].ename == "LimitExceeded"

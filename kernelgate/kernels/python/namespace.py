@@ -10,10 +10,11 @@ never awaited sends nothing.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import sys
 import warnings
-from asyncio import Future, InvalidStateError
+from asyncio import Future
 from asyncio.events import _get_running_loop
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
@@ -175,35 +176,27 @@ def _program_line() -> int:
 
 _AWAITED: Any = object()  # BindingCall._steps once ``await`` took the call's future
 _DONE: Any = object()  # BindingCall._steps once a task's steps are over, or it is a future
-#: A scheduled call's methods that are its answer future's own (C, no step of ours in
-#: between: ``gather`` asks each call ``cancelled`` and ``exception`` twice).
-_FUTURE_METHODS = ("done", "cancelled", "exception", "get_loop", "cancel")
+#: A gathered call's methods, its answer future's own (C, no step of ours in between:
+#: ``gather`` asks each of its futures ``cancelled`` and ``exception`` twice). Before
+#: ``gather`` takes a call it has none of them (a program that uses one forgot ``await``).
+_FUTURE_METHODS = (
+    "done",
+    "cancelled",
+    "exception",
+    "result",
+    "get_loop",
+    "cancel",
+    "add_done_callback",
+    "remove_done_callback",
+)
+#: ``asyncio.gather``'s code: the one caller a call is a future to (see BindingCall).
+_GATHER = asyncio.gather.__code__
 #: What asyncio reads of a future besides its public methods (``gather`` reads a cancelled
 #: child's ``_make_cancelled_error``, ``_cancel_message``): read from a scheduled call's
 #: answer future.
 _FUTURE_NAMES = frozenset(
     name for name in dir(Future) if name.startswith("_") and not name.startswith("__")
 )
-
-
-class _Forward:
-    """A scheduled call's done-callback on its answer's future: gives the callback the call
-    itself, as it was given it (``as_completed`` looks its futures up). Equal to any other
-    for the same callback, so the future's ``remove_done_callback`` finds it."""
-
-    __slots__ = ("fn", "call")
-
-    def __init__(self, fn: Callable[[Any], Any], call: Any) -> None:
-        self.fn = fn
-        self.call = call
-
-    def __call__(self, _answer: Future[Any]) -> None:
-        self.fn(self.call)
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is _Forward and other.fn == self.fn
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 class BindingCall(Coroutine[Any, Any, Any]):
@@ -225,12 +218,15 @@ class BindingCall(Coroutine[Any, Any, Any]):
         "_answer",
         *_FUTURE_METHODS,
     )
-    # Set once scheduled (below): the answer future's own methods, called as they are.
+    # Set once gathered (below): the answer future's own methods, called as they are.
     done: Callable[[], bool]
     cancelled: Callable[[], bool]
     exception: Callable[[], BaseException | None]
+    result: Callable[[], Any]
     get_loop: Callable[[], Any]
     cancel: Callable[..., bool]
+    add_done_callback: Callable[..., None]
+    remove_done_callback: Callable[..., int]
 
     def __init__(self, binding: Binding, args: list[Any], kwargs: dict[str, Any]) -> None:
         self._binding = binding
@@ -238,10 +234,10 @@ class BindingCall(Coroutine[Any, Any, Any]):
         self._kwargs = kwargs
         self._steps: Any = None  # the generator doing the call, once it runs
         self._closed = False
-        self._answer: Future[Any] | None = None  # once scheduled as a future (below)
+        self._answer: Future[Any] | None = None  # once gathered, as a future (below)
 
     def _start(self, scheduled: bool = False) -> Any:
-        """Send the call; the future of its answer. ``scheduled``: started by asyncio
+        """Send the call; the future of its answer. ``scheduled``: started by ``gather``
         taking it as a future, not awaited (the call may wait for the loop's next turn to
         leave, with the others the program starts in this one)."""
         binding = self._binding
@@ -254,67 +250,52 @@ class BindingCall(Coroutine[Any, Any, Any]):
         self._args = self._kwargs = None  # type: ignore[assignment]  # sent: not needed
         return future
 
-    # -- scheduled: the call as the future of its answer -------------------------------------
+    # -- gathered: the call as the future of its answer -------------------------------------
     #
-    # ``asyncio.gather``, ``wait_for``, ``shield``, ``as_completed`` and ``ensure_future``
-    # wrap a coroutine in a Task, and a Task costs the program's loop three callbacks per
-    # call (its first step, its wakeup, its done-callback) besides the Task itself: most of
-    # a call's CPU in a gather. They take a future as it is. So while an event loop runs in
-    # this thread, a call not yet run says it is a future (``asyncio.isfuture``: the
-    # ``_asyncio_future_blocking`` attribute is not None), is sent as asyncio asks (that
-    # question, the first of each of them), and is from then on the future of its answer:
-    # ``done``, ``result``, callbacks... are that future's, a callback given the call
-    # (asked before it is scheduled, they schedule it: ``__getattr__``).
-    # Awaited or run by a task (``create_task``, ``asyncio.run``, ``TaskGroup``), it is a
-    # coroutine as before.
+    # ``asyncio.gather`` wraps each coroutine in a Task, and a Task costs the program's loop
+    # three callbacks per call (its first step, its wakeup, its done-callback) besides the
+    # Task itself: most of a gathered call's CPU in the child. It takes a future as it is.
+    # So, asked by ``gather`` in a running loop whether it is a future (``isfuture``: the
+    # ``_asyncio_future_blocking`` attribute is not None), a call not yet run is sent and
+    # says yes: from then on it is the future of its answer, its ``done``, ``result``,
+    # callbacks... that future's own methods. Anywhere else (``ensure_future``,
+    # ``wait_for``, ``asyncio.wait`` of tasks...) it is a coroutine, wrapped in a Task as
+    # before: a program never holds a call that turned into a future (``gather`` keeps
+    # its futures to itself), so what it sees of calls is unchanged.
 
     @property
     def _asyncio_future_blocking(self) -> bool | None:
         if self._answer is not None:
             return False
         if self._steps is None and not self._closed and _get_running_loop() is not None:
-            self._scheduled()  # asyncio is about to take it as a future: it runs now
-            return False
-        return None  # a coroutine: awaited, a task's, finished, or no loop to run in
-
-    def _scheduled(self) -> Future[Any]:
-        answer = self._answer
-        if answer is None:
-            if self._steps is not None or self._closed:
-                raise self._reused()
-            self._steps = _DONE  # neither awaited nor a task's: its future is the call
             try:
-                answer = self._start(scheduled=True)
-            except Exception as exc:  # max_calls...: the call's error, as a task's would be
-                loop = _get_running_loop()
-                if loop is None:
-                    raise
-                answer = loop.create_future()
-                answer.set_exception(exc)
-            self._answer = answer
-            self.done = answer.done
-            self.cancelled = answer.cancelled
-            self.exception = answer.exception
-            self.get_loop = answer.get_loop
-            self.cancel = answer.cancel
-        return answer
+                # Asked by isfuture, asked by ensure_future (3.12: by gather itself) or
+                # _ensure_future, asked by gather: the same depth in 3.10 to 3.13.
+                gathered = _getframe(3).f_code is _GATHER
+            except ValueError:
+                gathered = False
+            if gathered:
+                self._gathered()
+                return False
+        return None  # a coroutine: awaited, a task's, finished, or not gather's
 
-    def add_done_callback(self, fn: Callable[[Any], Any], *, context: Any = None) -> None:
-        answer = self._answer
-        if answer is None:
-            answer = self._scheduled()
-        answer.add_done_callback(_Forward(fn, self), context=context)
-
-    def remove_done_callback(self, fn: Callable[[Any], Any]) -> int:
-        return self._scheduled().remove_done_callback(_Forward(fn, None))
-
-    def result(self) -> Any:
-        answer = self._answer
-        if answer is None:
-            answer = self._scheduled()
-        if not answer.done():
-            raise InvalidStateError(f"{self.not_awaited()} (its answer has not come yet)")
-        return answer.result()
+    def _gathered(self) -> None:
+        """Send the call as ``gather``'s future: the answer's future stands for it."""
+        self._steps = _DONE  # neither awaited nor a task's: its future is the call
+        try:
+            answer = self._start(scheduled=True)
+        except Exception as exc:  # max_calls...: the call's error, as a task's would be
+            answer = _get_running_loop().create_future()  # type: ignore[union-attr]
+            answer.set_exception(exc)
+        self._answer = answer
+        self.done = answer.done
+        self.cancelled = answer.cancelled
+        self.exception = answer.exception
+        self.result = answer.result
+        self.get_loop = answer.get_loop
+        self.cancel = answer.cancel
+        self.add_done_callback = answer.add_done_callback
+        self.remove_done_callback = answer.remove_done_callback
 
     def _run(self) -> Generator[Any, Any, Any]:
         return (yield from self._start())
@@ -383,7 +364,7 @@ class BindingCall(Coroutine[Any, Any, Any]):
         if self._steps is None and not self._closed:
             self._steps = _AWAITED
             return self._start().__await__()
-        if self._answer is not None:  # scheduled (ensure_future...): a future, awaited again
+        if self._answer is not None:  # gathered: a future, awaited again
             return self._answer.__await__()
         return self  # awaited again: send() says it cannot be reused
 
@@ -405,14 +386,8 @@ class BindingCall(Coroutine[Any, Any, Any]):
     # "'BindingCall' object is not subscriptable". (Attributes asyncio looks up with a
     # default, such as cr_code, still read as missing: AttributeError.)
     def __getattr__(self, name: str) -> Any:
-        if name in _FUTURE_METHODS and self._answer is None:
-            # Not scheduled yet: asked while a loop runs, by code that takes the call as
-            # a future (the other methods' first use), it is scheduled now.
-            if self._steps is None and not self._closed and _get_running_loop() is not None:
-                self._scheduled()
-                return object.__getattribute__(self, name)
-        elif name in _FUTURE_NAMES and self._answer is not None:
-            return getattr(self._answer, name)
+        if name in _FUTURE_NAMES and self._answer is not None:
+            return getattr(self._answer, name)  # gather reads a cancelled one's message
         if name.startswith("__") or name.startswith("cr_") or name.startswith("_"):
             raise AttributeError(name)
         raise AttributeError(f"{self.not_awaited()} (it has no attribute {name!r})")
