@@ -137,7 +137,7 @@ class CallClient:
 
         With one other callback ready the first call leaves at once (that callback may
         end the process, as ``os._exit`` does, and a lone call still reaches the host);
-        with two or more, it is held too. A ``scheduled`` call (asyncio took it as a
+        with two or more, it is held too. A ``scheduled`` call (``gather`` took it as a
         future: the code running now may start more) is always held: it leaves when that
         code gives the loop back, as a task's first step would have started it then.
         True: ``frame`` was held.
@@ -272,7 +272,7 @@ class CallClient:
         """Send a call (when a :class:`BindingCall` first runs) and return the future of
         its answer, which belongs to the event loop running the call.
 
-        ``scheduled``: asyncio took the call as a future (``gather``...) in the code the
+        ``scheduled``: ``asyncio.gather`` took the call as a future in the code the
         program's loop runs now; the code goes on and may start more calls, so the call
         is held until the loop's next turn (:meth:`_hold`) and the reply is not waited
         for here."""

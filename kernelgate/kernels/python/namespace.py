@@ -192,7 +192,7 @@ _FUTURE_METHODS = (
 #: ``asyncio.gather``'s code: the one caller a call is a future to (see BindingCall).
 _GATHER = asyncio.gather.__code__
 #: What asyncio reads of a future besides its public methods (``gather`` reads a cancelled
-#: child's ``_make_cancelled_error``, ``_cancel_message``): read from a scheduled call's
+#: child's ``_make_cancelled_error``, ``_cancel_message``): read from a gathered call's
 #: answer future.
 _FUTURE_NAMES = frozenset(
     name for name in dir(Future) if name.startswith("_") and not name.startswith("__")
@@ -258,10 +258,9 @@ class BindingCall(Coroutine[Any, Any, Any]):
     # So, asked by ``gather`` in a running loop whether it is a future (``isfuture``: the
     # ``_asyncio_future_blocking`` attribute is not None), a call not yet run is sent and
     # says yes: from then on it is the future of its answer, its ``done``, ``result``,
-    # callbacks... that future's own methods. Anywhere else (``ensure_future``,
-    # ``wait_for``, ``asyncio.wait`` of tasks...) it is a coroutine, wrapped in a Task as
-    # before: a program never holds a call that turned into a future (``gather`` keeps
-    # its futures to itself), so what it sees of calls is unchanged.
+    # callbacks... that future's own methods (a program that kept the call it gathered
+    # sees them too). Anywhere else (``ensure_future``, ``wait_for``, ``asyncio.wait`` of
+    # tasks, ``TaskGroup``...) it is a coroutine, wrapped in a Task as before.
 
     @property
     def _asyncio_future_blocking(self) -> bool | None:
