@@ -84,10 +84,11 @@ class _ThreadOutcome:
 
 
 #: One synchronous call as its worker thread runs it: the caller's context, the record,
-#: when it started, the function and its arguments.
-_ThreadCall = tuple[
-    contextvars.Context, CallRecord, float, Callable[..., Any], list[Any], dict[str, Any]
-]
+#: when it started, the binding and its arguments.
+_ThreadCall = tuple[contextvars.Context, CallRecord, float, Binding, list[Any], dict[str, Any]]
+
+#: Results that are never awaitable: ``inspect.isawaitable`` (ABC checks) is not asked.
+_PLAIN = frozenset({type(None), bool, int, float, str, list, dict})
 
 
 class _Batch:
@@ -126,6 +127,56 @@ class _Batch:
             rest = self.calls[self.next : self.end]
             self.end = self.next
             return rest
+
+
+class _Slots:
+    """A run's ``max_calls_in_flight`` slots, with ``asyncio.Semaphore``'s rule (first come,
+    first served: a call that finds calls waiting for a slot waits behind them), taken on the
+    read callback's path without a coroutine (the semaphore's ``acquire`` builds, runs and
+    finishes one per call) and handed by :meth:`release` straight to the next waiter."""
+
+    __slots__ = ("free", "_waiters")
+
+    def __init__(self, n: int) -> None:
+        self.free = n
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def locked(self) -> bool:
+        """No slot can be taken now (none is free, or calls wait for one)."""
+        return self.free <= 0 or bool(self._waiters)
+
+    def take(self) -> bool:
+        """Take a free slot without waiting (False: none, or calls are waiting)."""
+        if self.free > 0 and not self._waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def acquire(self) -> None:
+        if self.take():
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self.release()  # handed a slot just as it was cancelled: the next one's
+            else:
+                try:
+                    self._waiters.remove(fut)
+                except ValueError:
+                    pass
+            raise
+
+    def release(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():  # a cancelled waiter is skipped
+                fut.set_result(None)  # the slot passes to it
+                return
+        self.free += 1
 
 
 class CallDispatcher:
@@ -169,7 +220,8 @@ class CallDispatcher:
         self._on_violation = on_violation
         self._max_calls = plan.limits.max_calls
         self._max_in_flight = plan.limits.max_calls_in_flight
-        self._slots = asyncio.Semaphore(self._max_in_flight)
+        self._result_limit = plan.limits.max_frame_bytes - FRAME_OVERHEAD
+        self._slots = _Slots(self._max_in_flight)
         # Nothing to consult before the binding: a call with a free slot starts at once.
         self._direct = plan.policy is None and plan.call_handler is None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -247,7 +299,8 @@ class CallDispatcher:
     async def _queued(
         self, record: CallRecord, binding: Binding, args: list[Any], kwargs: dict[str, Any]
     ) -> None:
-        async with self._slots:
+        await self._slots.acquire()
+        try:
             started = time.monotonic()
             record.start_s = started - self._t0
             pending: Any = None
@@ -264,6 +317,8 @@ class CallDispatcher:
             except BaseException as exc:  # SystemExit from a policy must not end the host
                 error = exc
             await self._complete(record, started, pending, error)
+        finally:
+            self._slots.release()
 
     async def _check_policy(self, record: CallRecord) -> None:
         assert self._policy is not None
@@ -298,7 +353,7 @@ class CallDispatcher:
         except BaseException as exc:  # SystemExit from a binding must not end the host
             self._answer(record, started, error=exc)
             return
-        if not inspect.isawaitable(pending):
+        if type(pending) in _PLAIN or not inspect.isawaitable(pending):
             self._answer(record, started, value=pending)
             return
         self._spawn(self._complete(record, started, pending, None, self._slots), pending)
@@ -316,55 +371,50 @@ class CallDispatcher:
         task and no asyncio future per call: each is a turn of the loop more on the
         call's path, and the answer does not wait for the loop to wake). Held until the
         rest of this read of fd 3 is admitted (:meth:`_hand_over`)."""
-        if not self._take_slot():
+        if not self._slots.take():
             self._spawn(self._queued(record, binding, args, kwargs), None)
             return
         context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context
-        self._pending.append((context, record, started, binding.fn, args, kwargs))
+        self._pending.append((context, record, started, binding, args, kwargs))
         self._threads += 1
-        self._sweep_s = _SWEEP_S  # a call just started: it may end soon
-        sweep = self._sweep
-        if sweep is None or sweep.when() > self._loop.time() + 4 * _SWEEP_S:
-            # Due soon: the calls batched behind this one (and answers held behind it)
-            # must not wait for a timer that backed off while a slow call ran (not every
-            # time: between calls the timer runs 2-4 ms apart, and moving it costs).
-            if sweep is not None:
-                sweep.cancel()
-            self._sweep = self._loop.call_later(_SWEEP_S, self._swept)
 
     def _hand_over(self) -> None:
         """After a read of fd 3 (ChildChannel.after_events): the synchronous calls it
-        admitted go to one worker thread, together."""
+        admitted go to one worker thread, together, and the sweep is due soon."""
         if self._pending:
             calls, self._pending = self._pending, []
             self._submit(calls)
+            self._sweep_s = _SWEEP_S  # calls just started: they may end soon
+            sweep = self._sweep
+            if sweep is None or sweep.when() > self._loop.time() + 4 * _SWEEP_S:
+                # Due soon: the calls batched behind these (and answers held behind them)
+                # must not wait for a timer that backed off while a slow call ran (not
+                # every time: between calls the timer runs 2-4 ms apart, and moving it
+                # costs).
+                if sweep is not None:
+                    sweep.cancel()
+                self._sweep = self._loop.call_later(_SWEEP_S, self._swept)
 
     def _submit(self, calls: list[_ThreadCall]) -> None:
-        batch = _Batch(calls)
-        with self._claim:
-            self._batches.append(batch)
+        batch = None
+        if len(calls) == 1:  # nothing behind it for the sweep to split off: no _Batch
+            job = functools.partial(self._run_lone, calls[0])
+        else:
+            batch = _Batch(calls)
+            with self._claim:
+                self._batches.append(batch)
+            job = functools.partial(self._run_batch, batch)
         try:
             assert self._lane is not None
-            self._lane.submit(functools.partial(self._run_batch, batch))
+            self._lane.submit(job)
         except RuntimeError as exc:  # the executor is shut down: the gateway is closing
-            with self._claim:
-                self._batches.remove(batch)
+            if batch is not None:
+                with self._claim:
+                    self._batches.remove(batch)
             for _context, record, started, _fn, _args, _kwargs in calls:
                 self._threads -= 1
                 self._slots.release()
                 self._answer(record, started, error=exc)
-
-    def _take_slot(self) -> bool:
-        """Take a free slot without waiting (False if none is free)."""
-        if self._slots.locked():
-            return False
-        step = self._slots.acquire()
-        try:
-            step.send(None)
-        except StopIteration:
-            return True
-        step.close()  # it would wait: not on this path
-        return False
 
     def _run_batch(self, batch: _Batch) -> None:
         """In a worker thread: a batch's calls, one after another, then their answers in
@@ -377,6 +427,13 @@ class CallDispatcher:
             ran.append(self._run_one(*call))
         with self._claim:
             self._batches.remove(batch)
+        self._ran(ran)
+
+    def _run_lone(self, call: _ThreadCall) -> None:
+        """In a worker thread: :meth:`_run_batch` of a batch of one."""
+        self._ran([] if self._over else [self._run_one(*call)])
+
+    def _ran(self, ran: list[tuple[CallRecord, _ThreadOutcome]]) -> None:
         if self._send_from_thread(ran) and not self._tasks:
             return  # answered, and nothing waits on the loop for them: see _done
         try:
@@ -389,7 +446,7 @@ class CallDispatcher:
         context: contextvars.Context,
         record: CallRecord,
         started: float,
-        fn: Callable[..., Any],
+        binding: Binding,
         args: list[Any],
         kwargs: dict[str, Any],
     ) -> tuple[CallRecord, _ThreadOutcome]:
@@ -398,13 +455,14 @@ class CallDispatcher:
         anything the child sends after its answer)."""
         outcome = _ThreadOutcome()
         try:
-            outcome.value = context.run(fn, *args, **kwargs)
+            outcome.value = context.run(binding.fn, *args, **kwargs)
         except BaseException as exc:  # SystemExit from a binding must not end the host
             outcome.error = exc
         outcome.ended = time.monotonic()
-        if outcome.error is not None or not inspect.isawaitable(outcome.value):
+        value = outcome.value
+        if outcome.error is not None or type(value) in _PLAIN or not inspect.isawaitable(value):
             try:
-                outcome.value, outcome.error = self._checked(record, outcome.value, outcome.error)
+                outcome.value, outcome.error = self._checked(record, value, outcome.error, binding)
             except BaseException as exc:  # a conversion that failed otherwise than it should
                 outcome.value, outcome.error = None, exc
             outcome.checked = True
@@ -508,7 +566,7 @@ class CallDispatcher:
         started: float,
         pending: Any,
         error: BaseException | None,
-        slot: asyncio.Semaphore | None = None,
+        slot: _Slots | None = None,
     ) -> None:
         """Await the binding's value (in ``slot``, when given), then answer. One
         coroutine per call on the fast path, as direct as the binding allows."""
@@ -567,21 +625,28 @@ class CallDispatcher:
         record though the run ends before the child reads its answer."""
         if not checked:
             value, error = self._checked(record, value, error)
-        reply = _reply(record.id, value, error)
-        if reply.ok:
+        ename = evalue = ""
+        if error is None:
             record.ok = True
             record.value = value
         else:
+            ename, evalue = _error_fields(error)
             record.ok = False
-            record.error = ErrorInfo(reply.ename, reply.evalue)
+            record.error = ErrorInfo(ename, evalue)
         record.duration_s = (time.monotonic() if ended is None else ended) - started
         self._output.place_call(record)
         if sent or self._verdicts.settled:
             pass  # sent from its thread, or the run is over: nobody answers
-        elif self._channel.backlogged:
-            self._spawn(self._send_later(record, reply), None)
         else:
-            self._send(record, reply)
+            # Built only here: an answer its thread sent needs no second CallReply.
+            if error is None:
+                reply = CallReply(record.id, True, value)
+            else:
+                reply = CallReply(record.id, False, ename=ename, evalue=evalue)
+            if self._channel.backlogged:
+                self._spawn(self._send_later(record, reply), None)
+            else:
+                self._send(record, reply)
         if self._trace is not None:
             self._trace.call_ended(record)
         if self._on_call is not None:
@@ -607,15 +672,21 @@ class CallDispatcher:
             self._send(record, reply)
 
     def _checked(
-        self, record: CallRecord, value: Any, error: BaseException | None
+        self,
+        record: CallRecord,
+        value: Any,
+        error: BaseException | None,
+        binding: Binding | None = None,
     ) -> tuple[Any, BaseException | None]:
         """A binding's result as the answer carries it: converted by its return
-        annotation, then checked as JSON within the frame (any thread: reads only)."""
+        annotation, then checked as JSON within the frame (any thread: reads only).
+        ``binding``: the call's, when the caller has it (else it is looked up)."""
         # No second signature or JSON check of the arguments here: the child checked them
         # for good messages, the wire parsed them as strict JSON, and a forged call with
         # arguments that do not fit was refused on admission, as a ToolError.
         if error is None:
-            binding = self._registry.lookup(record.namespace, record.name)
+            if binding is None:
+                binding = self._registry.lookup(record.namespace, record.name)
             if binding is not None and binding.types is not None:
                 try:
                     value = binding.dump_result(value)  # a dataclass, a date... as JSON
@@ -626,9 +697,9 @@ class CallDispatcher:
         return value, error
 
     def _check_result(self, record: CallRecord, value: Any) -> BaseException | None:
-        limit = self._limits.max_frame_bytes - FRAME_OVERHEAD
         try:
-            check_json(value, "result", limit)  # named only when refused (0.6 us per call)
+            # Named only when refused (0.6 us per call).
+            check_json(value, "result", self._result_limit)
         except NotJSONError:
             try:
                 check_json(value, f"{binding_label(record.namespace, record.name)}() result")
@@ -670,5 +741,12 @@ def _reply(call_id: int, value: Any, error: BaseException | None) -> CallReply:
     sees it (its type name, or a refusal's own name, and its text)."""
     if error is None:
         return CallReply(call_id, True, value)
+    ename, evalue = _error_fields(error)
+    return CallReply(call_id, False, ename=ename, evalue=evalue)
+
+
+def _error_fields(error: BaseException) -> tuple[str, str]:
+    """A failed call's ename and evalue: its type name, or a refusal's own name, and its
+    text."""
     ename = error.ename if isinstance(error, _Refused) else type(error).__name__
-    return CallReply(call_id, False, ename=ename, evalue=safe_str(error, 4096))
+    return ename, safe_str(error, 4096)

@@ -43,7 +43,12 @@ class Host:
         self.error: ToolError | None = None
 
     def __call__(
-        self, namespace: str, name: str, args: list[Any], kwargs: dict[str, Any]
+        self,
+        namespace: str,
+        name: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        scheduled: bool = False,
     ) -> asyncio.Future[Any]:
         self.sent.append((namespace, name, args, kwargs))
         fut = asyncio.get_running_loop().create_future()
@@ -301,3 +306,110 @@ def test_a_call_a_task_ran_cannot_be_run_again():
 
     asyncio.run(main())
     assert len(host.sent) == 1
+
+
+class SlowHost(Host):
+    """Answers each call when the test says (``answer``), as fd 3 would, later."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.futures: list[asyncio.Future[Any]] = []
+        self.scheduled: list[bool] = []
+
+    def __call__(
+        self,
+        namespace: str,
+        name: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        scheduled: bool = False,
+    ) -> asyncio.Future[Any]:
+        self.sent.append((namespace, name, args, kwargs))
+        self.scheduled.append(scheduled)
+        fut = asyncio.get_running_loop().create_future()
+        self.futures.append(fut)
+        return fut
+
+    def answer(self, i: int, value: Any = None, error: BaseException | None = None) -> None:
+        if error is not None:
+            self.futures[i].set_exception(error)
+        else:
+            self.futures[i].set_result(value)
+
+
+def test_gather_takes_calls_as_futures_without_a_task_each():
+    # In a running loop a call not yet run is a future to asyncio (gather, wait_for,
+    # shield, ensure_future need no Task per call); sent the moment asyncio takes it.
+    host = SlowHost()
+    t = tools(host)
+
+    async def main() -> list[Any]:
+        calls = [t.add(i, 1) for i in range(3)]
+        assert host.sent == []
+        gathering = asyncio.gather(*calls)
+        assert len(host.sent) == 3 and host.scheduled == [True] * 3
+        assert len(asyncio.all_tasks()) == 1  # main alone: no task per call
+        for i in (2, 0, 1):
+            host.answer(i, i * 10)
+        return await gathering
+
+    assert asyncio.run(main()) == [0, 10, 20]
+    unstarted = tools(Host()).add(1, 2)
+    assert not asyncio.isfuture(unstarted) and asyncio.iscoroutine(unstarted)  # no loop runs
+    unstarted.close()
+
+
+def test_a_gathered_call_is_its_answer_s_future_and_nothing_else_changes():
+    host = SlowHost()
+    t = tools(host)
+
+    async def main() -> None:
+        # a program's call never turns into a future: ensure_future gives a Task, as ever
+        call = t.add(1, 2)
+        with pytest.raises(AttributeError, match="did you forget `await`"):
+            call.result()
+        task = asyncio.ensure_future(call)
+        assert isinstance(task, asyncio.Task) and not asyncio.isfuture(call)
+        done, _ = await asyncio.wait([task, asyncio.ensure_future(t.add(2, 2))], timeout=0)
+        assert done == set()
+        host.answer(0, 3)
+        host.answer(1, 4)
+        assert await task == 3
+        # a gathered one is the future of its answer (its own methods), awaited again
+        a = t.add(5, 5)
+        gathering = asyncio.gather(a)
+        assert not a.done() and a.get_loop() is asyncio.get_running_loop()
+        host.answer(2, 10)
+        assert await gathering == [10] and a.result() == 10 and await a == 10
+        # a host error is the call's exception, through gather too
+        err = t.add(0, 0)
+        gathering = asyncio.gather(err, return_exceptions=True)
+        host.answer(3, error=ToolError("boom", tool="tools.add", ename="ValueError"))
+        (got,) = await gathering
+        assert isinstance(got, ToolError) and err.exception() is got
+        # cancelling a gather cancels its calls' futures (a late answer goes nowhere)
+        c1, c2 = t.add(1, 0), t.add(2, 0)
+        g = asyncio.gather(c1, c2)
+        g.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await g
+        assert c1.cancelled() and c2.cancelled()
+        assert host.scheduled == [False, False, True, True, True, True]
+
+    asyncio.run(main())
+    assert len(host.sent) == 6
+
+
+def test_a_call_that_cannot_start_in_a_gather_is_that_call_s_error():
+    class Full(Host):
+        def __call__(self, *call: Any) -> asyncio.Future[Any]:
+            raise ToolError("max_calls=0 reached", tool="tools.add", ename="LimitExceeded")
+
+    t = tools(Full())
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(t.add(1, 2), t.add(3, 4), return_exceptions=True)
+
+    got = asyncio.run(main())
+    assert [type(g) for g in got] == [ToolError, ToolError]
+    assert got[0].ename == "LimitExceeded"

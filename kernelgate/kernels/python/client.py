@@ -84,6 +84,8 @@ class CallClient:
         self.max_calls = 10_000
         # A debugged run: a reader thread owns fd 3 (.debugchannel), no loop watches it.
         self.reader = False
+        # The loop _wait_here last looked into: it, its wakeup fd, its selector's fds.
+        self._waits_in: tuple[asyncio.AbstractEventLoop, int, Any] | None = None
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -127,7 +129,7 @@ class CallClient:
         finally:
             self._writing = False
 
-    def _hold(self, loop: asyncio.AbstractEventLoop, frame: bytes) -> bool:
+    def _hold(self, loop: asyncio.AbstractEventLoop, frame: bytes, scheduled: bool) -> bool:
         """Hold a call of the program's loop back when other tasks run before the loop
         waits again and may call too (a gather of calls): the calls made in this turn
         then leave together, in one write, at the loop's next turn (the host wakes, reads
@@ -135,12 +137,15 @@ class CallClient:
 
         With one other callback ready the first call leaves at once (that callback may
         end the process, as ``os._exit`` does, and a lone call still reaches the host);
-        with two or more, it is held too. True: ``frame`` was held.
+        with two or more, it is held too. A ``scheduled`` call (``gather`` took it as a
+        future: the code running now may start more) is always held: it leaves when that
+        code gives the loop back, as a task's first step would have started it then.
+        True: ``frame`` was held.
         """
         if self._gathering:
             self._held.append(frame)
             return True
-        ready = len(loop._ready)  # type: ignore[attr-defined]
+        ready = 2 if scheduled else len(loop._ready)  # type: ignore[attr-defined]
         if not ready:
             return False
         self._gathering = True
@@ -257,10 +262,20 @@ class CallClient:
     # -- binding calls -----------------------------------------------------------------------
 
     def call(
-        self, namespace: str, name: str, args: list[Any], kwargs: dict[str, Any]
+        self,
+        namespace: str,
+        name: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        scheduled: bool = False,
     ) -> asyncio.Future[Any]:
         """Send a call (when a :class:`BindingCall` first runs) and return the future of
-        its answer, which belongs to the event loop running the call."""
+        its answer, which belongs to the event loop running the call.
+
+        ``scheduled``: ``asyncio.gather`` took the call as a future in the code the
+        program's loop runs now; the code goes on and may start more calls, so the call
+        is held until the loop's next turn (:meth:`_hold`) and the reply is not waited
+        for here."""
         loop = _get_running_loop()
         if loop is None:
             raise RuntimeError(
@@ -289,12 +304,16 @@ class CallClient:
             self.calls += 1
             # Registered before the frame leaves: another thread may read the reply.
             self.pending[call_id] = (fut, tool)
-            if loop is self.loop and type(loop) is _SelectorLoop and self._hold(loop, frame):
+            if (
+                loop is self.loop
+                and type(loop) is _SelectorLoop
+                and self._hold(loop, frame, scheduled)
+            ):
                 return fut
             self._write_frame(frame)
         if loop is not self.loop:
             self._watch(loop, fut)
-        elif not self.reader:
+        elif not self.reader and not scheduled:
             self._wait_here(loop, fut)
         return fut
 
@@ -314,12 +333,17 @@ class CallClient:
             return  # a loop the program brought: its internals are not ours to read
         fd = self.fd
         try:
-            wakeup = loop._ssock.fileno()  # type: ignore[attr-defined]
-            selector = loop._selector  # type: ignore[attr-defined]
-            # The selector's own dict (what get_map() shows through a Python mapping).
-            watched = getattr(selector, "_fd_to_key", None)
-            if type(watched) is not dict:
-                watched = selector.get_map()
+            seen = self._waits_in
+            if seen is None or seen[0] is not loop:
+                wakeup = loop._ssock.fileno()  # type: ignore[attr-defined]
+                selector = loop._selector  # type: ignore[attr-defined]
+                # The selector's own dict (what get_map() shows through a Python mapping),
+                # kept with the loop: it is the same dict for the selector's life.
+                watched = getattr(selector, "_fd_to_key", None)
+                if type(watched) is not dict:
+                    watched = selector.get_map()
+                seen = self._waits_in = (loop, wakeup, watched)
+            _loop, wakeup, watched = seen
             if len(watched) != 2 or fd not in watched or wakeup not in watched:
                 return  # the program watches fds of its own
         except Exception:

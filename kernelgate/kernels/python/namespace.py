@@ -10,9 +10,12 @@ never awaited sends nothing.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import sys
 import warnings
+from asyncio import Future
+from asyncio.events import _get_running_loop
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
@@ -70,7 +73,7 @@ class Binding:
         namespace: str,
         name: str,
         spec: dict[str, Any],
-        call: Callable[[str, str, list[Any], dict[str, Any]], Any],
+        call: Callable[..., Any],
         max_arg_bytes: int,
     ) -> None:
         self._namespace = namespace
@@ -172,7 +175,28 @@ def _program_line() -> int:
 
 
 _AWAITED: Any = object()  # BindingCall._steps once ``await`` took the call's future
-_DONE: Any = object()  # BindingCall._steps once a task's steps are over
+_DONE: Any = object()  # BindingCall._steps once a task's steps are over, or it is a future
+#: A gathered call's methods, its answer future's own (C, no step of ours in between:
+#: ``gather`` asks each of its futures ``cancelled`` and ``exception`` twice). Before
+#: ``gather`` takes a call it has none of them (a program that uses one forgot ``await``).
+_FUTURE_METHODS = (
+    "done",
+    "cancelled",
+    "exception",
+    "result",
+    "get_loop",
+    "cancel",
+    "add_done_callback",
+    "remove_done_callback",
+)
+#: ``asyncio.gather``'s code: the one caller a call is a future to (see BindingCall).
+_GATHER = asyncio.gather.__code__
+#: What asyncio reads of a future besides its public methods (``gather`` reads a cancelled
+#: child's ``_make_cancelled_error``, ``_cancel_message``): read from a gathered call's
+#: answer future.
+_FUTURE_NAMES = frozenset(
+    name for name in dir(Future) if name.startswith("_") and not name.startswith("__")
+)
 
 
 class BindingCall(Coroutine[Any, Any, Any]):
@@ -185,7 +209,24 @@ class BindingCall(Coroutine[Any, Any, Any]):
     program's line, that the call was never made.
     """
 
-    __slots__ = ("_binding", "_args", "_kwargs", "_steps", "_closed")
+    __slots__ = (
+        "_binding",
+        "_args",
+        "_kwargs",
+        "_steps",
+        "_closed",
+        "_answer",
+        *_FUTURE_METHODS,
+    )
+    # Set once gathered (below): the answer future's own methods, called as they are.
+    done: Callable[[], bool]
+    cancelled: Callable[[], bool]
+    exception: Callable[[], BaseException | None]
+    result: Callable[[], Any]
+    get_loop: Callable[[], Any]
+    cancel: Callable[..., bool]
+    add_done_callback: Callable[..., None]
+    remove_done_callback: Callable[..., int]
 
     def __init__(self, binding: Binding, args: list[Any], kwargs: dict[str, Any]) -> None:
         self._binding = binding
@@ -193,13 +234,67 @@ class BindingCall(Coroutine[Any, Any, Any]):
         self._kwargs = kwargs
         self._steps: Any = None  # the generator doing the call, once it runs
         self._closed = False
+        self._answer: Future[Any] | None = None  # once gathered, as a future (below)
 
-    def _start(self) -> Any:
-        """Send the call; the future of its answer."""
+    def _start(self, scheduled: bool = False) -> Any:
+        """Send the call; the future of its answer. ``scheduled``: started by ``gather``
+        taking it as a future, not awaited (the call may wait for the loop's next turn to
+        leave, with the others the program starts in this one)."""
         binding = self._binding
-        future = binding._call(binding._namespace, binding._name, self._args, self._kwargs)
+        if scheduled:
+            future = binding._call(
+                binding._namespace, binding._name, self._args, self._kwargs, True
+            )
+        else:
+            future = binding._call(binding._namespace, binding._name, self._args, self._kwargs)
         self._args = self._kwargs = None  # type: ignore[assignment]  # sent: not needed
         return future
+
+    # -- gathered: the call as the future of its answer -------------------------------------
+    #
+    # ``asyncio.gather`` wraps each coroutine in a Task, and a Task costs the program's loop
+    # three callbacks per call (its first step, its wakeup, its done-callback) besides the
+    # Task itself: most of a gathered call's CPU in the child. It takes a future as it is.
+    # So, asked by ``gather`` in a running loop whether it is a future (``isfuture``: the
+    # ``_asyncio_future_blocking`` attribute is not None), a call not yet run is sent and
+    # says yes: from then on it is the future of its answer, its ``done``, ``result``,
+    # callbacks... that future's own methods (a program that kept the call it gathered
+    # sees them too). Anywhere else (``ensure_future``, ``wait_for``, ``asyncio.wait`` of
+    # tasks, ``TaskGroup``...) it is a coroutine, wrapped in a Task as before.
+
+    @property
+    def _asyncio_future_blocking(self) -> bool | None:
+        if self._answer is not None:
+            return False
+        if self._steps is None and not self._closed and _get_running_loop() is not None:
+            try:
+                # Asked by isfuture, asked by ensure_future (3.12: by gather itself) or
+                # _ensure_future, asked by gather: the same depth in 3.10 to 3.13.
+                gathered = _getframe(3).f_code is _GATHER
+            except ValueError:
+                gathered = False
+            if gathered:
+                self._gathered()
+                return False
+        return None  # a coroutine: awaited, a task's, finished, or not gather's
+
+    def _gathered(self) -> None:
+        """Send the call as ``gather``'s future: the answer's future stands for it."""
+        self._steps = _DONE  # neither awaited nor a task's: its future is the call
+        try:
+            answer = self._start(scheduled=True)
+        except Exception as exc:  # max_calls...: the call's error, as a task's would be
+            answer = _get_running_loop().create_future()  # type: ignore[union-attr]
+            answer.set_exception(exc)
+        self._answer = answer
+        self.done = answer.done
+        self.cancelled = answer.cancelled
+        self.exception = answer.exception
+        self.result = answer.result
+        self.get_loop = answer.get_loop
+        self.cancel = answer.cancel
+        self.add_done_callback = answer.add_done_callback
+        self.remove_done_callback = answer.remove_done_callback
 
     def _run(self) -> Generator[Any, Any, Any]:
         return (yield from self._start())
@@ -263,11 +358,13 @@ class BindingCall(Coroutine[Any, Any, Any]):
 
     def __await__(self) -> Any:
         # The common case, ``await tools.x()``: send now and wait on the future itself,
-        # with no Python-level step in between. A task (create_task, gather...) drives
-        # the call through send() and throw() instead.
+        # with no Python-level step in between. A task (create_task...) drives the call
+        # through send() and throw() instead.
         if self._steps is None and not self._closed:
             self._steps = _AWAITED
             return self._start().__await__()
+        if self._answer is not None:  # gathered: a future, awaited again
+            return self._answer.__await__()
         return self  # awaited again: send() says it cannot be reused
 
     def __iter__(self) -> Any:
@@ -288,6 +385,8 @@ class BindingCall(Coroutine[Any, Any, Any]):
     # "'BindingCall' object is not subscriptable". (Attributes asyncio looks up with a
     # default, such as cr_code, still read as missing: AttributeError.)
     def __getattr__(self, name: str) -> Any:
+        if name in _FUTURE_NAMES and self._answer is not None:
+            return getattr(self._answer, name)  # gather reads a cancelled one's message
         if name.startswith("__") or name.startswith("cr_") or name.startswith("_"):
             raise AttributeError(name)
         raise AttributeError(f"{self.not_awaited()} (it has no attribute {name!r})")
