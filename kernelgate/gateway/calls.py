@@ -639,10 +639,8 @@ class CallDispatcher:
             pass  # sent from its thread, or the run is over: nobody answers
         else:
             # Built only here: an answer its thread sent needs no second CallReply.
-            if error is None:
-                reply = CallReply(record.id, True, value)
-            else:
-                reply = CallReply(record.id, False, ename=ename, evalue=evalue)
+            ok = error is None
+            reply = CallReply(record.id, ok, value if ok else None, ename=ename, evalue=evalue)
             if self._channel.backlogged:
                 self._spawn(self._send_later(record, reply), None)
             else:
