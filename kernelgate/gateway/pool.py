@@ -771,15 +771,18 @@ class WarmPool:
         if child not in self._booting:
             return True  # close() took it over
         self._booting.remove(child)
-        seen = {child.pid}  # its processes: the first, or all when in_foreground looked
+        seen = {child.pid}  # its processes: the first, or all that in_foreground found
         if ok and child.background:
             ok = in_foreground(child, seen)
+        elif ok and child.cgroup is not None:
+            # All of them (the program's process below a namespace's init too), while no
+            # program has run: its run's reply then reads kept fds only (Run._measure).
+            seen.update(child.cgroup.procs())
         # Parked, then killed before this step (its byte was there to read): dead, it is
         # discarded and counted as a failed boot now, not made ready for a run to find.
         ok = ok and child.alive()
         if ok and not self.closed:
-            # Their /proc files, for its run's reply to read without the lookups (one not
-            # kept is opened then: at a namespace level, the init is often the only one).
+            # Their /proc files, for its run's reply to read without the lookups.
             keep_proc_fds(sorted(seen), child.proc_fds)
             self._ready.append(child)
             self._behind = False
