@@ -34,6 +34,7 @@ from .cgroups import CgroupRoots, RunCgroup
 from .launch import LaunchCommand, spawn_launched_child
 from .pool import WarmChild
 from .process import ChildProcess, make_run_dir, remove_tree
+from .recycle import recycle_cgroup
 from .runids import RunIds, allocate_ids
 from .sandbox import SandboxPlan
 from .teardown import (
@@ -41,7 +42,6 @@ from .teardown import (
     discard_all_blocking,
     discard_idle,
     discard_in_task,
-    empty_cgroup,
     off_loop,
     remove_cgroup,
 )
@@ -51,8 +51,6 @@ __all__ = ["LaunchedChild", "NodePool"]
 #: How long a refill waits when other children are still ready: the run that just took
 #: one boots nothing, but a child booting beside it takes CPU it would use.
 _REFILL_DELAY = 0.02
-#: Memory a finished run may leave charged to its cgroup for the cgroup to be reused.
-_LEFT_MEMORY = 1 << 20
 #: pids.max of an idle child's cgroup (no user code runs in it yet).
 _IDLE_PIDS = 1 << 20
 #: Failed starts in a row after which a refill gives up (until the next acquire).
@@ -254,21 +252,12 @@ class NodePool:
 
     async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
         """Empty the cgroup of a finished run and keep it for the next child; or remove it
-        (the pool closed, or the run left something charged to it: see
-        :meth:`.pool.WarmPool.recycle_cgroup`)."""
-        # No more kept than the pool holds children (see WarmPool._keeps_no_more_cgroups).
-        if self.closed or len(self._free_cgroups) >= self.size:
-            await empty_cgroup(cgroup)
-        elif await empty_cgroup(cgroup, remove=False):
-            if cgroup.memory_charged() > _LEFT_MEMORY:
-                cgroup.reclaim()
-            unwanted = self.closed or len(self._free_cgroups) >= self.size
-            if unwanted or cgroup.charged() != 0 or cgroup.memory_charged() > _LEFT_MEMORY:
-                await empty_cgroup(cgroup)
-            else:
-                # An idle child's memory is unbounded again (the run that takes it sets it).
-                cgroup.limit(_IDLE_PIDS, None)
-                self._free_cgroups.append(cgroup)
+        (:func:`.teardown.recycle_cgroup`, as :meth:`.pool.WarmPool.recycle_cgroup`)."""
+        await recycle_cgroup(cgroup, self._free_cgroups, self._keeps_more, _unbounded)
+
+    def _keeps_more(self) -> bool:
+        # No more kept than the pool holds children (see WarmPool.keeps_more_cgroups).
+        return not self.closed and len(self._free_cgroups) < self.size
 
     def _stop(self) -> None:
         self.closed = True
@@ -292,6 +281,11 @@ class NodePool:
             self._finalizer,
             "nodepool",
         )
+
+
+def _unbounded(cgroup: RunCgroup) -> None:
+    """An idle child's cgroup: memory unbounded again (the run that takes it sets it)."""
+    cgroup.limit(_IDLE_PIDS, None)
 
 
 def _key(sandbox: SandboxPlan) -> tuple[Any, ...]:

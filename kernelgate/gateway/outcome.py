@@ -393,10 +393,11 @@ def usage_of(end: Ending) -> dict[str, Any]:
         usage["cpu_system_s"] = round(system, 6)
         usage["peak_memory_bytes"] = own(maxrss_kib * 1024)  # Linux reports KiB
         if end.host_usage is not None:
-            # What /proc showed at the reply: the peak when the kernel's was only the host's.
-            usage["peak_memory_bytes"] = max(
-                usage["peak_memory_bytes"], int(end.host_usage.get("peak_memory_bytes", 0))
-            )
+            # What /proc showed at the reply: the peak when the kernel's was only the host's;
+            # and the CPU of processes the reaped one never waited for (the program's own
+            # children, orphaned and then killed with its namespace: in no rusage).
+            for key in ("cpu_user_s", "cpu_system_s", "peak_memory_bytes"):
+                usage[key] = max(usage[key], end.host_usage.get(key, 0))
         usage["measured_by"] = "host"
     elif end.host_usage is not None:
         for key, v in end.host_usage.items():

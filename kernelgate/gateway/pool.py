@@ -56,6 +56,7 @@ from .process import (
     owner_prefix,
     remove_tree,
 )
+from .recycle import recycle_cgroup
 from .runids import RunIds, allocate_ids
 from .sandbox import SandboxPlan
 from .teardown import (
@@ -64,7 +65,6 @@ from .teardown import (
     discard_idle,
     discard_in_task,
     discard_now,
-    empty_cgroup,
     reap,
     remove_cgroup,
     remove_dir,
@@ -81,8 +81,6 @@ _REFILL_DELAY = 0.02
 #: How long a forked child may take to boot and park before it is given up (a child that
 #: hangs while booting is killed, never handed out); generous: a loaded machine is slow.
 _BOOT_TIMEOUT = 10.0
-#: Memory a finished run may leave charged to its cgroup for the cgroup to be reused.
-_LEFT_MEMORY = 1 << 20
 
 
 class Zygote:
@@ -771,15 +769,18 @@ class WarmPool:
         if child not in self._booting:
             return True  # close() took it over
         self._booting.remove(child)
-        seen = {child.pid}  # its processes: the first, or all when in_foreground looked
+        seen = {child.pid}  # its processes: the first, or all that in_foreground found
         if ok and child.background:
             ok = in_foreground(child, seen)
+        elif ok and child.cgroup is not None:
+            # All of them (the program's process below a namespace's init too), while no
+            # program has run: its run's reply then reads kept fds only (Run._measure).
+            seen.update(child.cgroup.procs())
         # Parked, then killed before this step (its byte was there to read): dead, it is
         # discarded and counted as a failed boot now, not made ready for a run to find.
         ok = ok and child.alive()
         if ok and not self.closed:
-            # Their /proc files, for its run's reply to read without the lookups (one not
-            # kept is opened then: at a namespace level, the init is often the only one).
+            # Their /proc files, for its run's reply to read without the lookups.
             keep_proc_fds(sorted(seen), child.proc_fds)
             self._ready.append(child)
             self._behind = False
@@ -805,33 +806,15 @@ class WarmPool:
     async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
         """Empty the cgroup of a finished run and take it back for the next child; or
         remove it, when the pool is closed, already keeps ``size`` cgroups, or anything is
-        still charged to it.
+        still charged to it (:func:`.teardown.recycle_cgroup`)."""
+        await recycle_cgroup(cgroup, self._free_cgroups, self.keeps_more_cgroups)
 
-        A killed process leaves cgroup.procs when it exits but stays charged to pids.current
-        until it is reaped (an orphan waits for the system's init, seconds on some machines):
-        a next run here would get fewer than max_processes. Memory the run left charged
-        (page cache of its files, a tmpfs file that outlives it at ``process`` level) would
-        count against the next run's memory_bytes: what reclaim cannot give back makes the
-        cgroup go. Removing the cgroup waits for neither (rmdir needs no process left, not
-        no charge; the kernel moves leftover memory to the parent).
-        """
-        if self._keeps_no_more_cgroups():
-            await empty_cgroup(cgroup)
-        elif await empty_cgroup(cgroup, remove=False):  # mkdir and rmdir cost ms each
-            left = cgroup.memory_charged()  # nothing runs in it now: read again after reclaim
-            if left > _LEFT_MEMORY:
-                cgroup.reclaim()
-                left = cgroup.memory_charged()
-            if self._keeps_no_more_cgroups() or cgroup.charged() != 0 or left > _LEFT_MEMORY:
-                await empty_cgroup(cgroup)
-            else:
-                self._free_cgroups.append(cgroup)
-
-    def _keeps_no_more_cgroups(self) -> bool:
-        # A kept cgroup holds half a dozen open fds (its files, read at every run): no
-        # more are kept than the pool forks children into, or a burst of runs would
-        # leave the host as many fds per run it once had in flight, for good.
-        return self.closed or len(self._free_cgroups) >= self.size
+    def keeps_more_cgroups(self) -> bool:
+        """Whether a finished run's cgroup is kept for the next child. A kept cgroup holds
+        half a dozen open fds (its files, read at every run): no more are kept than the
+        pool forks children into, or a burst of runs would leave the host as many fds per
+        run it once had in flight, for good."""
+        return not self.closed and len(self._free_cgroups) < self.size
 
     def _stop(self) -> None:
         self.closed = True

@@ -64,7 +64,7 @@ from .process import ChildProcess
 from .sandbox import SandboxPlan
 from .teardown import Teardown, discard
 from .tracing import RunTrace
-from .usage import descendants, measure_usage
+from .usage import measure_run
 
 __all__ = [
     "CallHandler",
@@ -445,8 +445,7 @@ class Run:
         own figures are its word, not a measurement."""
         child = self.child
         assert child is not None
-        pids = self._cgroup.procs() if self._cgroup is not None else []
-        self._host_usage, busiest = measure_usage(pids or descendants(child.pid), child.proc_fds)
+        self._host_usage, busiest = measure_run(child.pid, child.proc_fds, self._cgroup)
         self._busiest_cpu_s = max(self._busiest_cpu_s, busiest)
         self._measure_memory()
 

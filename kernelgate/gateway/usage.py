@@ -8,9 +8,20 @@ never the child's word.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ProcFds", "descendants", "keep_proc_fds", "measure_usage", "proc_usage"]
+from .cgroups import RunCgroup
+
+__all__ = [
+    "ProcFds",
+    "descendants",
+    "keep_proc_fds",
+    "measure_kept",
+    "measure_run",
+    "measure_usage",
+    "proc_usage",
+]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -69,6 +80,11 @@ def proc_usage(pid: int, kept: ProcFds | None = None) -> tuple[float, float, int
         status = _read(f"/proc/{pid}/status", 65536)  # about 1.5 KiB
     if stat is None or status is None:
         return None
+    return _parsed(stat, status)
+
+
+def _parsed(stat: bytes, status: bytes) -> tuple[float, float, int, float] | None:
+    """:func:`proc_usage`'s figures from the text of /proc/PID/stat and status."""
     fields = stat[stat.rfind(b")") + 2 :].split(None, 15)  # up to cstime
     try:
         user = (int(fields[11]) + int(fields[13])) / _CLK_TCK
@@ -113,19 +129,58 @@ def measure_usage(
     """CPU time and peak memory of ``pids`` as the host reads them from /proc (None if none
     could be read; ``kept``: fds of some, see :func:`keep_proc_fds`), and the most CPU one
     of them used on its own."""
+    return _summed([proc_usage(pid, kept) for pid in pids])
+
+
+def measure_run(
+    root: int, kept: ProcFds, cgroup: RunCgroup | None
+) -> tuple[dict[str, Any] | None, float]:
+    """:func:`measure_usage` of a run's processes: those in its ``cgroup`` (else ``root``
+    and the processes below it), reading the fds ``kept`` for them where there are some.
+
+    A warm child's processes had their fds kept as it parked: when the cgroup counts
+    exactly that many tasks now, they are all of the run's (each is alive, in it, one task
+    at least), and listing cgroup.procs (v1 builds and sorts the list at each open) is
+    skipped on the way to the caller."""
+    if cgroup is not None and kept and cgroup.charged() == len(kept):
+        measured = measure_kept(kept)
+        if measured is not None:
+            return measured
+    pids = cgroup.procs() if cgroup is not None else []
+    return measure_usage(pids or descendants(root), kept)
+
+
+def measure_kept(kept: ProcFds) -> tuple[dict[str, Any] | None, float] | None:
+    """:func:`measure_usage` of exactly the processes in ``kept``, through their kept fds
+    only; None if one of them cannot be read so (it is gone: its pid may be another
+    process's now, which only a fresh listing of the run's processes can tell)."""
+    found = []
+    for stat, status in kept.values():
+        text, lines = _pread(stat, 4096), _pread(status, 65536)
+        if text is None or lines is None:
+            return None
+        usage = _parsed(text, lines)
+        if usage is None:
+            return None
+        found.append(usage)
+    return _summed(found)
+
+
+def _summed(
+    found: Sequence[tuple[float, float, int, float] | None],
+) -> tuple[dict[str, Any] | None, float]:
     user = system = 0.0
     peak = 0
     busiest = 0.0
     seen = False
-    for pid in pids:
-        found = proc_usage(pid, kept)
-        if found is None:
+    for one in found:
+        if one is None:
             continue
         seen = True
-        user += found[0]
-        system += found[1]
-        peak = max(peak, found[2])
-        busiest = max(busiest, found[3])
+        user += one[0]
+        system += one[1]
+        peak = max(peak, one[2])
+        busiest = max(busiest, one[3])
     if not seen:
         return None, busiest
     usage = {

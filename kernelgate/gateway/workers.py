@@ -145,7 +145,9 @@ class Workers:
         self._ready: dict[Lane, None] = {}  # the lanes with jobs waiting, oldest first
         self._threads = 0  # executor jobs of ours running now (parked ones included)
         self._extras = 0  # extra threads alive now (parked ones included)
-        self._shared = Lane(self)  # for submit without a lane: one run's, in effect
+        # For submit without a lane (one run's, in effect): made on first use, as it and
+        # this object refer to each other (a gateway's runs each have a lane: no cycle).
+        self._shared: Lane | None = None
         # A ThreadPoolExecutor's bound (another executor queues for itself: no bound here).
         limit = getattr(executor, "_max_workers", None)
         self._max = limit if isinstance(limit, int) and limit > 0 else None
@@ -161,7 +163,8 @@ class Workers:
         """Run ``job`` in a parked thread, a new one, the lane's extra one, or once a thread
         is free for ``lane`` (see the module's docstring); RuntimeError: the executor is
         shut down and no thread is ours, or a new thread would not start."""
-        lane = self._shared if lane is None else lane
+        if lane is None:
+            lane = self._shared = self._shared or Lane(self)
         with self._lock:
             # A parked pool thread, the most recent (its caches are warm); else this run's
             # parked extra one (the pool's threads are all busy, or not made yet).

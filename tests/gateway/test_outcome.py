@@ -525,3 +525,12 @@ def test_usage_the_host_could_not_read_is_the_childs_word_labelled() -> None:
 def test_doctests(name: str) -> None:
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_usage_read_at_the_reply_is_kept_where_the_reaped_childs_is_less() -> None:
+    # A process the program forked and left running is in /proc at the reply, but in no
+    # rusage once its namespace's init has gone without waiting for it.
+    host = {"cpu_user_s": 0.3, "cpu_system_s": 0.01, "peak_memory_bytes": 100}
+    r = build_result(ending(reply=OK_REPLY, rusage=(0.002, 0.005, 1), host_usage=host))
+    assert (r.usage["cpu_user_s"], r.usage["cpu_system_s"]) == (0.3, 0.01)
+    assert r.usage["peak_memory_bytes"] == 1024 and r.usage["measured_by"] == "host"

@@ -4,7 +4,9 @@ executor that is shut down takes no new thread."""
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -52,3 +54,23 @@ def test_a_shut_down_executor_takes_no_new_thread() -> None:
     ex.shutdown(wait=True)
     with pytest.raises(RuntimeError):
         Workers(ex).submit(lambda: None)
+
+
+@pytest.mark.timeout(30)
+def test_workers_go_by_reference_counting_once_their_executor_has() -> None:
+    # A gateway's binding threads are freed with it, not at the next collection.
+    gc.collect()
+    gc.disable()
+    try:
+        ex = ThreadPoolExecutor(1)
+        workers = workers_for(ex)
+        done = threading.Event()
+        workers.lane().submit(done.set)
+        assert done.wait(5)
+        gone = weakref.ref(workers)
+        del workers
+        ex.shutdown(wait=True)  # the parked thread leaves within IDLE_S
+        del ex
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -296,3 +296,32 @@ def test_honest_usage_is_measured_by_the_host(hostile):
     assert r.usage["peak_memory_bytes"] >= 32 << 20
     assert "child_reported" in r.usage
     assert os.getpid() > 0
+
+
+@WARM_COLD
+def test_a_process_the_program_left_running_is_measured_at_the_reply(hostile, warm):
+    # A warm run's reply reads the /proc files kept as its child parked when the cgroup
+    # holds just those processes: a process the program forked, alive at the reply, must
+    # send the host back to listing the run's cgroup, and its CPU be counted. (The reply is
+    # the program's own, sent while all stay alive: the host measures them as it reads it.)
+    src = _FIND_CONN + textwrap.dedent(
+        """
+        import time
+        r, w = os.pipe()
+        if os.fork() == 0:
+            end = time.process_time() + 0.3
+            while time.process_time() < end:
+                pass
+            os.write(w, b'x')
+            time.sleep(30)
+            os._exit(0)
+        os.read(r, 1)
+        write_all(conn.send(ExecuteReply('ok', 'ok')))
+        time.sleep(30)
+        """
+    )
+    for _ in range(3):  # a warm run's child may be handed out before its fds are kept
+        r = hostile.run(src, FAST, warm=warm)
+        assert r.status == "ok", r.message
+        assert r.usage["measured_by"] == "host"
+        assert r.usage["cpu_user_s"] + r.usage["cpu_system_s"] >= 0.25, r.usage
