@@ -16,7 +16,10 @@ A call goes through the same stages whoever answers it:
 The fast path is a property of this path, not a copy of it: a call that finds a slot free
 and no policy runs stage 4 inside fd 3's read callback, and a value that is ready at once
 (an inline binding) is answered there too, without a task. Anything that must be awaited
-goes on in a task through the same stage functions.
+goes on in a task through the same stage functions. A sequential program's calls to
+synchronous bindings run as a *chain* (:meth:`CallDispatcher._run_chain`): the thread that
+answered one reads the next from fd 3 and admits it itself, with stage 1's checks and
+record, in the first call's slot; anything else goes back to the loop.
 """
 
 # long: one call's five stages and its hand-off to a worker thread are one path, read
@@ -43,7 +46,7 @@ from kernelgate.wire.messages import binding_label
 from kernelgate.wire.values import NotJSONError, ValueTooLargeError, check_json
 
 from .bindings import Binding
-from .channel import ChildChannel
+from .channel import AGAIN, ChildChannel
 from .outcome import Verdicts
 from .output import RunOutput
 from .plan import CallListener, RunPlan
@@ -55,6 +58,9 @@ __all__ = ["CallDispatcher"]
 #: How long a call answered from a worker thread may wait to be recorded when the child
 #: sends nothing after its answer (it usually does at once: see CallDispatcher._done).
 _SWEEP_S = 0.002
+#: How long a binding thread that answered a call waits for the child's next one on fd 3
+#: (:meth:`CallDispatcher._run_chain`) before it gives fd 3 back to the loop.
+_HOLD_S = 0.001
 #: The sweep's longest interval: while a slow binding runs and nothing has ended, the timer
 #: backs off (doubling) to this, rather than waking the loop 500 times a second.
 _SWEEP_MAX_S = 0.05
@@ -73,9 +79,10 @@ class _ThreadOutcome:
     ``state`` goes from "pending" to "sent" (the thread wrote it) or "loop" (the loop
     will), decided under the dispatcher's ``_claim`` lock by whichever gets there first."""
 
-    __slots__ = ("value", "error", "checked", "ended", "state")
+    __slots__ = ("value", "error", "checked", "ended", "state", "chained")
 
-    def __init__(self) -> None:
+    def __init__(self, chained: bool = False) -> None:
+        self.chained = chained  # run by a chain (_run_chain), which holds its slot
         self.value: Any = None
         self.error: BaseException | None = None
         self.checked = False
@@ -230,6 +237,10 @@ class CallDispatcher:
         # is over (their late answers are then neither recorded nor sent).
         self._threads = 0
         self._over = False
+        # A chain (see _run_chain): when its thread began the binding it runs now (0.0:
+        # none runs, it waits for the child's next call or has ended).
+        self._chain_busy = 0.0
+        self._lone = 0  # lone calls handed over in a row (_hand_over)
         self._claim = threading.Lock()  # who answers a thread's call (_ThreadOutcome)
         # Calls whose binding ended in a worker thread, for the loop to record. The thread
         # puts its call here before it writes the answer; whatever the child sends after
@@ -383,7 +394,22 @@ class CallDispatcher:
         admitted go to one worker thread, together, and the sweep is due soon."""
         if self._pending:
             calls, self._pending = self._pending, []
-            self._submit(calls)
+            # Lent from the second lone call in a row on: a run of one call (or one whose
+            # calls are gathered) does not pay for a thread's hold and its hand-back.
+            self._lone = self._lone + 1 if len(calls) == 1 else 0
+            if (
+                self._lone > 1
+                and self._threads == 1
+                and not self._tasks
+                and not self._batches
+                and self._direct
+                and self._trace is None
+                and self._lane is not None
+                and self._channel.lend()
+            ):
+                self._submit_chain(calls[0])
+            else:
+                self._submit(calls)
             self._sweep_s = _SWEEP_S  # calls just started: they may end soon
             sweep = self._sweep
             if sweep is None or sweep.when() > self._loop.time() + 4 * _SWEEP_S:
@@ -415,6 +441,87 @@ class CallDispatcher:
                 self._threads -= 1
                 self._slots.release()
                 self._answer(record, started, error=exc)
+
+    def _submit_chain(self, call: _ThreadCall) -> None:
+        """:meth:`_submit` of a lone call whose thread, once it has answered, reads the
+        child's next call from fd 3 itself (lent: :meth:`ChildChannel.lend`)."""
+        base = contextvars.copy_context()  # each call of the chain runs in a copy of it
+        # As for a running call: a job that waits for a thread longer than a sweep does
+        # not keep the child's other frames unread (_swept takes fd 3 back).
+        self._chain_busy = time.monotonic()
+        try:
+            assert self._lane is not None
+            self._lane.submit(functools.partial(self._run_chain, call, base))
+        except RuntimeError as exc:  # the executor is shut down: the gateway is closing
+            self._channel.give_back()
+            _context, record, started, _fn, _args, _kwargs = call
+            self._threads -= 1
+            self._slots.release()
+            self._answer(record, started, error=exc)
+
+    def _run_chain(self, call: _ThreadCall, base: contextvars.Context) -> None:
+        """In a worker thread: the call, then, while fd 3 is lent to this thread, each
+        next call the child sends that :meth:`_take` admits here, one after another (a
+        sequential program's calls, without a wakeup of the loop and a hand-over to a
+        thread per call). The chain holds the first call's slot and thread count until
+        the loop ends it (:meth:`_chain_ended`); it ends once no call came for
+        ``_HOLD_S``, or anything else did, or an answer is not sent from here, or the loop
+        took fd 3 back (the run ended, the child exited, or a binding ran longer than a
+        sweep: calls sent meanwhile are read and started by the loop then)."""
+        channel = self._channel
+        try:
+            next_call: _ThreadCall | None = call
+            while next_call is not None and not self._over:
+                self._chain_busy = time.monotonic()
+                ran = [self._run_one(*next_call, chained=True)]
+                self._chain_busy = 0.0
+                if not self._send_from_thread(ran):
+                    break  # the loop answers it
+                # The next call within _HOLD_S, whole: a child that sends a frame a byte
+                # at a time holds this thread no longer than one that sends nothing.
+                take = functools.partial(self._take, base)
+                deadline = time.monotonic() + _HOLD_S
+                while (next_call := channel.read_lent(deadline - time.monotonic(), take)) is AGAIN:
+                    pass
+        finally:
+            self._chain_busy = 0.0
+            try:
+                self._loop.call_soon_threadsafe(self._chain_ended)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits for the answers
+
+    def _take(self, base: contextvars.Context, event: Any) -> _ThreadCall | None:
+        """In a chain's thread, under the channel's lock: admit the call ``event`` as
+        :meth:`start` would on the fast path to a worker thread, or None (not a call, or
+        one that :meth:`start` answers otherwise: the loop hands it on as ever)."""
+        if type(event) is not CallRequest or self._over or event.call_id >= self._max_calls:
+            return None
+        binding = self._registry.lookup(event.namespace, event.name)
+        if binding is None or binding.is_async or binding.inline:
+            return None
+        try:
+            args, kwargs = binding.load_arguments(event.args, event.kwargs)
+        except TypeError:
+            return None  # the loop refuses it, with the same words
+        now = time.monotonic()
+        record = CallRecord(
+            id=event.call_id,
+            namespace=event.namespace,
+            name=event.name,
+            args=event.args,
+            kwargs=event.kwargs,
+            start_s=now - self._t0,
+        )
+        self.calls.append(record)
+        return (base.copy(), record, now, binding, args, kwargs)
+
+    def _chain_ended(self) -> None:
+        """On the loop: a chain's thread stopped: its calls recorded, its slot freed, and
+        fd 3 read here again (after what the thread read and did not take)."""
+        self._settle_threads()
+        self._threads -= 1
+        self._slots.release()
+        self._channel.give_back()
 
     def _run_batch(self, batch: _Batch) -> None:
         """In a worker thread: a batch's calls, one after another, then their answers in
@@ -449,11 +556,12 @@ class CallDispatcher:
         binding: Binding,
         args: list[Any],
         kwargs: dict[str, Any],
+        chained: bool = False,
     ) -> tuple[CallRecord, _ThreadOutcome]:
         """In the worker thread: the binding, its result checked, the call queued for the
         loop to record (before the answer leaves: the loop records it before it reads
         anything the child sends after its answer)."""
-        outcome = _ThreadOutcome()
+        outcome = _ThreadOutcome(chained)
         try:
             outcome.value = context.run(binding.fn, *args, **kwargs)
         except BaseException as exc:  # SystemExit from a binding must not end the host
@@ -508,7 +616,10 @@ class CallDispatcher:
         for batch in batches:
             for call in batch.stalled(now):  # each in a thread of its own
                 self._submit([call])
-        if self._done:
+        busy = self._chain_busy
+        if busy and now - busy >= _SWEEP_S:
+            self._channel.revoke()  # calls sent meanwhile are read and started here
+        if self._done or self._channel.lent:  # a chain answers calls: not backed off
             self._settle_threads()
             self._sweep_s = _SWEEP_S
         else:
@@ -519,8 +630,9 @@ class CallDispatcher:
     def _thread_done(self, record: CallRecord, started: float, outcome: _ThreadOutcome) -> None:
         """On the loop: record (and answer, unless its thread did) a call whose binding
         returned or raised in a worker thread."""
-        self._threads -= 1
-        self._slots.release()
+        if not outcome.chained:  # a chain's slot is freed once it ends (_chain_ended)
+            self._threads -= 1
+            self._slots.release()
         if self._channel.paused and len(self._tasks) + self._threads <= self._max_in_flight:
             self._channel.resume_control()
         if self._over:
@@ -716,6 +828,9 @@ class CallDispatcher:
     def cancel_now(self) -> None:
         """Cancel every call still running (without waiting for them)."""
         self._pending.clear()  # admitted, never started: they are not started now
+        # A chain's thread admits no call once this returns (it takes them under the
+        # channel's lock, which revoke takes).
+        self._channel.revoke()
         self._settle_threads()  # answered already: recorded, whatever ends the run
         self._over = True
         if self._lane is not None:

@@ -8,13 +8,19 @@ the socket and pipe buffers and is drained at once, and a grandchild holding a p
 cannot keep the run from settling.
 """
 
+# long: fd 3 read on the loop and fd 3 lent to a binding thread share one lock, one
+# buffer of what the thread did not take and one order of events; split, each half would
+# reach into the other's state.
+
 from __future__ import annotations
 
 import asyncio
 import functools
 import os
+import select
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from kernelgate.wire.connection import Connection
 from kernelgate.wire.errors import LocalProtocolError, RemoteProtocolError
@@ -24,7 +30,12 @@ from kernelgate.wire.state import EXECUTING
 from .outcome import Verdicts
 from .process import ChildProcess
 
-__all__ = ["ChildChannel", "REPLY_HIGH_WATER"]
+__all__ = ["AGAIN", "ChildChannel", "REPLY_HIGH_WATER"]
+
+T = TypeVar("T")
+
+#: :meth:`ChildChannel.read_lent`: a part of a frame came, or nothing yet: wait again.
+AGAIN: Any = object()
 
 _READ_CHUNK = 256 * 1024
 
@@ -44,7 +55,10 @@ class ChildChannel:
 
     The connection and the write queue are used under one lock: a worker thread that ran a
     synchronous binding writes its answer itself (:meth:`send_from_thread`), without
-    waiting for the loop to wake.
+    waiting for the loop to wake. Between a sequential program's calls, fd 3 may be lent
+    to that thread (:meth:`lend`): it reads the child's next call itself
+    (:meth:`read_lent`), and anything else it reads goes to the loop, which hands it on
+    before what it reads next.
     """
 
     def __init__(
@@ -87,6 +101,18 @@ class ChildChannel:
         #: Called on the loop once the events of a read of fd 3 are handed on (the calls
         #: it brought go to their worker thread together).
         self.after_events: Callable[[], None] | None = None
+        # fd 3 lent to a binding thread (see lend): it reads the child's next call itself.
+        # Set and cleared on the loop; ``_revoked`` is set under the lock, which the thread
+        # holds from each read to the decision on what it read.
+        self.lent = False
+        self._revoked = False
+        self._eof = False  # the thread read the end of fd 3
+        self._draining = False
+        # What a thread read of fd 3 but did not take (events, and what the wire refused):
+        # handed on by the loop before anything it reads itself (_replay).
+        self._returned: list[tuple[list[Event], RemoteProtocolError | None]] = []
+        self._poll = select.poll()
+        self._poll.register(self._control_fd, select.POLLIN)
 
     def violation(self, detail: str) -> None:
         """Tell the run of traffic it refuses (``on_violation``; nothing once closed): what
@@ -114,6 +140,10 @@ class ChildChannel:
         on_exit()
 
     def _on_control(self, drain: bool = False) -> None:
+        if self._returned:
+            self._replay()
+            if self.lent:
+                return  # lent again by the calls handed on: the thread reads it now
         sock = self._child.control
         verdicts = self._verdicts
         while True:
@@ -154,7 +184,7 @@ class ChildChannel:
                 self._corked = None
                 if corked and not self._closed:
                     self._write(b"".join(corked))
-            if not drain:
+            if not drain or self.lent:
                 return  # one chunk per wakeup keeps other runs responsive
 
     def _on_pipe(self, name: str, drain: bool = False) -> None:
@@ -180,7 +210,11 @@ class ChildChannel:
 
     def drain(self) -> None:
         """The child has exited: take everything it wrote, which is in the buffers now."""
-        if self._control_fd in self._readers or self.paused:
+        self._draining = True  # fd 3 is lent no more: it is read here to its end
+        self.revoke()
+        if self._returned:
+            self._replay()
+        if (self._control_fd in self._readers or self.paused) and not self._eof:
             self.paused = False
             self._on_control(drain=True)
         self.drain_pipes(stop=False)
@@ -198,9 +232,11 @@ class ChildChannel:
 
     def stop_control(self) -> None:
         """Read fd 3 no more (the host refused the child's traffic)."""
+        self.revoke(watch=False)
         self.unwatch(self._control_fd)
 
     def stop_reading(self) -> None:
+        self.revoke(watch=False)
         for fd in list(self._readers):
             self.unwatch(fd)
 
@@ -215,13 +251,14 @@ class ChildChannel:
         """With every call slot taken and more calls waiting, stop reading fd 3 until one
         finishes, so a flood of call frames waits in the child (blocked in its write), not
         in the host's memory."""
+        self.revoke()
         if not self.paused and self._control_fd in self._readers:
             self.unwatch(self._control_fd)
             self.paused = True
 
     def resume_control(self) -> None:
         self.paused = False
-        if self._closed or self._verdicts.refused:
+        if self._closed or self._verdicts.refused or self.lent or self._eof:
             return
         fd = self._control_fd
         if fd not in self._readers:
@@ -236,6 +273,134 @@ class ChildChannel:
     async def drained(self) -> None:
         """Wait until every queued frame is written."""
         await self._drained.wait()
+
+    # -- fd 3 lent to a binding thread ---------------------------------------------------
+
+    def lend(self) -> bool:
+        """On the loop: stop reading fd 3 here, for a binding thread that answered a call
+        to read the child's next one itself (:meth:`read_lent`) instead of a wakeup of
+        the loop and a hand-over back to a thread per call (False: not lent, it is not
+        read now). The thread gives it back with :meth:`give_back`; the loop takes it back
+        at any time with :meth:`revoke`."""
+        if (
+            self.lent
+            or self._draining
+            or self.paused
+            or self._closed
+            or self._returned
+            or self._verdicts.refused
+            or self._control_fd not in self._readers
+        ):
+            return False
+        self.unwatch(self._control_fd)
+        with self._lock:
+            self._revoked = False
+            self.lent = True
+        return True
+
+    def read_lent(self, timeout: float, take: Callable[[Event], T | None]) -> T | None:
+        """In the thread fd 3 is lent to: wait at most ``timeout`` seconds for the child's
+        next frames, and read them. What ``take`` takes (the one event read, under the
+        lock: the loop's :meth:`revoke` comes wholly before or after it) is returned;
+        :data:`AGAIN` when only part of a frame came; else None, and the thread must give
+        fd 3 back: whatever else it read is kept for the loop, which hands it on before
+        anything it reads itself."""
+        try:
+            if not self._poll.poll(max(timeout, 0.0) * 1e3):
+                return None
+        except (OSError, ValueError):  # closed under us: the run is settling
+            return None
+        with self._lock:
+            if self._revoked or self._closed or self._verdicts.refused:
+                return None
+            try:
+                data = self._child.control.recv(_READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return AGAIN  # type: ignore[no-any-return]
+            except OSError:
+                data = b""
+            if not data:
+                self._eof = True
+                return None
+            self.bytes_in += len(data)
+            events: list[Event] = []
+            error: RemoteProtocolError | None = None
+            conn = self._conn
+            try:
+                conn.receive_data(data)
+                while (event := conn.next_event()) is not None:
+                    events.append(event)
+            except RemoteProtocolError as exc:
+                error = exc
+            if not events and error is None:
+                return AGAIN  # type: ignore[no-any-return]
+            if len(events) == 1 and error is None:
+                try:
+                    got = take(events[0])
+                except Exception:  # the loop takes it then, and reports what fails
+                    got = None
+                if got is not None:
+                    return got
+            self._returned.append((events, error))
+            return None
+
+    def give_back(self) -> None:
+        """On the loop, once the thread fd 3 was lent to stopped reading it: read it here
+        again, after what the thread read and did not take."""
+        if not self.lent:
+            return  # revoked meanwhile: read here already
+        with self._lock:
+            self.lent = False
+        if self._returned:
+            self._replay()
+        self._watch_control()
+
+    def revoke(self, watch: bool = True) -> None:
+        """On the loop: take fd 3 back from the thread it is lent to (it reads no more once
+        this returns; what it read and did not take is handed on at the next read here),
+        and read it here again (``watch``)."""
+        if not self.lent:
+            return
+        with self._lock:
+            self._revoked = True
+            self.lent = False
+        if watch:
+            self._watch_control()
+
+    def _watch_control(self) -> None:
+        if self._closed or self._verdicts.refused or self.paused or self._eof:
+            return
+        fd = self._control_fd
+        if fd not in self._readers:
+            self._loop.add_reader(fd, self._on_control)
+            self._readers.append(fd)
+
+    def _replay(self) -> None:
+        """On the loop: hand on what a thread read of fd 3 and did not take, as
+        :meth:`_on_control` hands on what it reads."""
+        with self._lock:
+            returned, self._returned = self._returned, []
+        if self.before_read is not None:
+            self.before_read()
+        verdicts = self._verdicts
+        for events, error in returned:
+            if verdicts.refused:
+                return
+            corked: list[bytes] = []
+            self._corked = corked
+            try:
+                for event in events:
+                    self._on_event(event)
+                    if verdicts.refused:
+                        break
+                if error is not None and not verdicts.refused:
+                    self._on_violation(str(error))
+            finally:
+                if self.after_events is not None:
+                    self.after_events()
+                self._corked = None
+                if corked and not self._closed:
+                    self._write(b"".join(corked))
 
     # -- writing -------------------------------------------------------------------------
 
@@ -359,6 +524,7 @@ class ChildChannel:
         """Stop all I/O and close our ends of the child's fds."""
         with self._lock:
             self._closed = True
+            self._returned.clear()
         self.stop_reading()
         if self._out:
             self._loop.remove_writer(self._control_fd)
