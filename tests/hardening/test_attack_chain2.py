@@ -14,6 +14,7 @@ answered once, within the run's limits, and no run's chain holds another run's c
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import sys
 import textwrap
 import threading
@@ -860,3 +861,51 @@ def test_chained_calls_sit_between_the_output_printed_around_them(hostile, warm)
         assert c.output_index > where[f"p{c.id}"], c
         if c.id + 1 < 300:
             assert c.output_index <= where[f"p{c.id + 1}"], c
+
+
+_USER: contextvars.ContextVar[str] = contextvars.ContextVar("_USER")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the host's context is lost once a chain ends: _run_chain schedules _chain_ended "
+    "with call_soon_threadsafe from the worker thread, so it runs in a copy of that thread's "
+    "(empty) context, and give_back -> _watch_control re-adds fd 3's reader there "
+    "(loop.add_reader copies the current context): every later read of fd 3 and every call "
+    "admitted from it (_in_thread_now's copy_context, async bindings, tasks) sees 'UNSET'",
+)
+@pytest.mark.timeout(60)
+@WARM_COLD
+def test_bindings_see_the_hosts_context_after_a_chain_ends(hostile, warm):
+    # As asyncio.to_thread: a binding runs in the context gw.run was called in (a
+    # request's user, say). A chain, then a pause that ends it (fd 3 back to the loop),
+    # then more calls, sync and async: every one sees the host's context.
+    def who() -> str:
+        return _USER.get("UNSET")
+
+    async def awho() -> str:
+        return _USER.get("UNSET")
+
+    gw = hostile.gateway(bindings={"who": who, "awho": awho}, pool_size=1 if warm else 0)
+    program = """
+import time
+out = []
+for k in range(3):
+    out.append([await tools.who() for i in range(5)])
+    time.sleep(0.02)  # longer than the thread's hold: the chain ends
+out.append(await tools.awho())
+return out
+"""
+
+    async def main() -> RunResult:
+        if warm:
+            assert (await gw.run("'warm-up'")).ok
+        try:
+            _USER.set("alice")
+            return await gw.run(program, limits=FAST)
+        finally:
+            await gw.runtime.end_loop()
+
+    r = hostile.record(asyncio.run(main()))
+    assert r.status == "ok", r.message
+    assert r.value == [["alice"] * 5] * 3 + ["alice"]
