@@ -909,3 +909,62 @@ return out
     r = hostile.record(asyncio.run(main()))
     assert r.status == "ok", r.message
     assert r.value == [["alice"] * 5] * 3 + ["alice"]
+
+
+@pytest.mark.timeout(60)
+@WARM_COLD
+def test_a_whole_call_and_half_the_next_in_one_write_to_the_thread(hostile, warm):
+    # The thread reads a whole call and the start of the next: it takes the first, runs
+    # it, and the second, completed later (past its hold, or within it), once.
+    r = hostile.run(
+        _prog(
+            """
+            out = []
+            for k in (1, 5, 17, 30):
+                a = conn._next_call_id
+                fa, fb = expect(a), expect(a + 1)
+                second = frame(a + 1, args=(k, 200))
+                forge(frame(a, args=(k, 100)) + second[:k])
+                time.sleep(0.003)
+                forge(second[k:])
+                out.append([await fa, await fb, await tools.add(k, 300)])
+            return out
+            """
+        ),
+        Limits(wall_seconds=30, kill_grace_seconds=0.3, cpu_seconds=20),
+        warm=warm,
+    )
+    assert r.status == "ok", r.message
+    assert r.value == [[k + 100, k + 200, k + 300] for k in (1, 5, 17, 30)]
+    assert _ids(r.calls) == list(range(14))
+
+
+@pytest.mark.timeout(120)
+def test_two_gateways_on_one_loop_each_with_runs_chaining(hostile):
+    # Two gateways (two executors), three runs each, side by side on one loop: each run
+    # gets its own answers, recorded in order.
+    gws = [hostile.gateway(bindings={"add": _add}, pool_size=0, max_threads=2) for _ in range(2)]
+    chain = "return [await tools.add({k}, i) for i in range(150)]\n"
+    limits = Limits(wall_seconds=60, kill_grace_seconds=0.3, cpu_seconds=40)
+
+    async def main() -> list[RunResult]:
+        try:
+            return list(
+                await asyncio.gather(
+                    *[
+                        gws[g].run(chain.format(k=(g * 3 + k) * 1000), limits=limits)
+                        for g in range(2)
+                        for k in range(3)
+                    ]
+                )
+            )
+        finally:
+            for gw in gws:
+                await gw.runtime.end_loop()
+
+    results = [hostile.record(r) for r in asyncio.run(main())]
+    for n, r in enumerate(results):
+        assert r.status == "ok", r.message
+        assert r.value == [n * 1000 + i for i in range(150)]
+        assert _ids(r.calls) == list(range(150))
+        assert [c.value for c in r.calls] == r.value
