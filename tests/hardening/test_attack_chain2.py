@@ -968,3 +968,44 @@ def test_two_gateways_on_one_loop_each_with_runs_chaining(hostile):
         assert r.value == [n * 1000 + i for i in range(150)]
         assert _ids(r.calls) == list(range(150))
         assert [c.value for c in r.calls] == r.value
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="(on main before the chain too) the host's context is lost after back-pressure: "
+    "CallDispatcher._ran schedules _settle_threads with call_soon_threadsafe from the worker "
+    "thread, _thread_done calls ChildChannel.resume_control there, and add_reader re-adds "
+    "fd 3's reader in a copy of the worker thread's (empty) context",
+)
+@pytest.mark.timeout(60)
+@WARM_COLD
+def test_bindings_see_the_hosts_context_after_fd_3_was_paused(hostile, warm):
+    # max_calls_in_flight=2 and three calls gathered: the third waits for a slot and fd 3
+    # is paused; once the first two answered it is read again. Every call after that
+    # still sees the context gw.run was called in.
+    def who() -> str:
+        return _USER.get("UNSET")
+
+    gw = hostile.gateway(bindings={"who": who}, pool_size=1 if warm else 0)
+    program = """
+import asyncio
+out = []
+for k in range(3):
+    out.append(list(await asyncio.gather(*[tools.who() for i in range(3)])))
+    out.append(await tools.who())
+return out
+"""
+    limits = Limits(wall_seconds=10, kill_grace_seconds=0.3, cpu_seconds=5, max_calls_in_flight=2)
+
+    async def main() -> RunResult:
+        if warm:
+            assert (await gw.run("'warm-up'")).ok
+        try:
+            _USER.set("alice")
+            return await gw.run(program, limits=limits)
+        finally:
+            await gw.runtime.end_loop()
+
+    r = hostile.record(asyncio.run(main()))
+    assert r.status == "ok", r.message
+    assert r.value == [["alice"] * 3, "alice"] * 3
