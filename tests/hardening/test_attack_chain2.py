@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from kernelgate import CallRecord, Gateway, Limits, RunResult
+from kernelgate import CallRecord, Gateway, Limits, RunResult, inline
 from kernelgate.gateway.workers import workers_for
 
 from .conftest import FAST
@@ -1009,3 +1009,74 @@ return out
     r = hostile.record(asyncio.run(main()))
     assert r.status == "ok", r.message
     assert r.value == [["alice"] * 3, "alice"] * 3
+
+
+@pytest.mark.timeout(60)
+@WARM_COLD
+def test_unknown_inline_and_keyboard_interrupt_calls_amid_a_chain(hostile, warm):
+    # An unknown binding (forged: the child's client would refuse it), an inline one, and
+    # a binding raising KeyboardInterrupt, each between sequential calls: each answered
+    # once; the host goes on; the chain starts again after each.
+    def kbint() -> None:
+        raise KeyboardInterrupt
+
+    gw = hostile.gateway(
+        bindings={"add": _add, "fast": inline(lambda x: x * 2), "kbint": kbint},
+        pool_size=1 if warm else 0,
+    )
+    r = hostile.run(
+        _prog(
+            """
+            out = []
+            for i in range(5):
+                cid = conn._next_call_id
+                fut = expect(cid, 'tools.nope')
+                forge(frame(cid, 'nope'))
+                try:
+                    await fut
+                except ToolError as exc:
+                    out.append(exc.ename)
+                out.append(await tools.add(i, 0))
+                out.append(await tools.fast(i))
+                out.append(await tools.add(i, 1))
+                try:
+                    await tools.kbint()
+                except ToolError as exc:
+                    out.append(exc.ename)
+                out.append(await tools.add(i, 2))
+            return out
+            """
+        ),
+        FAST,
+        warm=warm,
+        gateway=gw,
+    )
+    assert r.status == "ok", r.message
+    assert r.value == [
+        v for i in range(5) for v in ("LookupError", i, 2 * i, i + 1, "KeyboardInterrupt", i + 2)
+    ]
+    assert _ids(r.calls) == list(range(2 + 30))
+
+
+@pytest.mark.timeout(60)
+@WARM_COLD
+def test_a_chain_up_to_max_calls_exactly(hostile, warm):
+    # max_calls=12: the twelfth call is taken by the chain's thread; the thirteenth is
+    # refused by the child itself, never reaching the host.
+    limits = Limits(wall_seconds=10, kill_grace_seconds=0.3, cpu_seconds=5, max_calls=12)
+    r = hostile.run(
+        """
+out = [await tools.add(i, 0) for i in range(12)]
+try:
+    await tools.add(99, 0)
+except Exception as exc:
+    out.append(type(exc).__name__)
+return out
+""",
+        limits,
+        warm=warm,
+    )
+    assert r.status == "ok", r.message
+    assert r.value[:12] == list(range(12))
+    assert len(r.value) == 13 and r.value[12] != 99
+    assert _ids(r.calls) == list(range(12))
