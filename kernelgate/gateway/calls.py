@@ -206,6 +206,9 @@ class CallDispatcher:
         trace: RunTrace | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
+        # The run's context, for what a worker thread has the loop do (records, on_call):
+        # not the thread's own.
+        self._context = contextvars.copy_context()
         self._registry = plan.registry
         self._limits = plan.limits
         self._policy = plan.policy
@@ -468,7 +471,8 @@ class CallDispatcher:
         ``_HOLD_S``, or anything else did, or an answer is not sent from here, or the loop
         took fd 3 back (the run ended, the child exited, or a binding ran longer than a
         sweep: calls sent meanwhile are read and started by the loop then)."""
-        channel = self._channel
+        channel, lane = self._channel, self._lane
+        assert lane is not None  # a chain is made only with a lane (_hand_over)
         try:
             next_call: _ThreadCall | None = call
             while next_call is not None and not self._over:
@@ -477,6 +481,8 @@ class CallDispatcher:
                 self._chain_busy = 0.0
                 if not self._send_from_thread(ran):
                     break  # the loop answers it
+                if lane.others_waiting():
+                    break  # the thread is another run's turn (workers.py's fairness)
                 # The next call within _HOLD_S, whole: a child that sends a frame a byte
                 # at a time holds this thread no longer than one that sends nothing.
                 take = functools.partial(self._take, base)
@@ -486,7 +492,7 @@ class CallDispatcher:
         finally:
             self._chain_busy = 0.0
             try:
-                self._loop.call_soon_threadsafe(self._chain_ended)
+                self._loop.call_soon_threadsafe(self._chain_ended, context=self._context)
             except RuntimeError:
                 pass  # the loop is closed: nobody waits for the answers
 
@@ -544,7 +550,7 @@ class CallDispatcher:
         if self._send_from_thread(ran) and not self._tasks:
             return  # answered, and nothing waits on the loop for them: see _done
         try:
-            self._loop.call_soon_threadsafe(self._settle_threads)
+            self._loop.call_soon_threadsafe(self._settle_threads, context=self._context)
         except RuntimeError:
             pass  # the loop is closed: nobody waits for the answers
 

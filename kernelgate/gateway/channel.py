@@ -15,6 +15,7 @@ cannot keep the run from settling.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import os
 import select
@@ -113,6 +114,11 @@ class ChildChannel:
         self._returned: list[tuple[list[Event], RemoteProtocolError | None]] = []
         self._poll = select.poll()
         self._poll.register(self._control_fd, select.POLLIN)
+        # The run's context: fd 3's reader is registered in it again whenever fd 3 is read
+        # here again (after back-pressure, after a chain), maybe in a callback a worker
+        # thread scheduled (in its own, empty context): every call admitted from fd 3 is
+        # run in the context the run was started in.
+        self._context = contextvars.copy_context()
 
     def violation(self, detail: str) -> None:
         """Tell the run of traffic it refuses (``on_violation``; nothing once closed): what
@@ -260,10 +266,8 @@ class ChildChannel:
         self.paused = False
         if self._closed or self._verdicts.refused or self.lent or self._eof:
             return
-        fd = self._control_fd
-        if fd not in self._readers:
-            self._loop.add_reader(fd, self._on_control)
-            self._readers.append(fd)
+        if self._control_fd not in self._readers:
+            self._context.run(self._watch_control_here)
 
     @property
     def backlogged(self) -> bool:
@@ -347,11 +351,13 @@ class ChildChannel:
     def give_back(self) -> None:
         """On the loop, once the thread fd 3 was lent to stopped reading it: read it here
         again, after what the thread read and did not take."""
-        if not self.lent:
-            return  # revoked meanwhile: read here already
-        with self._lock:
-            self.lent = False
-        if self._returned:
+        if self.lent:
+            with self._lock:
+                self.lent = False
+        # Revoked meanwhile, fd 3 is read here already; but what the thread read just
+        # before (under the lock, so nothing after the revoke) waits for the next read
+        # here, which may never come (a call the child waits on): handed on now.
+        if self._returned and not self._closed:
             self._replay()
         self._watch_control()
 
@@ -370,10 +376,12 @@ class ChildChannel:
     def _watch_control(self) -> None:
         if self._closed or self._verdicts.refused or self.paused or self._eof:
             return
-        fd = self._control_fd
-        if fd not in self._readers:
-            self._loop.add_reader(fd, self._on_control)
-            self._readers.append(fd)
+        if self._control_fd not in self._readers:
+            self._context.run(self._watch_control_here)
+
+    def _watch_control_here(self) -> None:
+        self._loop.add_reader(self._control_fd, self._on_control)  # in the current context
+        self._readers.append(self._control_fd)
 
     def _replay(self) -> None:
         """On the loop: hand on what a thread read of fd 3 and did not take, as
@@ -463,7 +471,7 @@ class ChildChannel:
                 rest = data[n:]
                 self._out.append(rest)
                 self.backlog += len(rest)
-                self._loop.call_soon_threadsafe(self._wait_writable)
+                self._loop.call_soon_threadsafe(self._wait_writable, context=self._context)
         return sent
 
     def _wait_writable(self) -> None:

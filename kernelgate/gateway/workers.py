@@ -85,6 +85,13 @@ class Lane:
         free for this run (RuntimeError: the executor is shut down, or no thread starts)."""
         self._workers.submit(job, self)
 
+    def others_waiting(self) -> bool:
+        """Whether another run has a job waiting for a thread: a job that runs one call
+        after another (a chain) ends then, so that its thread goes to the fairest run
+        (read without the lock: a job queued just after is seen at the next call)."""
+        ready = self._workers._ready
+        return bool(ready) and (len(ready) > 1 or self not in ready)
+
     def close(self) -> None:
         """The run is over: its jobs no thread took yet are dropped, never started."""
         with self._workers._lock:

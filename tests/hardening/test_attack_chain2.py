@@ -593,13 +593,6 @@ def test_interrupt_while_a_chained_binding_blocks(hostile, gate, warm):
 _ROUNDS = 6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a chain is one job on a pool thread for all of a run's sequential calls: while "
-    "it keeps taking calls, another run's job waiting in its lane for a pool thread is not "
-    "handed that thread (workers.Workers._next runs only when a job ends); before the chain, "
-    "each call was a job and the next one to end handed its thread over",
-)
 @pytest.mark.timeout(120)
 @WARM_COLD
 def test_a_chaining_run_does_not_hold_a_pool_thread_from_another_runs_waiting_call(hostile, warm):
@@ -866,14 +859,6 @@ def test_chained_calls_sit_between_the_output_printed_around_them(hostile, warm)
 _USER: contextvars.ContextVar[str] = contextvars.ContextVar("_USER")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the host's context is lost once a chain ends: _run_chain schedules _chain_ended "
-    "with call_soon_threadsafe from the worker thread, so it runs in a copy of that thread's "
-    "(empty) context, and give_back -> _watch_control re-adds fd 3's reader there "
-    "(loop.add_reader copies the current context): every later read of fd 3 and every call "
-    "admitted from it (_in_thread_now's copy_context, async bindings, tasks) sees 'UNSET'",
-)
 @pytest.mark.timeout(60)
 @WARM_COLD
 def test_bindings_see_the_hosts_context_after_a_chain_ends(hostile, warm):
@@ -970,13 +955,6 @@ def test_two_gateways_on_one_loop_each_with_runs_chaining(hostile):
         assert [c.value for c in r.calls] == r.value
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="(on main before the chain too) the host's context is lost after back-pressure: "
-    "CallDispatcher._ran schedules _settle_threads with call_soon_threadsafe from the worker "
-    "thread, _thread_done calls ChildChannel.resume_control there, and add_reader re-adds "
-    "fd 3's reader in a copy of the worker thread's (empty) context",
-)
 @pytest.mark.timeout(60)
 @WARM_COLD
 def test_bindings_see_the_hosts_context_after_fd_3_was_paused(hostile, warm):
