@@ -91,6 +91,14 @@ PROGRAMS: dict[str, tuple[str, Limits | None, tuple[str, ...], Callable[[RunResu
             and len(r.calls) == 7
         ),
     ),
+    # Sequential calls to a sync binding: from the second on, a chain's thread reads and
+    # admits them (gateway/calls.py); every one recorded, in order.
+    "chain": (
+        "x = 0\nfor i in range(30):\n    x = await tools.add(x, i)\nreturn x",
+        None,
+        ("ok",),
+        lambda r: r.value == 435 and [c.id for c in r.calls] == list(range(30)),
+    ),
     "exception": (
         "print('about to fail')\nraise ValueError('planned')",
         None,
