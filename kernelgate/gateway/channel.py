@@ -473,7 +473,10 @@ class ChildChannel:
                 rest = data[n:]
                 self._out.append(rest)
                 self.backlog += len(rest)
-                self._loop.call_soon_threadsafe(self._wait_writable, context=self._context)
+                # A copy: the run's context itself is entered only by _watch_control,
+                # which a callback running in it could call (Context.run does not nest).
+                ctx = self._context.copy()
+                self._loop.call_soon_threadsafe(self._wait_writable, context=ctx)
         return sent
 
     def _wait_writable(self) -> None:
