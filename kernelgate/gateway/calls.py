@@ -280,15 +280,7 @@ class CallDispatcher:
             )
             return
         now = time.monotonic()
-        record = CallRecord(
-            id=request.call_id,
-            namespace=request.namespace,
-            name=request.name,
-            args=request.args,
-            kwargs=request.kwargs,
-            start_s=now - self._t0,
-        )
-        self.calls.append(record)
+        record = self._record(request, now)
         binding = self._registry.lookup(record.namespace, record.name)
         if binding is None:
             label = binding_label(record.namespace, record.name)
@@ -510,16 +502,21 @@ class CallDispatcher:
         except TypeError:
             return None  # the loop refuses it, with the same words
         now = time.monotonic()
+        return (base.copy(), self._record(event, now), now, binding, args, kwargs)
+
+    def _record(self, request: CallRequest, now: float) -> CallRecord:
+        """The record of an admitted call, in the run's calls (on the loop, or in a chain's
+        thread under the channel's lock: the loop reads fd 3 in neither case)."""
         record = CallRecord(
-            id=event.call_id,
-            namespace=event.namespace,
-            name=event.name,
-            args=event.args,
-            kwargs=event.kwargs,
+            id=request.call_id,
+            namespace=request.namespace,
+            name=request.name,
+            args=request.args,
+            kwargs=request.kwargs,
             start_s=now - self._t0,
         )
         self.calls.append(record)
-        return (base.copy(), record, now, binding, args, kwargs)
+        return record
 
     def _chain_ended(self) -> None:
         """On the loop: a chain's thread stopped: its calls recorded, its slot freed, and

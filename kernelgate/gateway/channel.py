@@ -185,11 +185,7 @@ class ChildChannel:
                 self._on_violation(str(exc))
                 return
             finally:
-                if self.after_events is not None:
-                    self.after_events()
-                self._corked = None
-                if corked and not self._closed:
-                    self._write(b"".join(corked))
+                self._handed_on(corked)
             if not drain or self.lent:
                 return  # one chunk per wakeup keeps other runs responsive
 
@@ -404,11 +400,17 @@ class ChildChannel:
                 if error is not None and not verdicts.refused:
                     self._on_violation(str(error))
             finally:
-                if self.after_events is not None:
-                    self.after_events()
-                self._corked = None
-                if corked and not self._closed:
-                    self._write(b"".join(corked))
+                self._handed_on(corked)
+
+    def _handed_on(self, corked: list[bytes]) -> None:
+        """After the events of one read are handed on: the calls they brought go to their
+        thread together (``after_events``), and the frames held back meanwhile leave in
+        one write."""
+        if self.after_events is not None:
+            self.after_events()
+        self._corked = None
+        if corked and not self._closed:
+            self._write(b"".join(corked))
 
     # -- writing -------------------------------------------------------------------------
 
@@ -471,7 +473,10 @@ class ChildChannel:
                 rest = data[n:]
                 self._out.append(rest)
                 self.backlog += len(rest)
-                self._loop.call_soon_threadsafe(self._wait_writable, context=self._context)
+                # A copy: the run's context itself is entered only by _watch_control,
+                # which a callback running in it could call (Context.run does not nest).
+                ctx = self._context.copy()
+                self._loop.call_soon_threadsafe(self._wait_writable, context=ctx)
         return sent
 
     def _wait_writable(self) -> None:
