@@ -14,29 +14,12 @@ import pytest
 from kernelgate import Limits
 
 from .conftest import FAST
+from .test_attack_chain2 import _PRELUDE
 
 WARM_COLD = pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 
-# Two sequential calls first: from the second on, the thread that answers reads fd 3.
-_PRELUDE = (
-    "import asyncio, gc, os, time\n"
-    "from kernelgate.wire.connection import Connection\n"
-    "conn = [o for o in gc.get_objects() if type(o) is Connection][0]\n"
-    "client = [o for o in gc.get_objects() if type(o).__name__ == 'CallClient'][0]\n"
-    "def forge(data):\n"
-    "    os.set_blocking(3, True)\n"
-    "    while data:\n"
-    "        data = data[os.write(3, data):]\n"
-    "def expect(call_id):\n"
-    "    fut = asyncio.get_running_loop().create_future()\n"
-    "    client.pending[call_id] = (fut, 'tools.add')\n"
-    "    client.calls += 1\n"
-    "    conn._next_call_id += 1\n"
-    "    conn._outstanding.add(call_id)\n"
-    "    return fut\n"
-    "assert await tools.add(1, 2) == 3\n"
-    "assert await tools.add(2, 3) == 5\n"
-)
+# The chain's prelude (two sequential calls, then fd 3 read by the thread that answers;
+# ``forge`` and ``expect``): one copy, test_attack_chain2's.
 
 
 def _run(hostile, warm, body, limits=FAST, **kw):
