@@ -252,12 +252,11 @@ class NodePool:
 
     async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
         """Empty the cgroup of a finished run and keep it for the next child; or remove it
-        (:func:`.teardown.recycle_cgroup`, as :meth:`.pool.WarmPool.recycle_cgroup`)."""
-        await recycle_cgroup(cgroup, self._free_cgroups, self._keeps_more, _unbounded)
+        (:func:`.recycle.recycle_cgroup`, as :meth:`.pool.WarmPool.recycle_cgroup`)."""
+        await recycle_cgroup(cgroup, self._free_cgroups, self.size, self._is_closed, _unbounded)
 
-    def _keeps_more(self) -> bool:
-        # No more kept than the pool holds children (see WarmPool.keeps_more_cgroups).
-        return not self.closed and len(self._free_cgroups) < self.size
+    def _is_closed(self) -> bool:
+        return self.closed
 
     def _stop(self) -> None:
         self.closed = True

@@ -806,15 +806,11 @@ class WarmPool:
     async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
         """Empty the cgroup of a finished run and take it back for the next child; or
         remove it, when the pool is closed, already keeps ``size`` cgroups, or anything is
-        still charged to it (:func:`.teardown.recycle_cgroup`)."""
-        await recycle_cgroup(cgroup, self._free_cgroups, self.keeps_more_cgroups)
+        still charged to it (:func:`.recycle.recycle_cgroup`)."""
+        await recycle_cgroup(cgroup, self._free_cgroups, self.size, self._is_closed)
 
-    def keeps_more_cgroups(self) -> bool:
-        """Whether a finished run's cgroup is kept for the next child. A kept cgroup holds
-        half a dozen open fds (its files, read at every run): no more are kept than the
-        pool forks children into, or a burst of runs would leave the host as many fds per
-        run it once had in flight, for good."""
-        return not self.closed and len(self._free_cgroups) < self.size
+    def _is_closed(self) -> bool:
+        return self.closed
 
     def _stop(self) -> None:
         self.closed = True

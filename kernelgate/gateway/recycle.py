@@ -16,12 +16,16 @@ LEFT_MEMORY = 1 << 20
 async def recycle_cgroup(
     cgroup: RunCgroup,
     free: list[RunCgroup],
-    keeps_more: Callable[[], bool],
+    size: int,
+    closed: Callable[[], bool],
     before_kept: Callable[[RunCgroup], None] | None = None,
 ) -> None:
     """Empty the cgroup of a finished run and append it to ``free`` for a pool's next
-    child; or remove it, when ``keeps_more()`` says no (asked before and after the wait:
-    the pool may have closed meanwhile) or anything is still charged to it.
+    child; or remove it, when the pool is ``closed()`` or keeps ``size`` cgroups already
+    (asked before and after the wait: it may have changed meanwhile) or anything is still
+    charged to it. A kept cgroup holds half a dozen open fds (its files, read at every
+    run): no more are kept than the pool forks children into, or a burst of runs would
+    leave the host as many fds per run it once had in flight, for good.
 
     A killed process leaves cgroup.procs when it exits but stays charged to pids.current
     until it is reaped (an orphan waits for the system's init, seconds on some machines):
@@ -32,6 +36,10 @@ async def recycle_cgroup(
     no charge; the kernel moves leftover memory to the parent). ``before_kept``: what the
     pool resets in a cgroup it keeps.
     """
+
+    def keeps_more() -> bool:
+        return not closed() and len(free) < size
+
     if not keeps_more():
         await empty_cgroup(cgroup)
     elif await empty_cgroup(cgroup, remove=False):  # mkdir and rmdir cost ms each
