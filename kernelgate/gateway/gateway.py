@@ -28,6 +28,7 @@ from .runtimes import BASE_ENV, runtime_for
 from .sandbox import LEVELS, SandboxSupport, plan_sandbox
 from .teardown import sweep_leftovers
 from .tracing import Tracing, TracingOption
+from .workers import workers_for
 
 __all__ = ["Gateway", "Recorder"]
 
@@ -310,11 +311,12 @@ class Gateway(AgentSurface):
             self._executor = ThreadPoolExecutor(
                 max_workers=self.max_threads, thread_name_prefix="kernelgate-binding"
             )
+            workers_for(self._executor).keep_one()  # one parked between runs: its only user
         return self._executor
 
     def _close_threads(self) -> None:
         if self._executor is not None:
-            # Calls still running belong to runs that are over; nobody waits for them.
+            workers_for(self._executor).close()  # parked threads go; running ones' runs are over
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 

@@ -24,6 +24,16 @@ moving whatever the others do:
   that ends a job takes the next job of the run with the fewest jobs in threads (never the
   executor's own queue, where it would wait out the parked threads' idle time).
 
+After an idle spell (an agent thinking between runs), the first call's hop is what costs:
+the thread that takes it, and the CPU it wakes on. A gateway keeps one thread parked for
+``KEEP_S`` (:meth:`Workers.keep_one`; the others go after ``IDLE_S``), released when the
+gateway closes, the executor is collected or the interpreter exits. And a thread parked for
+``PIN_AFTER_S`` or more is woken on the CPU of the thread that hands it the job, then given
+back every CPU it had before it runs the job: the scheduler would otherwise wake it on
+another, idle, CPU (on a VM, an idle vCPU takes tens of microseconds to wake, twice per call:
+the thread's wakeup and the loop's), while the loop that handed it the job goes to sleep on
+its own (issue 23: 0.2 ms of a one-call run after 60 ms idle).
+
 >>> import concurrent.futures, threading
 >>> done = threading.Event()
 >>> with concurrent.futures.ThreadPoolExecutor(1) as ex:
@@ -35,9 +45,12 @@ True
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import inspect
 import itertools
+import os
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -53,19 +66,76 @@ T = TypeVar("T")
 #: after ``shutdown`` ends only when this runs out; long enough to span the gap between
 #: one run's calls, or two runs'.
 IDLE_S = 0.02
+#: How long a gateway's last parked thread waits for a job (see :meth:`Workers.keep_one`).
+KEEP_S = 30.0
+#: A thread parked at least this long is woken on the CPU of the thread handing it a job
+#: (see the module's docstring). Below it, threads hand jobs on faster than CPUs go idle,
+#: and three system calls per job would cost more than they save.
+PIN_AFTER_S = 0.002
+
+
+def _cpu_getter() -> Callable[[], int] | None:
+    """libc's ``sched_getcpu`` (the os module has none), or None where a thread cannot be
+    moved between CPUs (no ``sched_setaffinity``) or there is no such function."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    try:
+        getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
+    except (OSError, AttributeError):
+        return None
+    getcpu.restype, getcpu.argtypes = ctypes.c_int, []
+    return getcpu
+
+
+_getcpu = _cpu_getter()
 
 
 class _Parked:
     """A thread waiting for its next job: ``wake`` is released once ``job`` is set;
-    ``lane`` is the run whose job it runs (or ran last)."""
+    ``lane`` is the run whose job it runs (or ran last); ``since`` when it parked;
+    ``unpin`` the CPUs it is given back once awake (see :func:`_pin`)."""
 
-    __slots__ = ("wake", "job", "lane")
+    __slots__ = ("wake", "job", "lane", "tid", "since", "unpin")
 
-    def __init__(self, lane: Lane) -> None:
+    def __init__(self, lane: Lane, job: Callable[[], None]) -> None:
         self.wake = threading.Lock()
         self.wake.acquire()
-        self.job: Callable[[], None] | None = None
+        # Its first job too: what its thread starts with is not held by the executor's
+        # work item (or the Thread) for as long as the thread lives (see _work).
+        self.job: Callable[[], None] | None = job
         self.lane = lane
+        self.tid = 0  # its thread's, once it runs
+        self.since = 0.0
+        self.unpin: set[int] | None = None
+
+    def take(self) -> Callable[[], None] | None:
+        """Awake, in its thread: the job handed to it (None: the workers are closing),
+        with every CPU it may run on given back first (its job may run long, beside the
+        thread that handed it over)."""
+        job, self.job = self.job, None
+        if self.unpin is not None:
+            try:
+                os.sched_setaffinity(0, self.unpin)
+            except OSError:  # a CPU of the set went offline meanwhile: the kernel's choice
+                pass
+            self.unpin = None
+        return job
+
+
+def _pin(parked: _Parked) -> None:
+    """Before ``parked`` is woken: put it on this thread's CPU, which is about to be free
+    (the loop goes back to waiting once it has handed the job over), if it has been
+    parked long enough for the other CPUs to be idle. Nothing when it cannot be done."""
+    if _getcpu is None or time.monotonic() - parked.since < PIN_AFTER_S:
+        return
+    try:
+        cpus = os.sched_getaffinity(parked.tid)
+        here = _getcpu()
+        if here in cpus and len(cpus) > 1:
+            os.sched_setaffinity(parked.tid, (here,))
+            parked.unpin = cpus
+    except OSError:  # not allowed here (a container's policy): woken where the kernel puts it
+        pass
 
 
 class Lane:
@@ -145,8 +215,10 @@ class Workers:
     """Runs jobs (callables that handle their own errors) in threads of ``executor``."""
 
     def __init__(self, executor: Executor) -> None:
-        # Weak: this object is the executor's entry in a WeakKeyDictionary.
-        self._executor = weakref.ref(executor)
+        # Weak: this object is the executor's entry in a WeakKeyDictionary. A kept thread
+        # holds this object (not the executor): the executor's collection releases it.
+        me = weakref.ref(self)
+        self._executor = weakref.ref(executor, lambda _: _close(me))
         self._lock = threading.Lock()
         self._parked: list[_Parked] = []
         self._ready: dict[Lane, None] = {}  # the lanes with jobs waiting, oldest first
@@ -161,6 +233,27 @@ class Workers:
         prefix = getattr(executor, "_thread_name_prefix", "") or "kernelgate-binding"
         self._prefix = f"{prefix}-extra_"
         self._numbers = itertools.count()  # next() on it is atomic
+        self._keep_s = 0.0  # see keep_one
+
+    def keep_one(self, seconds: float = KEEP_S) -> None:
+        """Keep the last parked thread for ``seconds`` without a job, not ``IDLE_S``: the
+        first call after an idle spell then finds it (a gateway's own executor, which only
+        these workers use; :meth:`close` releases it, as does the executor's collection and
+        the interpreter's exit). Nothing where that exit cannot be hooked."""
+        if _exit_hooked():
+            _every.add(self)
+            self._keep_s = seconds
+
+    def close(self) -> None:
+        """Release the parked threads (they go back to the executor, which may then shut
+        down at once) and keep none from now on; jobs still take threads as before."""
+        with self._lock:
+            self._keep_s = 0.0
+            parked, self._parked = self._parked, []
+            self._threads -= len(parked)
+            for me in parked:
+                me.job = None
+                me.wake.release()
 
     def lane(self) -> Lane:
         """A run's own lane onto these threads."""
@@ -181,6 +274,7 @@ class Workers:
                     lane.extra = None
                 parked.job, parked.lane = job, lane
                 lane.running += 1
+                _pin(parked)
                 parked.wake.release()
                 return
             pool = self._max is None or self._threads < self._max
@@ -198,10 +292,10 @@ class Workers:
             if executor is None or getattr(executor, "_shutdown", False):
                 raise RuntimeError("the binding threads' executor is shut down")
             if pool:
-                executor.submit(self._work, job, lane)
+                executor.submit(self._work, _Parked(lane, job))
             else:
                 name = f"{self._prefix}{next(self._numbers)}"
-                threading.Thread(target=self._extra, args=(job, lane), name=name).start()
+                threading.Thread(target=self._extra, args=(_Parked(lane, job),), name=name).start()
         except BaseException:
             with self._lock:
                 lane.running -= 1
@@ -231,37 +325,56 @@ class Workers:
                 self._threads -= 1  # another job of the executor waits for a thread
                 me.job = None
                 return True
+            me.since = time.monotonic()
             self._parked.append(me)
             return False
 
-    def _work(self, job: Callable[[], None] | None, lane: Lane) -> None:
-        """One executor job: ``job``, then the jobs waiting or handed to this thread."""
-        me = _Parked(lane)
+    def _work(self, me: _Parked) -> None:
+        """One executor job: ``me``'s job, then the jobs waiting or handed to this thread."""
+        me.tid = threading.get_native_id()
+        job = me.take()
         while job is not None:
             try:
                 job()
             except BaseException:  # a job reports its own errors
                 pass
-            if not self._next(me):
-                if not me.wake.acquire(timeout=IDLE_S):
-                    with self._lock:
-                        if me in self._parked:
-                            self._parked.remove(me)
-                            self._threads -= 1
-                            return  # nothing came: the thread goes back to the executor
-                    me.wake.acquire()  # handed a job just as the wait ran out: it is set now
-            job, me.job = me.job, None
+            # Not held while parked: a job refers to its run (and the run to the gateway's
+            # executor, which a kept thread would otherwise keep from being collected).
+            job = None
+            if not self._next(me) and not self._parked_until_job(me):
+                return  # nothing came: the thread goes back to the executor
+            job = me.take()
 
-    def _extra(self, job: Callable[[], None], lane: Lane) -> None:
-        """An extra thread of ``lane``'s: its jobs only, parked between them; it ends once
-        none came for ``IDLE_S``."""
-        me = _Parked(lane)
+    def _parked_until_job(self, me: _Parked) -> bool:
+        """A pool thread parked (by :meth:`_next`): True once handed a job (``me.job``, or
+        None when closing), False when none came in ``IDLE_S``, or in ``KEEP_S`` for the
+        thread the others leave parked alone (no longer parked then)."""
+        timeout = IDLE_S
+        while not me.wake.acquire(timeout=timeout):
+            with self._lock:
+                if me not in self._parked:
+                    timeout = -1  # handed a job just as the wait ran out: it is set now
+                elif timeout == IDLE_S and self._keep_s > IDLE_S and self._parked == [me]:
+                    timeout = self._keep_s - IDLE_S  # the one thread a gateway keeps
+                else:
+                    self._parked.remove(me)
+                    self._threads -= 1
+                    return False
+        return True
+
+    def _extra(self, me: _Parked) -> None:
+        """An extra thread of ``me.lane``'s: its jobs only, parked between them; it ends
+        once none came for ``IDLE_S``."""
+        me.tid, lane = threading.get_native_id(), me.lane
+        job = me.take()
+        assert job is not None
         try:
             while True:
                 try:
                     job()
                 except BaseException:  # a job reports its own errors
                     pass
+                del job  # not held while parked (see _work)
                 with self._lock:
                     lane.running -= 1
                     if lane.waiting:  # its own run's, before any other thread takes them
@@ -270,6 +383,7 @@ class Workers:
                         if not lane.waiting:
                             del self._ready[lane]
                         continue
+                    me.since = time.monotonic()
                     lane.extra = me
                 if not me.wake.acquire(timeout=IDLE_S):
                     with self._lock:
@@ -277,8 +391,8 @@ class Workers:
                             lane.extra = None
                             return  # nothing came for its run: the thread ends
                     me.wake.acquire()  # handed a job just as the wait ran out: it is set now
-                assert me.job is not None
-                job, me.job = me.job, None
+                job = me.take()
+                assert job is not None
         finally:
             with self._lock:
                 self._extras -= 1
@@ -286,6 +400,40 @@ class Workers:
 
 def _running(lane: Lane) -> int:
     return lane.running
+
+
+def _close(workers: weakref.ref[Workers]) -> None:
+    """The executor was collected: release the thread its workers keep parked. From a
+    thread of its own: a collection may run this in a thread that holds their lock."""
+    live = workers()
+    if live is not None and live._keep_s:
+        threading.Thread(target=live.close, name="kernelgate-release", daemon=True).start()
+
+
+_every: weakref.WeakSet[Workers] = weakref.WeakSet()  # those that keep a thread
+_hooked: bool | None = None
+
+
+def _exit_hooked() -> bool:
+    """Whether the interpreter's exit releases kept threads: it joins an executor's threads
+    before ``atexit`` runs, so the hook is threading's own, the one concurrent.futures uses
+    (private: where it is missing, no thread is kept beyond ``IDLE_S``)."""
+    global _hooked
+    if _hooked is None:
+        register = getattr(threading, "_register_atexit", None)
+        try:
+            if register is None:
+                raise RuntimeError("no hook")
+            register(_release_all)
+            _hooked = True
+        except RuntimeError:  # missing, or the interpreter is exiting already
+            _hooked = False
+    return _hooked
+
+
+def _release_all() -> None:
+    for workers in list(_every):
+        workers.close()
 
 
 _by_executor: weakref.WeakKeyDictionary[Executor, Workers] = weakref.WeakKeyDictionary()
