@@ -235,14 +235,22 @@ class Workers:
         self._numbers = itertools.count()  # next() on it is atomic
         self._keep_s = 0.0  # see keep_one
 
-    def keep_one(self, seconds: float = KEEP_S) -> None:
-        """Keep the last parked thread for ``seconds`` without a job, not ``IDLE_S``: the
-        first call after an idle spell then finds it (a gateway's own executor, which only
-        these workers use; :meth:`close` releases it, as does the executor's collection and
-        the interpreter's exit). Nothing where that exit cannot be hooked."""
+    def keep_one(self, seconds: float | None = None) -> None:
+        """Keep the last parked thread for ``seconds`` (default ``KEEP_S``) without a job,
+        not ``IDLE_S``: the first call after an idle spell then finds it (for a gateway's
+        own executor, which only these workers use; :meth:`close` releases it, as does the
+        executor's collection and the interpreter's exit). Nothing where that exit cannot
+        be hooked.
+
+        >>> import concurrent.futures
+        >>> with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        ...     workers = workers_for(ex)
+        ...     workers.keep_one(5.0)
+        ...     workers.close()  # before the executor's shutdown, which would wait for it
+        """
         if _exit_hooked():
             _every.add(self)
-            self._keep_s = seconds
+            self._keep_s = KEEP_S if seconds is None else seconds
 
     def close(self) -> None:
         """Release the parked threads (they go back to the executor, which may then shut

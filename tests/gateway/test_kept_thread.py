@@ -111,6 +111,7 @@ def test_the_interpreter_exits_at_once_with_a_gateway_left_open(tmp_path) -> Non
     script = textwrap.dedent(
         """
         import asyncio
+        import sys
         from kernelgate import Gateway, Limits
         from kernelgate.gateway import workers
 
@@ -121,17 +122,16 @@ def test_the_interpreter_exits_at_once_with_a_gateway_left_open(tmp_path) -> Non
 
         async def main():
             gw = Gateway(bindings={"add": add}, limits=Limits(wall_seconds=20),
-                         tmp_dir=%r)
+                         tmp_dir=sys.argv[1])
             result = await gw.run("return await tools.add(1, 2)")
             print(result.value, flush=True)
             return gw  # never closed
 
         kept = asyncio.run(main())
         """
-        % str(tmp_path)
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=45
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=45
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "3"
