@@ -191,11 +191,6 @@ def test_the_interpreter_exits_at_once_whatever_kept_a_thread(tmp_path, scenario
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="keep_one after kernelgate's exit hook ran keeps the thread: concurrent.futures' "
-    "exit hook then joins it for KEEP_S",
-)
 @pytest.mark.timeout(60)
 def test_a_gateway_first_used_while_the_interpreter_exits_does_not_hang_the_exit(tmp_path) -> None:
     # threading runs its exit hooks last registered first: kernelgate's release, then this
