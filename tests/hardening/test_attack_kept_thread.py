@@ -612,3 +612,36 @@ def test_a_run_blocked_in_the_kept_thread_does_not_starve_another(hostile, gate)
     assert _ok(a) == "released"
     _ok(b)
     assert kept
+
+
+@pytest.mark.timeout(60)
+def test_an_executor_shuts_down_at_once_after_a_close_that_raced_submits() -> None:
+    # Jobs submitted from several threads while the workers close: whatever thread parks
+    # after the close is not kept, so the executor's shutdown (which joins its threads)
+    # returns long before KEEP_S.
+    ex = ThreadPoolExecutor(4, thread_name_prefix="kernelgate-binding-race")
+    workers = workers_for(ex)
+    workers.keep_one()
+    go = threading.Barrier(5, timeout=20)
+    ran: list[int] = []
+
+    def submitter() -> None:
+        go.wait()
+        for i in range(300):
+            workers.submit(lambda i=i: ran.append(i))
+            if i % 50 == 0:
+                time.sleep(SPELL_S / 4)  # short idle spells: threads park, one is kept
+
+    threads = [threading.Thread(target=submitter) for _ in range(4)]
+    for t in threads:
+        t.start()
+    go.wait()
+    time.sleep(SPELL_S)
+    workers.close()
+    assert not _joined(threads)
+    time.sleep(SPELL_S)  # the threads that parked after the close: kept ones would stay
+    shutdown = threading.Thread(target=ex.shutdown, kwargs={"wait": True})
+    shutdown.start()
+    shutdown.join(10)
+    assert not shutdown.is_alive(), "the executor's shutdown waits for a kept thread"
+    assert len(ran) == 4 * 300
