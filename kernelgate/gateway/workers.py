@@ -249,8 +249,10 @@ class Workers:
         ...     workers.close()  # before the executor's shutdown, which would wait for it
         """
         if _exit_hooked():
-            _every.add(self)
-            self._keep_s = KEEP_S if seconds is None else seconds
+            _every.add(self)  # before the check: a release that runs after it closes this
+            with self._lock:
+                if not _exiting:  # released already: concurrent.futures' hook would join it
+                    self._keep_s = KEEP_S if seconds is None else seconds
 
     def close(self) -> None:
         """Release the parked threads (they go back to the executor, which may then shut
@@ -420,6 +422,7 @@ def _close(workers: weakref.ref[Workers]) -> None:
 
 _every: weakref.WeakSet[Workers] = weakref.WeakSet()  # those that keep a thread
 _hooked: bool | None = None
+_exiting = False  # the exit's release has run: no thread is kept from then on
 
 
 def _exit_hooked() -> bool:
@@ -440,6 +443,10 @@ def _exit_hooked() -> bool:
 
 
 def _release_all() -> None:
+    # Threads a gateway starts after this (a daemon thread's run as the interpreter exits)
+    # are not kept either: concurrent.futures' hook, which runs next, joins them.
+    global _exiting
+    _exiting = True
     for workers in list(_every):
         workers.close()
 
