@@ -432,13 +432,12 @@ def _exit_hooked() -> bool:
     global _hooked
     if _hooked is None:
         register = getattr(threading, "_register_atexit", None)
-        try:
-            if register is None:
-                raise RuntimeError("no hook")
-            register(_release_all)
-            _hooked = True
-        except RuntimeError:  # missing, or the interpreter is exiting already
-            _hooked = False
+        _hooked = register is not None
+        if register is not None:
+            try:
+                register(_release_all)
+            except RuntimeError:  # the interpreter is exiting already
+                _hooked = False
     return _hooked
 
 
