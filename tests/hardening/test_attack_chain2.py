@@ -102,6 +102,18 @@ def gate() -> Iterator[Gate]:
     g.event.set()
 
 
+def _counting_gateway(hostile: Any, warm: bool) -> tuple[Gateway, list[int]]:
+    """A gateway (a pool of one when ``warm``) whose ``add`` binding records each first
+    argument it ran with, in the list returned with it."""
+    ran: list[int] = []
+
+    def add(a: int, b: int) -> int:
+        ran.append(a)
+        return a + b
+
+    return hostile.gateway(bindings={"add": add}, pool_size=1 if warm else 0), ran
+
+
 def _add(a: int, b: int) -> int:
     return a + b
 
@@ -231,13 +243,7 @@ def test_a_reply_forged_by_the_child_mid_chain_ends_the_run_as_protocol(hostile,
 def test_a_duplicate_call_id_to_the_thread_is_refused(hostile, warm):
     # A call id the child already used (and that was answered): the wire's table refuses
     # it on the thread as it would on the loop; the binding never runs a third time.
-    ran: list[int] = []
-
-    def add(a: int, b: int) -> int:
-        ran.append(a)
-        return a + b
-
-    gw = hostile.gateway(bindings={"add": add}, pool_size=1 if warm else 0)
+    gw, ran = _counting_gateway(hostile, warm)
     r = hostile.run(
         _prog(
             """
@@ -503,13 +509,7 @@ def test_wall_seconds_while_the_thread_reads_a_trickle(hostile, warm):
 def test_the_child_exits_right_after_a_call_the_thread_takes(hostile, warm):
     # A call written then the child gone at once (os._exit): the call, if the thread
     # took it, is recorded once; the run ends as the child's exit, never a hang.
-    ran: list[int] = []
-
-    def add(a: int, b: int) -> int:
-        ran.append(a)
-        return a + b
-
-    gw = hostile.gateway(bindings={"add": add}, pool_size=1 if warm else 0)
+    gw, ran = _counting_gateway(hostile, warm)
     r = hostile.run(
         _prog(
             """
