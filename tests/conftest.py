@@ -37,3 +37,26 @@ def no_fd_leak():
         if os.path.exists(f"/proc/self/fd/{fd}")
     }
     assert not leaked, f"file descriptors leaked: {leaked}"
+
+
+#: How long the session's end waits for the threads tests left running (each should end).
+_EXIT_WAIT = 60.0
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._kernelgate_exitstatus = int(exitstatus)
+
+
+def pytest_unconfigure(config):
+    """A thread a failed test left running (a run that never returned) fails the session;
+    it must not hang its exit: the interpreter joins every non-daemon thread at exit, and
+    a CI run would wait for it until its own timeout, the failure's report unseen."""
+    me = threading.current_thread()
+    deadline = time.monotonic() + _EXIT_WAIT
+    left = [t for t in threading.enumerate() if t is not me and not t.daemon]
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in left if t.is_alive()]
+    if stuck:
+        print(f"\nthreads still running after the tests, not waited for: {stuck}", flush=True)
+        os._exit(getattr(config, "_kernelgate_exitstatus", 0) or 1)

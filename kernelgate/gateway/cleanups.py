@@ -88,9 +88,9 @@ def off_loop(fn: Callable[[], Any], name: str) -> None:
                 _threads.discard(thread)
 
     thread = threading.Thread(target=run, name=f"kernelgate-{name}", daemon=False)
-    with _lock:
+    with _lock:  # started before another thread's join_off_loop sees it (its end waits)
+        thread.start()
         _threads.add(thread)
-    thread.start()
 
 
 def join_off_loop(timeout: float = CLEANUP_TIMEOUT) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import threading
 import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +55,8 @@ class Gateway(AgentSurface):
     raises for what a program did: failures are in the result's ``status`` and ``error``.
     ``record_to`` names a directory where every run is saved as a notebook
     (``<run_id>.ipynb``), or is a recorder such as :class:`kernelgate.notebooks.SessionLog`.
+    A gateway may be shared by threads: runs from several at once (each ``run_sync``, or
+    ``run`` awaited on a loop of its own), and ``close()`` from any of them.
 
     The programs' language is the ``runtime``'s (:class:`~.runtime.CodeRuntime`); the
     default, :class:`~.runtime.PythonRuntime`, runs each in a fresh CPython child of
@@ -165,6 +168,7 @@ class Gateway(AgentSurface):
         self._pool: ChildPool | None = None
         self._pool_finalizer: weakref.finalize[Any, Any] | None = None
         self._last_plan: tuple[tuple[object, ...], RunPlan] | None = None  # see _plan
+        self._making = threading.Lock()  # plans (their pool, threads) of several threads
         self._runs: set[Run] = set()
         # Runs that returned on their reply while their child was still exiting.
         self._finishing: set[asyncio.Task[None]] = set()
@@ -240,6 +244,8 @@ class Gateway(AgentSurface):
         trace = self._tracing.start_run(plan) if self._tracing is not None else None
         run = Run(program, plan, on_output=on_output, on_call=on_call, debug=debug, trace=trace)
         self._runs.add(run)
+        if self._closed:  # closed from another thread since _check_run: stopped as the rest
+            self._stop_runs()
         try:
             result = await run.execute()
         finally:
@@ -308,10 +314,10 @@ class Gateway(AgentSurface):
         """The threads synchronous bindings run in, made on first use: a blocking binding
         holds one thread, never the event loop that every run on this gateway shares."""
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                max_workers=self.max_threads, thread_name_prefix="kernelgate-binding"
-            )
-            workers_for(self._executor).keep_one()  # one parked between runs: its only user
+            threads = ThreadPoolExecutor(self.max_threads, thread_name_prefix="kernelgate-binding")
+            if not self._closed:  # one parked between runs: its only user
+                workers_for(threads).keep_one()
+            self._executor = threads
         return self._executor
 
     def _close_threads(self) -> None:
@@ -325,14 +331,14 @@ class Gateway(AgentSurface):
         limits, or a setting assigned since (its pool and threads change only with those)."""
         made_of = (limits, support, self.sandbox, self.strict, self.read_paths, self.policy,
                    self.env, self.tmp_dir, self.runtime)  # fmt: skip
-        if self._last_plan is None or self._last_plan[0] != made_of:
-            self._last_plan = (made_of, self._new_plan(limits, support))
-        return self._last_plan[1]
+        with self._making:  # one pool and one executor, whichever threads' runs come first
+            if self._last_plan is None or self._last_plan[0] != made_of:
+                self._last_plan = (made_of, self._new_plan(limits, support))
+            return self._last_plan[1]
 
     def _new_plan(self, limits: Limits, support: SandboxSupport) -> RunPlan:
         """Everything one run needs, decided once: the sandbox level (the strongest here
-        unless asked; a strict gateway refuses less), its plan, the pool to take a child
-        from, the policy and the binding threads."""
+        unless asked; a strict gateway refuses less), its plan, pool, policy and threads."""
         level = self.sandbox or support.strongest
         missing = support.missing(level)
         unavailable = None
@@ -373,11 +379,9 @@ class Gateway(AgentSurface):
         return plan if code is program else dataclasses.replace(plan, code=code)
 
     def _first_run(self) -> SandboxSupport:
-        """Before the first run, in a worker thread: probe what the machine allows, and
-        sweep what hosts that died before us left here (run directories, cgroups;
-        their zygote was killed too, or they had none), so a machine that restarts kernels
-        all day does not fill up. A cgroup of theirs may take a moment to empty: that wait
-        is never on the event loop."""
+        """Before the first run, in a worker thread (never on the loop): probe what the
+        machine allows, and sweep what hosts that died before us left here (run dirs,
+        cgroups), so a machine that restarts kernels all day does not fill up."""
         support = self.runtime.probe()
         if not self._swept:
             self._swept = True
@@ -386,22 +390,18 @@ class Gateway(AgentSurface):
 
     def _pool_for(self, level: str, support: SandboxSupport) -> ChildPool | None:
         """The warm pool for ``level`` (made on first use; None with ``pool_size=0``)."""
-        if self.pool_size == 0:
+        if self.pool_size == 0 or self._closed:  # closed by another thread meanwhile
             return None
         if self._pool is None or self._pool.level != level:
             if (retired := self._let_go()) is not None:
                 self._retire(retired)
-            pool = self._pool = self.runtime.warm_pool(
-                size=self.pool_size,
-                env=self.env,
-                level=level,
-                base_dir=self.tmp_dir,
-                cgroup_roots=support.cgroups,
-                read_paths=self.read_paths,
-                sandbox=plan_sandbox(
-                    level, self.limits, support, self.read_paths, self.runtime.own_tasks
-                ),
+            sandbox = plan_sandbox(
+                level, self.limits, support, self.read_paths, self.runtime.own_tasks
             )
+            pool = self._pool = self.runtime.warm_pool(
+                size=self.pool_size, env=self.env, level=level, base_dir=self.tmp_dir,
+                cgroup_roots=support.cgroups, read_paths=self.read_paths, sandbox=sandbox,
+            )  # fmt: skip
             self._pool_finalizer = weakref.finalize(self, pool.close)
         return self._pool
 
@@ -418,9 +418,8 @@ class Gateway(AgentSurface):
     def _retire(self, pool: ChildPool) -> None:
         """Close a pool that is no longer used, on the loop without blocking it; awaited
         by wait_finished and aclose like the teardown of a run."""
-        # Cancelled before it starts (an aclose cancelled in this turn, the loop ending),
-        # the task never runs aclose: the pool is closed at once then, waiting for its
-        # idle children's exits (killed, they take milliseconds) on the loop.
+        # Cancelled before it starts (the loop ending), the task never runs aclose: the
+        # pool is closed at once then, waiting for its killed idle children (ms).
         task = guarded_task(pool.aclose, pool.close)
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
@@ -451,8 +450,7 @@ class Gateway(AgentSurface):
         """Wait until every run that has returned on this loop is torn down: its processes
         reaped, its cgroup emptied and its run directory removed."""
         loop = asyncio.get_running_loop()
-        tasks = [t for t in self._finishing if t.get_loop() is loop]
-        if tasks:
+        if tasks := [t for t in list(self._finishing) if t.get_loop() is loop]:  # a copy
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def interrupt(self) -> int:
@@ -465,10 +463,7 @@ class Gateway(AgentSurface):
     async def aclose(self) -> None:
         """Close: no new runs; every live run is stopped, and on return every run's child
         (live or already answered) is gone, its cgroup and run directory removed."""
-        self._closed = True
-        runs = list(self._runs)
-        for run in runs:
-            run.interrupt("the gateway was closed while the run was live")
+        runs = self._stop_runs()
         loop = asyncio.get_running_loop()
         waits = [r.wait_exited() for r in runs if r.loop is loop]
         if waits:
@@ -484,20 +479,23 @@ class Gateway(AgentSurface):
         # a cgroup still emptying) is done in threads: gone, too, when aclose returns.
         await off_loop_done()
 
-    def _close_pool(self) -> None:
-        self._close_threads()
-        pool = self._let_go()
-        if pool is not None:
-            pool.close()
-        if self._owns_runtime:
-            self.runtime.close()
+    def _stop_runs(self) -> list[Run]:
+        """Closed: no new runs, and every live one stopped (from any thread)."""
+        with self._making:  # a plan made from now on has no pool or kept thread
+            self._closed = True
+        runs = list(self._runs)
+        for run in runs:
+            run.interrupt("the gateway was closed while the run was live")
+        return runs
 
     def close(self) -> None:
         """Close from synchronous code: stop every live run (their loops finish them)."""
-        self._closed = True
-        for run in list(self._runs):
-            run.interrupt("the gateway was closed while the run was live")
-        self._close_pool()
+        self._stop_runs()
+        self._close_threads()
+        if (pool := self._let_go()) is not None:
+            pool.close()
+        if self._owns_runtime:
+            self.runtime.close()
         join_off_loop()  # the cleanup threads, as aclose() waits for them
 
     async def __aenter__(self) -> Gateway:

@@ -26,12 +26,14 @@ import contextlib
 import itertools
 import os
 import secrets
+import threading
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .cgroups import CgroupRoots, RunCgroup
 from .launch import LaunchCommand, spawn_launched_child
+from .loops import cancel_in_loop
 from .pool import WarmChild
 from .process import ChildProcess, make_run_dir, remove_tree
 from .recycle import recycle_cgroup
@@ -125,6 +127,9 @@ class NodePool:
         self._finalizer = weakref.finalize(
             self, discard_all_blocking, self._ready, [None], self._free_cgroups
         )
+        # The loops of several threads may take children at once (see .loops): what they
+        # share is changed under this lock, never across an await.
+        self._lock = threading.RLock()
 
     @property
     def level(self) -> str:
@@ -146,13 +151,14 @@ class NodePool:
     async def acquire(self) -> LaunchedChild | None:
         """A started child (never waits for one), or None: the run starts a cold one."""
         child = None
-        while self._ready:
-            candidate = self._ready.pop(0)
-            if candidate.alive():
-                child = candidate
-                break
-            self.discarded += 1
-            self._discard_later(candidate)
+        with self._lock:
+            while self._ready and not self.closed:  # closed: close() discards them
+                candidate = self._ready.pop(0)
+                if candidate.alive():
+                    child = candidate
+                    break
+                self.discarded += 1
+                self._discard_later(candidate)
         self.refill(delay=_REFILL_DELAY if child is not None and self._ready else 0.0)
         if child is None:
             self.cold_fallbacks += 1
@@ -176,11 +182,12 @@ class NodePool:
 
     def refill(self, delay: float = 0.0) -> None:
         """Start children until ``size`` are ready, in a task (never on the caller's time)."""
-        if self.closed or self.size <= 0 or len(self._ready) >= self.size:
-            return
-        if self._filler is not None and not self._filler.done():
-            return
-        self._filler = asyncio.get_running_loop().create_task(self._fill(delay))
+        with self._lock:
+            if self.closed or self.size <= 0 or len(self._ready) >= self.size:
+                return
+            if self._filler is not None and not self._filler.done():
+                return
+            self._filler = asyncio.get_running_loop().create_task(self._fill(delay))
 
     async def _fill(self, delay: float) -> None:
         if delay:
@@ -191,20 +198,22 @@ class NodePool:
             if child is None:
                 failures += 1
                 continue
-            if self.closed:
+            with self._lock:
+                closed = self.closed
+                if not closed:
+                    self._ready.append(child)
+            if closed:
                 await discard(child)
                 return
-            self._ready.append(child)
             # One start at a time, a loop turn apart: Node's boot is the children's CPU.
             await asyncio.sleep(0)
 
     async def _start_one(self) -> LaunchedChild | None:
         """One child in its own uid, run directory and cgroup; None if any cannot be made."""
         name = f"nodepool-{self._token}-{next(self._names)}"
-        cgroup: RunCgroup | None = None
-        if self._free_cgroups:
-            cgroup = self._free_cgroups.pop()
-        elif self.cgroup_roots is not None:
+        with self._lock:
+            cgroup: RunCgroup | None = self._free_cgroups.pop() if self._free_cgroups else None
+        if cgroup is None and self.cgroup_roots is not None:
             # Unbounded while idle (no user code runs; Node's threads count as pids): the
             # run that takes the child bounds both (RunCgroup.begin), as WarmPool's do.
             try:
@@ -253,16 +262,17 @@ class NodePool:
     async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
         """Empty the cgroup of a finished run and keep it for the next child; or remove it
         (:func:`.recycle.recycle_cgroup`, as :meth:`.pool.WarmPool.recycle_cgroup`)."""
-        await recycle_cgroup(cgroup, self._free_cgroups, self.size, self._is_closed, _unbounded)
+        await recycle_cgroup(
+            cgroup, self._free_cgroups, self.size, self._is_closed, self._lock, _unbounded
+        )
 
     def _is_closed(self) -> bool:
         return self.closed
 
     def _stop(self) -> None:
-        self.closed = True
-        if self._filler is not None and not self._filler.done():
-            with contextlib.suppress(RuntimeError):  # its loop is closed
-                self._filler.cancel()
+        with self._lock:  # from any thread: nothing is taken or kept once it is set
+            self.closed = True
+        cancel_in_loop(self._filler)
 
     def close(self) -> None:
         """Kill every idle child and remove its directory, cgroup and uid, waiting: for

@@ -29,6 +29,7 @@ import secrets
 import select
 import signal
 import socket
+import threading
 import types
 import weakref
 from collections.abc import Callable
@@ -48,6 +49,7 @@ from kernelgate.wire.zygote import (
 )
 
 from .cgroups import CgroupRoots, RunCgroup
+from .loops import call_in_loop, cancel_in_loop, resolve_in_loop, running_loop
 from .preopen import Preopened, send_bindings
 from .process import (
     ChildProcess,
@@ -109,89 +111,143 @@ class Zygote:
         self.sock = ours
         self.dead = False
         self._ids = itertools.count()
+        # Shared by the loops of every thread that runs on this gateway (see .loops): the
+        # state below is read and written under the lock, and each future and status
+        # callback is handed to the loop that is waiting for it.
+        self._lock = threading.Lock()
         self._replies: dict[int, asyncio.Future[Forked | ForkFailed]] = {}
         self._statuses: dict[int, tuple[int, Any]] = {}
-        self._status_waiters: dict[int, Any] = {}
-        self._reader_loop: asyncio.AbstractEventLoop | None = None
+        self._status_waiters: dict[int, tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = {}
+        #: The loops watching the socket: each that waits for a message watches it itself
+        #: (level-triggered: whichever reads first hands each message to its loop). The
+        #: socket is closed once none watches it any more: an fd still registered in a
+        #: loop's selector must not be closed (its number, reused, would confuse the loop).
+        self._readers: set[asyncio.AbstractEventLoop] = set()
 
     # -- messages ------------------------------------------------------------------------
 
     def _ensure_reader(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._reader_loop is loop or self.dead:
-            return
-        if self._reader_loop is not None and not self._reader_loop.is_closed():
-            self._reader_loop.remove_reader(self.sock.fileno())
-        loop.add_reader(self.sock.fileno(), self._on_readable)
-        self._reader_loop = loop
+        with self._lock:
+            if self.dead or loop in self._readers:
+                return
+            self._forget_closed_loops()
+            self._readers.add(loop)
+            loop.add_reader(self.sock.fileno(), self._on_readable, loop)
 
-    def _maybe_drop_reader(self) -> None:
-        if self._replies or self._status_waiters or self._reader_loop is None:
-            return
-        if not self._reader_loop.is_closed():
-            self._reader_loop.remove_reader(self.sock.fileno())
-        self._reader_loop = None
+    def _waits_on(self, loop: asyncio.AbstractEventLoop) -> bool:
+        return any(f.get_loop() is loop for f in self._replies.values()) or any(
+            w[0] is loop for w in self._status_waiters.values()
+        )
 
-    def _on_readable(self) -> None:
+    def _maybe_drop_reader(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: stop watching the socket there once nothing of it waits."""
+        with self._lock:
+            if loop not in self._readers or (not self.dead and self._waits_on(loop)):
+                return
+            self._readers.discard(loop)
+            if not loop.is_closed():
+                loop.remove_reader(self.sock.fileno())
+            self._forget_closed_loops()
+
+    def _on_readable(self, loop: asyncio.AbstractEventLoop) -> None:
         self.poll()
-        self._maybe_drop_reader()
+        self._maybe_drop_reader(loop)
 
     def poll(self) -> None:
         """Take every message the zygote has sent so far (never blocks)."""
-        while not self.dead:
-            try:
-                data = self.sock.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._died()
-                return
-            try:
-                message = decode_reply(data)
-            except ZygoteProtocolError:
-                continue
-            if isinstance(message, Exited):
-                pid = message.pid
-                ru = types.SimpleNamespace(
-                    ru_utime=message.user_s, ru_stime=message.system_s, ru_maxrss=message.maxrss_kib
-                )
-                self._statuses[pid] = (message.status, ru)
-                waiter = self._status_waiters.pop(pid, None)
-                if waiter is not None:
-                    waiter()
-            else:
-                rid = message.request_id
-                fut = None if rid is None else self._replies.pop(rid, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(message)
+        handed: list[tuple[Any, ...]] = []
+        with self._lock:
+            while not self.dead:
+                try:
+                    data = self.sock.recv(65536)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    handed += self._died()
+                    break
+                try:
+                    message = decode_reply(data)
+                except ZygoteProtocolError:
+                    continue
+                if isinstance(message, Exited):
+                    pid = message.pid
+                    ru = types.SimpleNamespace(
+                        ru_utime=message.user_s,
+                        ru_stime=message.system_s,
+                        ru_maxrss=message.maxrss_kib,
+                    )
+                    self._statuses[pid] = (message.status, ru)
+                    waiter = self._status_waiters.pop(pid, None)
+                    if waiter is not None:
+                        handed.append((waiter[0], self._status_known, *waiter))
+                else:
+                    rid = message.request_id
+                    fut = None if rid is None else self._replies.pop(rid, None)
+                    if fut is not None:
+                        handed.append((fut, message))
+        self._hand(handed)
 
-    def _died(self) -> None:
+    def _status_known(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+        callback()
+        self._maybe_drop_reader(loop)
+
+    def _hand(self, handed: list[tuple[Any, ...]]) -> None:
+        """Outside the lock: each reply to its future's loop, each callback to its own."""
+        for item in handed:
+            if isinstance(item[0], asyncio.Future):
+                fut, value = item
+                if isinstance(value, BaseException):
+                    resolve_in_loop(fut, exc=value)
+                else:
+                    resolve_in_loop(fut, value)
+            else:
+                call_in_loop(*item)
+
+    def _died(self) -> list[tuple[Any, ...]]:
+        """Under the lock: dead; what is to be handed to the loops waiting (see _hand)."""
         self.dead = True
-        if self._reader_loop is not None and not self._reader_loop.is_closed():
-            self._reader_loop.remove_reader(self.sock.fileno())
-        self._reader_loop = None
-        for fut in self._replies.values():
-            if not fut.done():
-                fut.set_exception(OSError("the zygote exited"))
+        handed: list[tuple[Any, ...]] = [
+            (fut, OSError("the zygote exited")) for fut in self._replies.values()
+        ]
         self._replies.clear()
-        waiters = list(self._status_waiters.values())
+        handed += [(w[0], self._status_known, *w) for w in self._status_waiters.values()]
         self._status_waiters.clear()
-        for waiter in waiters:
-            waiter()
+        here = running_loop()
+        for loop in list(self._readers):
+            if loop is here or loop.is_closed():
+                self._readers.discard(loop)
+                if not loop.is_closed():
+                    loop.remove_reader(self.sock.fileno())
+            else:  # another thread's: it stops watching on its own thread
+                handed.append((loop, self._maybe_drop_reader, loop))
+        return handed
+
+    def _forget_closed_loops(self) -> None:
+        """Under the lock: loops closed since they watched the socket (their selectors went
+        with them) watch it no more; a dead zygote's socket goes with the last of them."""
+        self._readers = {loop for loop in self._readers if not loop.is_closed()}
+        if self.dead and not self._readers:
+            self.sock.close()
 
     def take_status(self, pid: int) -> tuple[int, Any] | None:
         self.poll()
-        return self._statuses.pop(pid, None)
+        with self._lock:
+            return self._statuses.pop(pid, None)
 
-    def wait_status(self, pid: int, callback: Any) -> None:
-        """Call ``callback()`` once the status of ``pid`` (or the zygote's death) is known."""
-        if pid in self._statuses or self.dead:
+    def wait_status(self, pid: int, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` on this loop once the status of ``pid`` (or the zygote's
+        death) is known."""
+        with self._lock:
+            known = pid in self._statuses or self.dead
+            if not known:
+                self._status_waiters[pid] = (asyncio.get_running_loop(), callback)
+        if known:
             callback()
-            return
-        self._status_waiters[pid] = callback
-        self._ensure_reader()
+        else:
+            self._ensure_reader()
 
     async def fork(
         self,
@@ -205,42 +261,47 @@ class Zygote:
         """A new child, forked and booting: :func:`booted` says when it has parked,
         waiting for its program. On a root host it takes on ``ids`` (its run's own uid and
         gid) before it enters its sandbox."""
-        if self.dead:
-            raise OSError("the zygote exited")
-        self._ensure_reader()
+        loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        request_id = next(self._ids)
-        fut = asyncio.get_running_loop().create_future()
-        self._replies[request_id] = fut
+        fut: asyncio.Future[Forked | ForkFailed] = loop.create_future()
+        request_id = -1
         try:
             try:
-                # owner: what to remove if we die: the zygote outlives us (see zygote.py).
-                request = ForkRequest(
-                    request_id,
-                    level,
-                    run_dir,
-                    cgroups,
-                    tuple(read_paths),
-                    owner_prefix(),
-                    None if ids is None else (ids.uid, ids.gid),
-                    background,
-                )
-                socket.send_fds(self.sock, [encode(request)], [theirs.fileno(), out_w, err_w])
+                with self._lock:
+                    if self.dead:
+                        raise OSError("the zygote exited")
+                    request_id = next(self._ids)
+                    self._replies[request_id] = fut
+                    # owner: what to remove if we die: the zygote outlives us (zygote.py).
+                    request = ForkRequest(
+                        request_id,
+                        level,
+                        run_dir,
+                        cgroups,
+                        tuple(read_paths),
+                        owner_prefix(),
+                        None if ids is None else (ids.uid, ids.gid),
+                        background,
+                    )
+                    sent = [theirs.fileno(), out_w, err_w]
+                    socket.send_fds(self.sock, [encode(request)], sent)
             finally:
                 # The zygote has its copies (or the request failed): ours go either way.
                 theirs.close()
                 os.close(out_w)
                 os.close(err_w)
+            self._ensure_reader()
             try:
                 reply = await fut
             finally:
-                self._maybe_drop_reader()
-            if type(reply) is not Forked:
+                self._maybe_drop_reader(loop)
+            if not isinstance(reply, Forked):
                 raise OSError(f"the zygote could not fork: {reply.error}")
         except BaseException:
-            self._replies.pop(request_id, None)
+            with self._lock:
+                self._replies.pop(request_id, None)
             ours.close()
             os.close(out_r)
             os.close(err_r)
@@ -265,27 +326,34 @@ class Zygote:
         child it forked holds the socket open until it closes its copy as it boots, and
         it dies with the zygote: it must not be handed to a run.) Never waits."""
         self.poll()
-        if not self.dead and not self._reaped:
-            if self._pidfd < 0:
-                try:
-                    self._pidfd = os.pidfd_open(self.pid)
-                except OSError:
-                    return self.dead
-            if select.select([self._pidfd], [], [], 0)[0]:
-                self._died()
-        return self.dead
+        handed: list[tuple[Any, ...]] = []
+        with self._lock:
+            if not self.dead and not self._reaped:
+                if self._pidfd < 0:
+                    try:
+                        self._pidfd = os.pidfd_open(self.pid)
+                    except OSError:
+                        return self.dead
+                if select.select([self._pidfd], [], [], 0)[0]:
+                    handed = self._died()
+            dead = self.dead
+        self._hand(handed)
+        return dead
 
     def _kill(self) -> bool:
         """Stop talking to the zygote and kill it; False if it is reaped already."""
-        if not self.dead:
-            self._died()
-        self.sock.close()
-        if self._pidfd >= 0:
-            os.close(self._pidfd)
-            self._pidfd = -1
-        if self._reaped:
+        handed: list[tuple[Any, ...]] = []
+        with self._lock:
+            if not self.dead:
+                handed = self._died()
+            self._forget_closed_loops()  # the socket is closed once no loop watches it
+            if self._pidfd >= 0:
+                os.close(self._pidfd)
+                self._pidfd = -1
+            reaped, self._reaped = self._reaped, True  # by the caller, next
+        self._hand(handed)
+        if reaped:
             return False
-        self._reaped = True  # by the caller, next
         try:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -403,6 +471,8 @@ class WarmChild(ChildProcess):
         self.preopened: Preopened | None = None
         #: The host's end of its wire when a run takes it (None: the run makes its own).
         self.wire: Connection | None = None
+        #: The loop whose task watches it boot (None: not booting in a pool).
+        self.boot_loop: asyncio.AbstractEventLoop | None = None
 
 
 class PooledChild(WarmChild):
@@ -495,6 +565,9 @@ class WarmPool:
         self._mixed = False  # runs with different bindings took children: none is sent
         no_zygote: list[Zygote | None] = [None]
         self._finalizer = self._finalize_with(no_zygote)
+        # The loops of several threads may take children at once (see .loops): what they
+        # share is changed under this lock, never across an await.
+        self._lock = threading.RLock()
 
     def _finalize_with(self, zygote_box: list[Zygote | None]) -> weakref.finalize[Any, Any]:
         """What discards this pool's idle children (ready or booting), free cgroups and
@@ -560,14 +633,16 @@ class WarmPool:
                     self._behind = True
                     break
                 waiter: asyncio.Future[None] = loop.create_future()
-                self._waiters.append(waiter)
+                with self._lock:
+                    self._waiters.append(waiter)
                 try:
                     await asyncio.wait_for(waiter, left)
                 except asyncio.TimeoutError:
                     continue  # others got the children meanwhile? then wait on
                 finally:
-                    if waiter in self._waiters:
-                        self._waiters.remove(waiter)
+                    with self._lock:
+                        if waiter in self._waiters:
+                            self._waiters.remove(waiter)
                 child = self._take_ready()
                 self.refill()
         if child is None:
@@ -589,22 +664,24 @@ class WarmPool:
         return bool(self._booting) or (self._filler is not None and not self._filler.done())
 
     def _wake_one(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.pop(0)
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        with self._lock:
+            while self._waiters:
+                waiter = self._waiters.pop(0)
+                if not waiter.done():
+                    resolve_in_loop(waiter, None)
+                    return
 
     def _take_ready(self) -> PooledChild | None:
         child = None
-        while self._ready:
-            candidate = self._ready.pop(0)
-            # Children die with their zygote (PR_SET_PDEATHSIG): once it is gone, so are
-            # they, even if their own death is still on its way.
-            if not candidate.zygote.gone() and candidate.alive():
-                child = candidate
-                break
-            self._discard_later(candidate)
+        with self._lock:
+            while self._ready and not self.closed:  # closed: close() discards them
+                candidate = self._ready.pop(0)
+                # Children die with their zygote (PR_SET_PDEATHSIG): once it is gone, so
+                # are they, even if their own death is still on its way.
+                if not candidate.zygote.gone() and candidate.alive():
+                    child = candidate
+                    break
+                self._discard_later(candidate)
         return child
 
     def _discard_later(self, child: PooledChild) -> None:
@@ -613,36 +690,41 @@ class WarmPool:
 
     def refill(self, delay: float = 0.0) -> None:
         """Fork children until ``size`` are ready or booting (after ``delay`` seconds)."""
-        if self.closed or self.size <= 0:
-            return
-        if self._filler is not None and not self._filler.done():
-            # It is waiting for boots: have it look at the demand again.
-            if delay:
-                asyncio.get_running_loop().call_later(delay, self._want_more)
-            else:
-                self._want_more()
-            return
-        self._filler = asyncio.get_running_loop().create_task(self._fill(delay))
-        self._filler.add_done_callback(self._filled)
+        with self._lock:
+            if self.closed or self.size <= 0:
+                return
+            if self._filler is not None and not self._filler.done():
+                # It is waiting for boots (maybe on another thread's loop): have it look
+                # at the demand again.
+                if delay:
+                    asyncio.get_running_loop().call_later(delay, self._want_more)
+                else:
+                    self._want_more()
+                return
+            self._filler = asyncio.get_running_loop().create_task(self._fill(delay))
+            self._filler.add_done_callback(self._filled)
 
     def _filled(self, task: asyncio.Task[None]) -> None:
         # Let go of the task once it is over: a refill cancelled with its loop keeps its
         # CancelledError, whose traceback holds _fill's frame and so this pool; held here
         # too, the pool would be in a cycle, and a pool dropped unclosed would end its
         # zygote at the next garbage collection instead of at once.
-        if self._filler is task:
-            self._filler = None
+        with self._lock:
+            if self._filler is task:
+                self._filler = None
         self._wake_all()
 
     def _want_more(self) -> None:
-        if self._more is not None and not self._more.done():
-            self._more.set_result(None)
+        more = self._more
+        if more is not None and not more.done():
+            resolve_in_loop(more, None)
 
     def _wake_all(self) -> None:
-        waiters, self._waiters = self._waiters, []
+        with self._lock:
+            waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():
-                waiter.set_result(None)
+                resolve_in_loop(waiter, None)
 
     async def _fill(self, delay: float = 0.0) -> None:
         """The refill: fork children while fewer than wanted are ready or booting, and
@@ -672,23 +754,34 @@ class WarmPool:
                 self._more = None
                 more.cancel()
 
-    async def _fork_one(self) -> bool:
-        """Fork one child and start watching its boot; False if that failed."""
-        zygote = self._zygote
-        if zygote is None or zygote.dead:
-            if zygote is not None:
-                await zygote.aclose()
-                self.zygote_restarts += 1
-            zygote = self._zygote = Zygote(self.python, self.env)
-            self._finalizer.detach()
-            self._finalizer = self._finalize_with([zygote])
-        name = f"pool-{self._token}-{next(self._names)}"
-        cgroup: RunCgroup | None = None
-        if self._free_cgroups:
+    def _next_fork(self) -> tuple[Zygote, str, RunCgroup | None, Zygote | None] | None:
+        """Under the lock: the zygote to fork from (a new one when it died: the dead one
+        is returned, to be closed), the child's name and a kept cgroup; None if closed."""
+        with self._lock:
+            if self.closed:
+                return None
+            zygote, dead = self._zygote, None
+            if zygote is None or zygote.dead:
+                if zygote is not None:
+                    dead = zygote
+                    self.zygote_restarts += 1
+                zygote = self._zygote = Zygote(self.python, self.env)
+                self._finalizer.detach()
+                self._finalizer = self._finalize_with([zygote])
+            name = f"pool-{self._token}-{next(self._names)}"
             # With the last run's limits: the next run sets its own (usually the same,
             # then nothing is written); an idle child needs far less than any run.
-            cgroup = self._free_cgroups.pop()
-        elif self.cgroup_roots is not None:
+            cgroup = self._free_cgroups.pop() if self._free_cgroups else None
+        return zygote, name, cgroup, dead
+
+    async def _fork_one(self) -> bool:
+        """Fork one child and start watching its boot; False if that failed."""
+        if (fork := self._next_fork()) is None:
+            return True
+        zygote, name, cgroup, dead = fork
+        if dead is not None:
+            await dead.aclose()
+        if cgroup is None and self.cgroup_roots is not None:
             # A child whose processes cannot be capped is not made: runs then spawn
             # cold, and the cold path caps them its own way. Idle, its memory is
             # unbounded (it runs no user code); the run that takes it bounds it.
@@ -736,15 +829,19 @@ class WarmPool:
         child.ids = ids
         child.cgroup = cgroup
         child.background = background
-        if self.closed:
+        child.boot_loop = loop = asyncio.get_running_loop()
+        with self._lock:
+            closed = self.closed
+            if not closed:
+                # Ready once booted and parked, not at the fork: a run must not wait for
+                # (or share the CPUs with) its child's boot while another one is parked.
+                # The next fork does not wait for this boot: a boot also waits on the
+                # kernel (the first cgroup.procs write after an idle spell, namespaces).
+                self._booting.append(child)
+        if closed:
             await discard(child)
             return True
-        # Ready once booted and parked, not at the fork: a run must not wait for (or
-        # share the CPUs with) its child's boot while another one is parked. The next
-        # fork does not wait for this boot: a boot also waits on the kernel (the first
-        # cgroup.procs write after an idle spell, namespaces), not only for a CPU.
-        self._booting.append(child)
-        task = asyncio.get_running_loop().create_task(self._boot(child))
+        task = loop.create_task(self._boot(child))
         self._boots.add(task)
         task.add_done_callback(self._boots.discard)
         return True
@@ -757,18 +854,15 @@ class WarmPool:
             if ok and self._bindings is not None and not self._mixed:
                 ok = await self._preopen(child, *self._bindings)
         except asyncio.CancelledError:  # closing: aclose() awaits this task
-            if child in self._booting:  # else close() took it over
-                self._booting.remove(child)
+            if self._unbooting(child):  # else close() took it over
                 await discard(child)  # cancelled again, it finishes without the loop
             raise
         except BaseException:  # destroyed with its loop: nothing can be awaited
-            if child in self._booting:
-                self._booting.remove(child)
+            if self._unbooting(child):
                 discard_now(child)
             raise
-        if child not in self._booting:
+        if not self._unbooting(child):
             return True  # close() took it over
-        self._booting.remove(child)
         seen = {child.pid}  # its processes: the first, or all that in_foreground found
         if ok and child.background:
             ok = in_foreground(child, seen)
@@ -782,11 +876,16 @@ class WarmPool:
         if ok and not self.closed:
             # Their /proc files, for its run's reply to read without the lookups.
             keep_proc_fds(sorted(seen), child.proc_fds)
-            self._ready.append(child)
-            self._behind = False
-            self._delivered_at = asyncio.get_running_loop().time()
-            self._wake_one()
-            return True
+            with self._lock:
+                ready = not self.closed  # else close() is discarding the others: this too
+                if ready:
+                    child.boot_loop = None
+                    self._ready.append(child)
+            if ready:
+                self._behind = False
+                self._delivered_at = asyncio.get_running_loop().time()
+                self._wake_one()
+                return True
         if not self.closed:
             self._failed_boots += 1  # given up: counted before the refill forks again
         await discard(child)
@@ -807,42 +906,56 @@ class WarmPool:
         """Empty the cgroup of a finished run and take it back for the next child; or
         remove it, when the pool is closed, already keeps ``size`` cgroups, or anything is
         still charged to it (:func:`.recycle.recycle_cgroup`)."""
-        await recycle_cgroup(cgroup, self._free_cgroups, self.size, self._is_closed)
+        await recycle_cgroup(cgroup, self._free_cgroups, self.size, self._is_closed, self._lock)
 
     def _is_closed(self) -> bool:
         return self.closed
 
-    def _stop(self) -> None:
-        self.closed = True
-        self._wake_all()  # runs waiting for a child go cold
-        for task in (self._filler, *self._boots):
-            if task is not None and not task.done():
-                try:
-                    task.cancel()
-                except RuntimeError:
-                    pass  # its loop is closed
+    def _unbooting(self, child: PooledChild) -> bool:
+        """Take ``child`` off the booting list; False if close() took it over."""
+        with self._lock:
+            if child not in self._booting:
+                return False
+            self._booting.remove(child)
+            return True
+
+    def _stop(self) -> list[RunCgroup]:
+        """Closed, under the lock: the refill and boots stopped, waiting runs sent cold,
+        and the booting children of this thread (or of a loop gone) made idle children
+        the closer discards. Those booting on another thread's live loop stay with their
+        boot tasks, cancelled there: their fds are watched by that loop, which alone may
+        close them. The free cgroups, taken for the closer to remove."""
+        with self._lock:
+            self.closed = True
+            self._wake_all()  # runs waiting for a child go cold
+            for task in (self._filler, *self._boots):
+                cancel_in_loop(task)
+            here = running_loop()
+            theirs = [
+                c for c in self._booting
+                if c.boot_loop not in (None, here) and not c.boot_loop.is_closed()
+            ]  # fmt: skip
+            self._ready.extend(c for c in self._booting if c not in theirs)
+            # The finalizer's list emptied, and a new one: theirs are not the closer's.
+            self._booting.clear()
+            self._booting = theirs
+            free, self._free_cgroups[:] = list(self._free_cgroups), []
+        return free
 
     def close(self) -> None:
         """Stop the zygote and every idle child; remove their directories and cgroups,
         waiting for them: for synchronous callers, never on the event loop (there,
-        :meth:`aclose`)."""
-        self._stop()
-        # Booting children are idle children too: the finalizer discards them with the
-        # ready ones (their boot tasks, cancelled, then leave them alone).
-        self._ready.extend(self._booting)
-        self._booting.clear()
-        while self._free_cgroups:
-            self._free_cgroups.pop().settle_blocking()
+        :meth:`aclose`). From any thread, while other threads' loops run on the pool."""
+        for cgroup in self._stop():
+            cgroup.settle_blocking()
         self._finalizer()
 
     async def aclose(self) -> None:
         """:meth:`close` without blocking the event loop: every exit is awaited."""
-        self._stop()
         # Booting children are discarded here, not by their boot tasks: a task cancelled
         # before its first step (forked in this loop turn) never runs its own cleanup.
         # The cancelled tasks that did start find their child gone and leave it alone.
-        self._ready.extend(self._booting)
-        self._booting.clear()
+        self._free_cgroups.extend(self._stop())
         zygote = self._zygote
         await discard_idle(
             self._ready,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 from .cgroups import RunCgroup
 from .teardown import empty_cgroup
@@ -18,6 +20,7 @@ async def recycle_cgroup(
     free: list[RunCgroup],
     size: int,
     closed: Callable[[], bool],
+    lock: AbstractContextManager[Any],
     before_kept: Callable[[RunCgroup], None] | None = None,
 ) -> None:
     """Empty the cgroup of a finished run and append it to ``free`` for a pool's next
@@ -34,7 +37,8 @@ async def recycle_cgroup(
     count against the next run's memory_bytes: what reclaim cannot give back makes the
     cgroup go. Removing the cgroup waits for neither (rmdir needs no process left, not
     no charge; the kernel moves leftover memory to the parent). ``before_kept``: what the
-    pool resets in a cgroup it keeps.
+    pool resets in a cgroup it keeps. ``lock``: the pool's, under which it is closed and
+    ``free`` emptied (from another thread, maybe): a cgroup is kept only under it.
     """
 
     def keeps_more() -> bool:
@@ -47,9 +51,13 @@ async def recycle_cgroup(
         if left > LEFT_MEMORY:
             cgroup.reclaim()
             left = cgroup.memory_charged()
-        if not keeps_more() or cgroup.charged() != 0 or left > LEFT_MEMORY:
-            await empty_cgroup(cgroup)
-        else:
+        kept = False
+        if cgroup.charged() == 0 and left <= LEFT_MEMORY:
             if before_kept is not None:
                 before_kept(cgroup)
-            free.append(cgroup)
+            with lock:
+                kept = keeps_more()
+                if kept:
+                    free.append(cgroup)
+        if not kept:
+            await empty_cgroup(cgroup)

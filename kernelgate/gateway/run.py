@@ -47,6 +47,7 @@ from .cgroups import MemoryUse, RunCgroup
 from .channel import ChildChannel
 from .coldstart import start_cold
 from .debug import RunDebugger, pause_timeout
+from .loops import call_in_loop, running_loop
 from .outcome import (
     Ending,
     Verdict,
@@ -66,15 +67,8 @@ from .teardown import Teardown, discard
 from .tracing import RunTrace
 from .usage import measure_run
 
-__all__ = [
-    "CallHandler",
-    "CallListener",
-    "OutputListener",
-    "Policy",
-    "Run",
-    "RunPlan",
-    "new_run_id",
-]
+__all__ = ["CallHandler", "CallListener", "OutputListener", "Policy", "Run", "RunPlan",
+           "new_run_id"]  # fmt: skip
 
 
 def new_run_id() -> str:
@@ -166,7 +160,16 @@ class Run:
             await asyncio.shield(self._end.exited)
 
     def interrupt(self, message: str = "the run was interrupted on request") -> None:
-        """Stop the run now; it ends with status ``"interrupted"`` unless already decided."""
+        """Stop the run now; it ends with status ``"interrupted"`` unless already decided.
+        From any thread: done on the run's loop, where the child is reaped (a kill from
+        elsewhere could reach a process that took over its pid or its pidfd's number)."""
+        loop = self._loop
+        if loop is not None and running_loop() is not loop:
+            call_in_loop(loop, self._interrupt_here, message)  # closed: the run is over
+        else:
+            self._interrupt_here(message)
+
+    def _interrupt_here(self, message: str) -> None:
         self.verdicts.decide(interrupted(message))
         if self.child is not None and not self.child.reaped:
             self.child.kill_all()
@@ -477,12 +480,9 @@ class Run:
     # -- the result ------------------------------------------------------------------------
 
     def _result(self, started_at: str) -> RunResult:
-        child = self.child
-        channel = self._channel
-        rusage = None
-        if child is not None and child.rusage is not None:
-            ru = child.rusage
-            rusage = (ru.ru_utime, ru.ru_stime, ru.ru_maxrss)
+        child, channel = self.child, self._channel
+        ru = child.rusage if child is not None else None
+        rusage = (ru.ru_utime, ru.ru_stime, ru.ru_maxrss) if ru is not None else None
         return build_result(
             Ending(
                 self.verdicts.decided,

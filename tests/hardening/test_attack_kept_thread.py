@@ -335,10 +335,11 @@ def test_a_close_racing_runs_submitted_from_other_threads_leaves_no_thread(hosti
             if r.ok:
                 idents.update(w[0] for w in r.value)
             elif r.status != "interrupted":
-                errors.append(AssertionError(repr(r)))
+                errors.append(AssertionError(f"{r!r}: {r.message}"))
                 return
 
-    threads = [threading.Thread(target=runs) for _ in range(3)]
+    # Daemon threads: a run that never returns fails the test, not the interpreter's exit.
+    threads = [threading.Thread(target=runs, daemon=True) for _ in range(3)]
     for t in threads:
         t.start()
     started.wait()
