@@ -652,8 +652,10 @@ class WarmPool:
     async def filled(self) -> None:
         """Wait until the refill in progress (if any) is over: every child it forked has
         booted and parked, or been given up (for tests and benchmarks)."""
+        loop = asyncio.get_running_loop()
         while not self.closed:
-            pending = [t for t in (self._filler, *self._boots) if t is not None and not t.done()]
+            tasks = (self._filler, *self._boots)  # this loop's: another's cannot be awaited
+            pending = [t for t in tasks if t is not None and not t.done() and t.get_loop() is loop]
             if not pending:
                 return
             await asyncio.wait(pending)

@@ -86,10 +86,17 @@ def test_a_dropped_gateway_releases_its_kept_thread(run_dir_base, no_fd_leak) ->
     gc.collect()
     gc.disable()  # reference counting alone: the docstrings' one-liners drop gateways so
     try:
-        ident = _where_of(Gateway(bindings={"where": _where}, limits=FAST, tmp_dir=run_dir_base))[0]
-        thread = _thread(ident)
-        thread.join(10)
-        assert not thread.is_alive(), "the binding thread outlived its dropped gateway"
+        threads: list[threading.Thread] = []
+
+        def where() -> None:
+            threads.append(threading.current_thread())
+
+        Gateway(bindings={"where": where}, limits=FAST, tmp_dir=run_dir_base).run_sync(
+            "return await tools.where()"
+        )
+        # Released as the gateway went (the end of that line): it may be gone already.
+        threads[0].join(10)
+        assert not threads[0].is_alive(), "the binding thread outlived its dropped gateway"
     finally:
         gc.enable()
 
