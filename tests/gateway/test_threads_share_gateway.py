@@ -103,7 +103,9 @@ def test_a_close_from_another_thread_leaves_each_loops_watched_fds_to_that_loop(
         standing, closed = threading.Event(), threading.Event()
         seen: dict[str, Any] = {}
 
-        def in_a_thread(gw: Any = gw, standing: Any = standing, closed: Any = closed) -> None:
+        def in_a_thread(
+            gw: Any = gw, standing: Any = standing, closed: Any = closed, seen: Any = seen
+        ) -> None:
             async def main() -> None:
                 seen["first"] = await gw.run("return await tools.add(1, 2)")
                 seen["warm"] = await gw.run("return await tools.add(2, 3)")  # a refill
