@@ -178,6 +178,47 @@ def test_concurrent_first_runs_make_one_pool_one_zygote_one_executor(hostile, sw
         assert executor is gw._executor or gw._executor is None
 
 
+# -- closes from several threads at once ---------------------------------------------------
+
+
+PROGRAM = "return await tools.block()"
+
+
+@WARM_COLD
+@pytest.mark.parametrize("closers", ["close x3", "close + aclose"])
+def test_closes_from_several_threads_at_once(hostile, gate, switchy, pool_size, closers):
+    """Three threads close the gateway at once (or close and aclose on a loop of its own),
+    runs in a call on two others' loops: each close returns without raising, the runs end
+    stopped, the binding threads and the zygote go."""
+    for _ in range(6):
+        gw = hostile.gateway(bindings={"block": gate.block}, pool_size=pool_size, limits=LONG)
+        entered = gate.entered
+        a = Worker(lambda gw=gw: hostile.record(gw.run_sync(PROGRAM)), "run_sync")
+        b = Worker(lambda gw=gw: hostile.record(_in_own_loop(gw, PROGRAM)), "asyncio.run")
+        assert gate.entered_in(entered + 2), "the runs never reached their call"
+        start = threading.Barrier(3, timeout=30)
+
+        def close(gw: Gateway = gw, start: threading.Barrier = start) -> None:
+            start.wait()
+            gw.close()
+
+        def aclose(gw: Gateway = gw, start: threading.Barrier = start) -> None:
+            async def main() -> None:
+                start.wait()
+                await gw.aclose()
+
+            asyncio.run(main())
+
+        ways = [close, close, close] if closers == "close x3" else [close, aclose, close]
+        for w in [Worker(way, f"closer-{i}") for i, way in enumerate(ways)]:
+            w.join(30)
+        results = [a.join(), b.join()]
+        assert all(_stopped(r) for r in results), results
+        assert _zygotes() == []
+    gate.opened.set()
+    assert not _joined(_binding_threads()), "binding threads outlived close()"
+
+
 # -- close from a third thread, a call in flight in two loops --------------------------------
 
 
