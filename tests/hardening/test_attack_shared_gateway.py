@@ -219,6 +219,73 @@ def test_closes_from_several_threads_at_once(hostile, gate, switchy, pool_size, 
     assert not _joined(_binding_threads()), "binding threads outlived close()"
 
 
+# -- a thread that keeps its loop between runs -------------------------------------------------
+
+
+@pytest.mark.parametrize("after", ["runs again", "closed unrun"])
+def test_a_thread_keeping_its_loop_between_runs_then_a_close(hostile, after):
+    """A thread keeps one loop for all its runs (``run_until_complete``, the loop idle in
+    between: a request thread's own loop): its runs leave the pool refilling on that idle
+    loop. Another thread closes the gateway; then the first runs its loop again and closes
+    it, or closes it without running it again: nothing is left either way."""
+    for _ in range(3):
+        gw = hostile.gateway(pool_size=2, limits=LONG)
+        ran, closed = threading.Event(), threading.Event()
+
+        def keeper(gw: Gateway = gw, ran: threading.Event = ran,
+                   closed: threading.Event = closed) -> list[Any]:  # fmt: skip
+            loop = asyncio.new_event_loop()
+            out: list[Any] = []
+            try:
+                for _ in range(2):
+                    out.append(hostile.record(loop.run_until_complete(_run_finished(gw))))
+                ran.set()
+                assert closed.wait(30)
+                if after == "runs again":
+                    try:
+                        loop.run_until_complete(gw.run("return 6"))
+                    except RuntimeError as exc:
+                        out.append(exc)
+                    loop.run_until_complete(asyncio.sleep(0))
+            finally:
+                loop.close()
+            return out
+
+        k = Worker(keeper, "keeper")
+        assert ran.wait(60)
+        Worker(gw.close, "closer").join(30)
+        closed.set()
+        out = k.join(30)
+        assert [r.value for r in out[:2]] == [5, 5], out
+        assert _zygotes() == []
+
+
+async def _run_finished(gw: Gateway, program: str = "return 5") -> RunResult:
+    """A run, and its teardown awaited (what a loop kept between runs must do itself)."""
+    result = await gw.run(program)
+    await gw.wait_finished()
+    return result
+
+
+def test_one_thread_keeping_its_loop_then_closing_the_gateway_and_the_loop(hostile):
+    """No other thread at all: runs with ``run_until_complete`` on a loop kept between
+    them, then ``close()`` from the same thread (its loop idle, the pool's refill booting
+    on it), then the loop closed: nothing is left (the close discards the booting
+    children, whose boots that idle loop would never finish)."""
+    for _ in range(4):
+        gw = hostile.gateway(pool_size=2, limits=LONG)
+        loop = asyncio.new_event_loop()
+        try:
+            for _ in range(2):
+                assert hostile.record(loop.run_until_complete(_run_finished(gw))).value == 5
+            gw.close()
+        finally:
+            loop.close()
+        assert _zygotes() == []
+        leftover = [d for d in os.listdir(hostile.base) if "-pool-" in d]
+        assert leftover == [], f"the booting children's run directories are left: {leftover}"
+
+
 # -- close from a third thread, a call in flight in two loops --------------------------------
 
 
