@@ -567,4 +567,26 @@ def test_typescript_runs_from_threads_are_right(hostile):
     assert live_children(os.getpid()) == [], "a Node child or helper outlived close()"
 
 
+@NODE_MISSING
+def test_typescript_closes_from_several_threads_after_their_loops_ended(hostile, switchy):
+    """Three threads each ran TypeScript in an ``asyncio.run`` of its own (no end_loop:
+    each loop's type-stripping helper is left for the close to end); then three threads
+    close at once: each close returns without raising and no helper is left."""
+    for _ in range(12):
+        gw = _node_gateway(hostile, 0)
+        ran = [
+            Worker(lambda gw=gw: hostile.record(_in_own_loop(gw, "return 1;"))) for _ in range(3)
+        ]
+        assert [w.join(90).value for w in ran] == [1, 1, 1]
+        start = threading.Barrier(3, timeout=30)
+
+        def close(gw: Gateway = gw, start: threading.Barrier = start) -> None:
+            start.wait()
+            gw.close()
+
+        for w in [Worker(close, f"closer-{i}") for i in range(3)]:
+            w.join(30)
+        assert live_children(os.getpid()) == [], "a type-stripping helper outlived close()"
+
+
 assert STRONGEST  # the level every test here runs at: the strongest this machine has
