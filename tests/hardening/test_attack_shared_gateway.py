@@ -26,10 +26,11 @@ from typing import Any
 import pytest
 
 from kernelgate import Gateway, Limits, RunResult
+from kernelgate.gateway.sandbox import LEVELS
 from kernelgate.kernels.python import ZYGOTE_LOADER
 from tests.procs import live_children, pid_alive
 
-from .conftest import STRONGEST
+from .conftest import at_levels
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,6 +40,17 @@ LONG = Limits(wall_seconds=60, kill_grace_seconds=0.3, cpu_seconds=30)
 PROMPTLY = 15.0
 
 WARM_COLD = pytest.mark.parametrize("pool_size", [1, 0], ids=["warm", "cold"])
+#: Every sandbox level, each where this machine has it.
+EACH_LEVEL = at_levels(*LEVELS)
+
+
+@pytest.fixture(autouse=True)
+def no_kernelgate_thread_left() -> Iterator[None]:
+    """Set up before (so torn down after) ``hostile``, which closes the test's gateways:
+    then none of their threads (binding threads, cleanups) may be left running."""
+    yield
+    left = [t for t in threading.enumerate() if t.name.startswith("kernelgate-")]
+    assert not _joined(left), "kernelgate threads outlived the gateways' close()"
 
 
 class Gate:
@@ -260,6 +272,31 @@ def test_a_thread_keeping_its_loop_between_runs_then_a_close(hostile, after):
         assert _zygotes() == []
 
 
+def test_runs_go_on_after_a_kept_loop_is_closed_with_the_refill_on_it(hostile):
+    """A thread's kept loop is closed (unrun) while the pool's refill may wait on it;
+    other threads' runs then get every run right, warm again once the pool refills."""
+    for _ in range(3):
+        gw = hostile.gateway(pool_size=1, limits=LONG)
+
+        def keeper(gw: Gateway = gw) -> list[Any]:
+            loop = asyncio.new_event_loop()
+            try:
+                return [
+                    hostile.record(loop.run_until_complete(_run_finished(gw))).value
+                    for _ in range(2)
+                ]
+            finally:
+                loop.close()
+
+        assert Worker(keeper, "keeper").join(60) == [5, 5]
+        after = [Worker(lambda gw=gw: hostile.record(gw.run_sync("return 1"))) for _ in range(2)]
+        after += [Worker(lambda gw=gw: hostile.record(_in_own_loop(gw, "return 1")))]
+        results = [w.join(60) for w in after]
+        assert all(r.ok and r.value == 1 for r in results), results
+        gw.close()
+        assert _zygotes() == []
+
+
 async def _run_finished(gw: Gateway, program: str = "return 5") -> RunResult:
     """A run, and its teardown awaited (what a loop kept between runs must do itself)."""
     result = await gw.run(program)
@@ -289,13 +326,17 @@ def test_one_thread_keeping_its_loop_then_closing_the_gateway_and_the_loop(hosti
 # -- close from a third thread, a call in flight in two loops --------------------------------
 
 
+@EACH_LEVEL
 @WARM_COLD
 @pytest.mark.parametrize("binding", ["sync", "async"])
-def test_close_from_a_third_thread_while_calls_are_in_flight(hostile, gate, pool_size, binding):
+def test_close_from_a_third_thread_while_calls_are_in_flight(
+    hostile, gate, level, pool_size, binding
+):
     gw = hostile.gateway(
         bindings={"block": gate.block if binding == "sync" else gate.ablock},
         pool_size=pool_size,
         limits=LONG,
+        sandbox=level,
     )
     program = "return await tools.block()"
     a = Worker(lambda: hostile.record(gw.run_sync(program)), "run_sync")
@@ -476,13 +517,14 @@ def test_close_while_another_loops_refill_boots_and_that_loop_runs_on(hostile):
 # -- close at many phases ---------------------------------------------------------------------
 
 
+@EACH_LEVEL
 @WARM_COLD
-def test_close_at_many_phases_of_two_threads_runs(hostile, pool_size):
+def test_close_at_many_phases_of_two_threads_runs(hostile, level, pool_size):
     """Two threads run on and on (run_sync, asyncio.run); the close comes after k runs of
     one of them, k = 0..5: every run is right, stopped, or refused (closed); none hangs."""
     program = "return [await tools.add(i, 1) for i in range(2)]"
     for k in range(6):
-        gw = hostile.gateway(pool_size=pool_size, limits=LONG)
+        gw = hostile.gateway(pool_size=pool_size, limits=LONG, sandbox=level)
         after_k = threading.Event()
 
         def runs(how: Callable[[str], RunResult], signal_at: int | None, gw: Any = gw,
@@ -587,6 +629,3 @@ def test_typescript_closes_from_several_threads_after_their_loops_ended(hostile,
         for w in [Worker(close, f"closer-{i}") for i in range(3)]:
             w.join(30)
         assert live_children(os.getpid()) == [], "a type-stripping helper outlived close()"
-
-
-assert STRONGEST  # the level every test here runs at: the strongest this machine has
