@@ -168,7 +168,7 @@ class Gateway(AgentSurface):
         self._pool: ChildPool | None = None
         self._pool_finalizer: weakref.finalize[Any, Any] | None = None
         self._last_plan: tuple[tuple[object, ...], RunPlan] | None = None  # see _plan
-        self._making = threading.Lock()  # plans (their pool, threads) of several threads
+        self._making = threading.RLock()  # plans (their pool, threads) of several threads
         self._runs: set[Run] = set()
         # Runs that returned on their reply while their child was still exiting.
         self._finishing: set[asyncio.Task[None]] = set()
@@ -321,10 +321,11 @@ class Gateway(AgentSurface):
         return self._executor
 
     def _close_threads(self) -> None:
-        if self._executor is not None:
-            workers_for(self._executor).close()  # parked threads go; running ones' runs are over
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        with self._making:  # closes from several threads at once: one takes the threads
+            threads, self._executor = self._executor, None
+        if threads is not None:
+            workers_for(threads).close()  # parked threads go; running ones' runs are over
+            threads.shutdown(wait=False, cancel_futures=True)
 
     def _plan(self, limits: Limits, support: SandboxSupport) -> RunPlan:
         """The last run's plan (immutable) while nothing it was made from changed: the
@@ -409,10 +410,11 @@ class Gateway(AgentSurface):
         """Take the pool (to close or retire it) from its finalizer, which closes it when the
         gateway is dropped unclosed: at once (a gateway is in no reference cycle), whatever
         else still holds the pool (a finished run's plan, in a cycle of its own)."""
-        pool, self._pool = self._pool, None
-        if self._pool_finalizer is not None:
-            self._pool_finalizer.detach()
-            self._pool_finalizer = None
+        with self._making:  # closes from several threads at once: one takes the pool
+            pool, self._pool = self._pool, None
+            finalizer, self._pool_finalizer = self._pool_finalizer, None
+        if finalizer is not None:
+            finalizer.detach()
         return pool
 
     def _retire(self, pool: ChildPool) -> None:

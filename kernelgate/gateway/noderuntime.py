@@ -181,10 +181,10 @@ class NodeRuntime(CodeRuntime):
         # A helper whose loop ended without end_loop() (asyncio.run(gw.run(...)), then
         # gw.close()) is killed and reaped here; one of a loop still running is that
         # loop's to end.
-        for loop, transformer in list(self._transformers.items()):
-            if loop.is_closed():
-                del self._transformers[loop]
-                transformer.close_abandoned()
+        # Closes from several threads at once: each helper is taken (popped) by one.
+        for loop in list(self._transformers):
+            if loop.is_closed() and (helper := self._transformers.pop(loop, None)) is not None:
+                helper.close_abandoned()
 
 
 def _node_env(env: Mapping[str, str]) -> dict[str, str]:

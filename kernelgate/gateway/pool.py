@@ -23,6 +23,7 @@ helpers live in :mod:`.teardown`.
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import os
 import secrets
@@ -375,6 +376,35 @@ class Zygote:
             await reap(self.pid)
 
 
+class BootWatch:
+    """The copies of a booting child's fds that one loop watches (see :func:`booted`),
+    let go once: by the boot itself, or by a close from another thread while that loop
+    is not running (idle between ``run_until_complete`` calls, it may never run again)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._fds: list[int] = []
+        self._lock = threading.Lock()
+        self._released = False
+
+    def add(self, fd: int, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._released:
+                self._fds.append(fd)
+                self.loop.add_reader(fd, callback)
+                return
+        os.close(fd)
+        raise OSError(errno.EBADF, "the booting child was taken over")
+
+    def release(self) -> None:
+        """Stop watching and close the copies (once, whoever comes first)."""
+        with self._lock:
+            fds, self._fds, self._released = self._fds, [], True
+        for fd in fds:  # out of the selector before the number is free again
+            self.loop.remove_reader(fd)
+            os.close(fd)
+
+
 async def booted(child: PooledChild, timeout: float) -> bool:
     """Wait until ``child`` has booted and parked (its first byte on fd 3 is
     :data:`~kernelgate.wire.zygote.BOOTED`, consumed here); False if it exited, sent
@@ -382,6 +412,9 @@ async def booted(child: PooledChild, timeout: float) -> bool:
 
     Never blocks: the socket and the child's pidfd are watched on the loop. The byte comes
     before any program could run in the child, so no program can forge or withhold it.
+    The loop watches copies of them, closed only here: a close from any thread may take
+    the child over and close its own fds while this loop stands idle or runs (closed under
+    the loop and their numbers reused, it would never hear of the fds that took them).
     """
     loop = asyncio.get_running_loop()
     woken: asyncio.Future[None] = loop.create_future()
@@ -390,16 +423,15 @@ async def booted(child: PooledChild, timeout: float) -> bool:
         if not woken.done():
             woken.set_result(None)
 
-    fds = [child.control.fileno()] + ([child.pidfd] if child.pidfd >= 0 else [])
-    for fd in fds:
-        loop.add_reader(fd, wake)
+    watch = child.watch = BootWatch(loop)
     try:
+        for fd in [child.control.fileno()] + ([child.pidfd] if child.pidfd >= 0 else []):
+            watch.add(os.dup(fd), wake)
         await asyncio.wait_for(woken, timeout)
-    except asyncio.TimeoutError:
+    except (asyncio.TimeoutError, OSError):  # OSError: taken over and closed already
         return False
     finally:
-        for fd in fds:
-            loop.remove_reader(fd)
+        watch.release()
     try:
         first = child.control.recv(1)
     except OSError:  # nothing to read: its pidfd fired (it exited before it parked)
@@ -471,12 +503,13 @@ class WarmChild(ChildProcess):
         self.preopened: Preopened | None = None
         #: The host's end of its wire when a run takes it (None: the run makes its own).
         self.wire: Connection | None = None
-        #: The loop whose task watches it boot (None: not booting in a pool).
-        self.boot_loop: asyncio.AbstractEventLoop | None = None
 
 
 class PooledChild(WarmChild):
     """A child forked by the zygote: the zygote reaps it and reports its status."""
+
+    #: Its boot's watch (None: not watched yet).
+    watch: BootWatch | None = None
 
     reaped_by_zygote = True
     #: Forked to boot at a lower priority (put back before it is handed out).
@@ -831,7 +864,7 @@ class WarmPool:
         child.ids = ids
         child.cgroup = cgroup
         child.background = background
-        child.boot_loop = loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         with self._lock:
             closed = self.closed
             if not closed:
@@ -881,7 +914,6 @@ class WarmPool:
             with self._lock:
                 ready = not self.closed  # else close() is discarding the others: this too
                 if ready:
-                    child.boot_loop = None
                     self._ready.append(child)
             if ready:
                 self._behind = False
@@ -899,9 +931,14 @@ class WarmPool:
         """Send the parked ``child`` the bindings' comm_open (:mod:`.preopen`); False: it
         could not take it."""
         session = f"pool-{self._token}-{child.pid}"
-        child.preopened = await send_bindings(
-            child.control, session, specs, max_frame_bytes, self.boot_timeout
-        )
+        try:
+            control = child.control.dup()  # what the loop may watch: a copy (see booted)
+        except OSError:  # taken over and closed by a close from another thread
+            return False
+        with control:
+            child.preopened = await send_bindings(
+                control, session, specs, max_frame_bytes, self.boot_timeout
+            )
         return child.preopened is not None
 
     async def recycle_cgroup(self, cgroup: RunCgroup) -> None:
@@ -922,25 +959,23 @@ class WarmPool:
             return True
 
     def _stop(self) -> list[RunCgroup]:
-        """Closed, under the lock: the refill and boots stopped, waiting runs sent cold,
-        and the booting children of this thread (or of a loop gone) made idle children
-        the closer discards. Those booting on another thread's live loop stay with their
-        boot tasks, cancelled there: their fds are watched by that loop, which alone may
-        close them. The free cgroups, taken for the closer to remove."""
+        """Closed, under the lock: the refill and boots stopped (on their loops), waiting
+        runs sent cold, the booting children made idle children the closer discards. The
+        free cgroups, taken for the closer to remove."""
         with self._lock:
             self.closed = True
             self._wake_all()  # runs waiting for a child go cold
             for task in (self._filler, *self._boots):
                 cancel_in_loop(task)
-            here = running_loop()
-            theirs = [
-                c for c in self._booting
-                if c.boot_loop not in (None, here) and not c.boot_loop.is_closed()
-            ]  # fmt: skip
-            self._ready.extend(c for c in self._booting if c not in theirs)
-            # The finalizer's list emptied, and a new one: theirs are not the closer's.
+            # Booting children are idle children too, the closer's to discard, whichever
+            # loop watches their boot (idle between run_until_complete calls, it may never
+            # run again): that loop watches copies of their fds (see booted), and their
+            # cancelled boot tasks find them gone and leave them alone.
+            for child in self._booting:
+                if child.watch is not None and not child.watch.loop.is_running():
+                    child.watch.release()  # its loop may never run its boot task again
+            self._ready.extend(self._booting)
             self._booting.clear()
-            self._booting = theirs
             free, self._free_cgroups[:] = list(self._free_cgroups), []
         return free
 
