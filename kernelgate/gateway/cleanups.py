@@ -43,7 +43,8 @@ _T = TypeVar("_T")
 CLEANUP_TIMEOUT = 15.0
 
 _threads: set[threading.Thread] = set()
-_lock = threading.Lock()
+# Reentrant: off_loop runs from finalizers, and a collection may come inside the lock.
+_lock = threading.RLock()
 
 
 def guarded_task(

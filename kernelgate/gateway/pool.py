@@ -114,8 +114,10 @@ class Zygote:
         self._ids = itertools.count()
         # Shared by the loops of every thread that runs on this gateway (see .loops): the
         # state below is read and written under the lock, and each future and status
-        # callback is handed to the loop that is waiting for it.
-        self._lock = threading.Lock()
+        # callback is handed to the loop that is waiting for it. Reentrant: a collection
+        # inside it (any allocation) may run a dropped pool's finalizer, which closes
+        # this zygote in the same thread (a plain lock deadlocked the kernel's loop).
+        self._lock = threading.RLock()
         self._replies: dict[int, asyncio.Future[Forked | ForkFailed]] = {}
         self._statuses: dict[int, tuple[int, Any]] = {}
         self._status_waiters: dict[int, tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = {}
@@ -384,7 +386,7 @@ class BootWatch:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._fds: list[int] = []
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a close may come from a finalizer (see Zygote)
         self._released = False
 
     def add(self, fd: int, callback: Callable[[], None]) -> None:

@@ -168,3 +168,38 @@ def test_threads_sharing_a_gateway_get_every_run_right_and_leave_nothing(make_ga
     assert len(results) == 48 and not wrong, wrong[:3]
     assert any(r.usage.get("warm") for r in results), "no run found a warm child"
     # make_gateway closes it; no_fd_leak and run_dir_base check what is left.
+
+
+def _ends(fn: Any) -> bool:
+    """Whether ``fn()`` returns within 20 s (in a daemon thread: a deadlock fails the test)."""
+    thread = threading.Thread(target=fn, daemon=True)
+    thread.start()
+    thread.join(20)
+    return not thread.is_alive()
+
+
+def test_a_finalizer_inside_the_zygotes_or_cleanups_lock_does_not_deadlock() -> None:
+    """A collection may come at any allocation, inside any lock of the gateway's, and run
+    a dropped gateway's finalizer in that thread: its pool's close closes the zygote (the
+    kernel's loop deadlocked in ``Zygote._ensure_reader``: the lock held around
+    ``add_reader``, a collection there, the finalizer waiting for the same lock) and
+    hands cleanups to ``off_loop``. Those locks are reentrant: the nested close runs."""
+    from kernelgate.gateway import cleanups
+
+    zygote = Zygote(sys.executable, ENV)
+
+    def close_inside_its_lock() -> None:
+        with zygote._lock:
+            zygote.close()
+
+    def off_loop_inside_its_lock() -> None:
+        with cleanups._lock:
+            cleanups.off_loop(lambda: None, "test-nested")
+
+    try:
+        assert _ends(close_inside_its_lock), "a zygote closed inside its own lock deadlocked"
+        assert zygote.dead
+        assert _ends(off_loop_inside_its_lock), "off_loop inside its own lock deadlocked"
+        assert cleanups.join_off_loop(10)
+    finally:
+        zygote.close()
