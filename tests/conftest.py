@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from concurrent.futures.thread import _worker as _pool_worker
 
 import pytest
 
@@ -53,7 +54,11 @@ def pytest_unconfigure(config):
     a CI run would wait for it until its own timeout, the failure's report unseen."""
     me = threading.current_thread()
     deadline = time.monotonic() + _EXIT_WAIT
-    left = [t for t in threading.enumerate() if t is not me and not t.daemon]
+    # An executor's idle workers end at exit (concurrent.futures wakes them): not waited for.
+    left = [
+        t for t in threading.enumerate()
+        if t is not me and not t.daemon and getattr(t, "_target", None) is not _pool_worker
+    ]  # fmt: skip
     for thread in left:
         thread.join(max(0.0, deadline - time.monotonic()))
     stuck = [t.name for t in left if t.is_alive()]
