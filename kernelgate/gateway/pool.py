@@ -34,6 +34,7 @@ import threading
 import types
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from kernelgate.kernels.python import ZYGOTE_LOADER, package_root
@@ -77,6 +78,9 @@ from .teardown import (
 from .usage import descendants, keep_proc_fds
 
 __all__ = ["WarmChild", "WarmPool", "PooledChild", "Zygote", "sweep_leftovers"]
+
+#: What the zygote hands a waiting loop once out of its lock (see ``Zygote._hand``).
+Handing = Callable[[], object]
 
 
 #: How long a refill waits when other children are still ready: about a warm run.
@@ -159,7 +163,7 @@ class Zygote:
 
     def poll(self) -> None:
         """Take every message the zygote has sent so far (never blocks)."""
-        handed: list[tuple[Any, ...]] = []
+        handed: list[Handing] = []
         with self._lock:
             while not self.dead:
                 try:
@@ -185,38 +189,35 @@ class Zygote:
                     self._statuses[pid] = (message.status, ru)
                     waiter = self._status_waiters.pop(pid, None)
                     if waiter is not None:
-                        handed.append((waiter[0], self._status_known, *waiter))
+                        handed.append(partial(call_in_loop, waiter[0], self._status_known, *waiter))
                 else:
                     rid = message.request_id
                     fut = None if rid is None else self._replies.pop(rid, None)
                     if fut is not None:
-                        handed.append((fut, message))
+                        handed.append(partial(resolve_in_loop, fut, message))
         self._hand(handed)
 
     def _status_known(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
         callback()
         self._maybe_drop_reader(loop)
 
-    def _hand(self, handed: list[tuple[Any, ...]]) -> None:
+    def _hand(self, handed: list[Handing]) -> None:
         """Outside the lock: each reply to its future's loop, each callback to its own."""
-        for item in handed:
-            if isinstance(item[0], asyncio.Future):
-                fut, value = item
-                if isinstance(value, BaseException):
-                    resolve_in_loop(fut, exc=value)
-                else:
-                    resolve_in_loop(fut, value)
-            else:
-                call_in_loop(*item)
+        for hand in handed:
+            hand()
 
-    def _died(self) -> list[tuple[Any, ...]]:
+    def _died(self) -> list[Handing]:
         """Under the lock: dead; what is to be handed to the loops waiting (see _hand)."""
         self.dead = True
-        handed: list[tuple[Any, ...]] = [
-            (fut, OSError("the zygote exited")) for fut in self._replies.values()
+        handed: list[Handing] = [
+            partial(resolve_in_loop, fut, exc=OSError("the zygote exited"))
+            for fut in self._replies.values()
         ]
         self._replies.clear()
-        handed += [(w[0], self._status_known, *w) for w in self._status_waiters.values()]
+        handed += [
+            partial(call_in_loop, w[0], self._status_known, *w)
+            for w in self._status_waiters.values()
+        ]
         self._status_waiters.clear()
         here = running_loop()
         for loop in list(self._readers):
@@ -225,7 +226,7 @@ class Zygote:
                 if not loop.is_closed():
                     loop.remove_reader(self.sock.fileno())
             else:  # another thread's: it stops watching on its own thread
-                handed.append((loop, self._maybe_drop_reader, loop))
+                handed.append(partial(call_in_loop, loop, self._maybe_drop_reader, loop))
         return handed
 
     def _forget_closed_loops(self) -> None:
@@ -329,7 +330,7 @@ class Zygote:
         child it forked holds the socket open until it closes its copy as it boots, and
         it dies with the zygote: it must not be handed to a run.) Never waits."""
         self.poll()
-        handed: list[tuple[Any, ...]] = []
+        handed: list[Handing] = []
         with self._lock:
             if not self.dead and not self._reaped:
                 if self._pidfd < 0:
@@ -345,7 +346,7 @@ class Zygote:
 
     def _kill(self) -> bool:
         """Stop talking to the zygote and kill it; False if it is reaped already."""
-        handed: list[tuple[Any, ...]] = []
+        handed: list[Handing] = []
         with self._lock:
             if not self.dead:
                 handed = self._died()
