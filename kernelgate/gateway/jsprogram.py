@@ -54,11 +54,12 @@ import json
 import os
 import re
 import shutil
-import signal
 import unicodedata
 import weakref
 from pathlib import Path
 from typing import Literal
+
+from .helperpid import HelperPid
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -267,6 +268,8 @@ class ProgramTransformer:
         self.timeout = timeout
         self.max_source_chars = max_source_chars
         self._proc: asyncio.subprocess.Process | None = None
+        # Signalled and reaped through this, never by pid (see .helperpid).
+        self._helper: HelperPid | None = None
         self._stderr = bytearray()
         self._stderr_task: asyncio.Task[None] | None = None
         self._reaping: set[asyncio.Task[object]] = set()
@@ -350,7 +353,8 @@ class ProgramTransformer:
 
     async def _ask(self, line: bytes) -> dict[str, object]:
         proc = await self._ensure()
-        assert proc.stdin is not None and proc.stdout is not None
+        helper = self._helper
+        assert proc.stdin is not None and proc.stdout is not None and helper is not None
         try:
             proc.stdin.write(line)
             await proc.stdin.drain()
@@ -358,7 +362,7 @@ class ProgramTransformer:
         except (BrokenPipeError, ConnectionResetError):
             reply = b""
         if not reply.endswith(b"\n"):
-            await self._reap(proc)
+            await self._reap(proc, helper)
             raise ProgramTransformError(
                 f"the transform helper ({self.node} {HELPER}) exited "
                 f"(status {proc.returncode}) without an answer; its stderr: "
@@ -398,15 +402,16 @@ class ProgramTransformer:
             # One answer holds the whole program (JSON-escaped at worst 6 chars for one).
             limit=6 * self.max_source_chars + 65536,
         )
+        self._helper = helper = HelperPid(proc)
         # Not a method: a running task must not keep the transformer alive (see below).
-        self._stderr_task = asyncio.ensure_future(_drain_stderr(proc, self._stderr))
+        self._stderr_task = asyncio.ensure_future(_drain_stderr(proc, helper, self._stderr))
         # A transformer dropped without aclose() (a gateway never closed) takes its helper
         # with it: the helper only ever waits on our pipe.
-        weakref.finalize(self, _kill_pid, proc.pid, proc)
+        weakref.finalize(self, _kill_helper, helper)
         assert proc.stdout is not None
         ready = await proc.stdout.readline()  # bounded by the caller
         if ready != READY:
-            await self._reap(proc)
+            await self._reap(proc, helper)
             raise ProgramTransformError(
                 f"the transform helper ({self.node} {HELPER}) did not start: it said "
                 f"{ready[:200]!r} (status {proc.returncode}); its stderr: "
@@ -414,28 +419,29 @@ class ProgramTransformer:
             )
         return proc
 
-    async def _reap(self, proc: asyncio.subprocess.Process) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+    async def _reap(self, proc: asyncio.subprocess.Process, helper: HelperPid) -> None:
+        helper.kill()
         await proc.wait()
+        helper.close()
         if self._stderr_task is not None:
             # Its pipe is at EOF once the process is gone (nothing else holds it).
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
         if self._proc is proc:
-            self._proc = None
+            self._proc = self._helper = None
 
     def _kill(self) -> None:
         """Kill the helper now (no await: also used while being cancelled); reaped in a task
         that :meth:`aclose` waits for."""
         proc, self._proc = self._proc, None
-        if proc is None:
+        helper, self._helper = self._helper, None
+        if proc is None or helper is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        helper.kill()
         task: asyncio.Task[object] = asyncio.ensure_future(proc.wait())
         self._reaping.add(task)
         task.add_done_callback(self._reaping.discard)
+        task.add_done_callback(lambda _: helper.close())
         if self._stderr_task is not None:
             self._stderr_task.cancel()
             self._stderr_task = None
@@ -446,14 +452,12 @@ class ProgramTransformer:
         more, so the helper is killed and waited for here, and its pipes close as the
         transformer goes. Later transforms raise. Idempotent."""
         self._closed = True
-        proc, self._proc = self._proc, None
-        if proc is None or proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)
-        # SIGKILL ends it at once; ECHILD if a child watcher thread reaped it first.
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(proc.pid, 0)
+        self._proc = None
+        helper, self._helper = self._helper, None
+        if helper is not None:
+            # Its returncode may be None for good though it was reaped (the watcher's word
+            # never reached the ended loop): by pidfd, never its pid.
+            helper.kill_and_reap()
 
     async def aclose(self) -> None:
         """Kill the helper and wait for it; later transforms raise. Idempotent."""
@@ -476,14 +480,15 @@ def transform_program(
     return asyncio.run(once())
 
 
-def _kill_pid(pid: int, proc: asyncio.subprocess.Process) -> None:
+def _kill_helper(helper: HelperPid) -> None:
     """SIGKILL a helper still running (its transformer is gone); asyncio reaps it."""
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+    helper.kill()
+    helper.close()
 
 
-async def _drain_stderr(proc: asyncio.subprocess.Process, tail: bytearray) -> None:
+async def _drain_stderr(
+    proc: asyncio.subprocess.Process, helper: HelperPid, tail: bytearray
+) -> None:
     """Keep the last of a helper's stderr in ``tail`` (for error messages)."""
     assert proc.stderr is not None
     try:
@@ -495,7 +500,6 @@ async def _drain_stderr(proc: asyncio.subprocess.Process, tail: bytearray) -> No
         # gateway's runs in asyncio.run without aclose()): the helper goes with its loop,
         # reaped while that loop still runs, so nothing is left for a closed loop to do.
         if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            helper.kill()
             await proc.wait()
         raise
