@@ -1,0 +1,136 @@
+"""Attacks on numbers the host keeps after the kernel (or the pool) gave them out again.
+
+The host names a child by its pid and its process group by the same number; pid_max is
+32,768 here and a busy gateway wraps it in minutes. Once a child is reaped (by us, or by
+the zygote that forked it, which frees the number before the host hears of it), that
+number may be another process's: a ``killpg`` by it reaches a stranger's whole group.
+These tests hand the freed pid to a stranger on purpose (as root, through
+``ns_last_pid``), a session leader as every run's child is, and then do what signalled
+by number: the stranger must live through each.
+
+A pooled cgroup is a recycled name of the host's own: a finished run's teardown hands its
+cgroup back to the pool, which forks the next idle child into it; nothing of the old run
+may empty or remove it after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from kernelgate.gateway.process import start_child
+
+LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+NEEDS_LAST_PID = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access(LAST_PID, os.W_OK),
+    reason=f"handing a chosen pid to a process needs root ({LAST_PID})",
+)
+
+
+def _gone(pid: int, deadline: float = 10.0) -> None:
+    """Wait until ``pid`` has been reaped (by whoever reaps it): its number is free."""
+    end = time.monotonic() + deadline
+    while os.path.exists(f"/proc/{pid}"):
+        assert time.monotonic() < end, f"{pid} was not reaped in {deadline} s"
+        time.sleep(0.001)
+
+
+def _stranger_at(pid: int) -> subprocess.Popen[bytes]:
+    """A ``sleep`` in a session (and process group) of its own, started with exactly
+    ``pid``: what another run's child, or any daemon, looks like (retried if another
+    process takes the number first)."""
+    for _ in range(50):
+        with open(LAST_PID, "w") as f:
+            f.write(str(pid - 1))
+        proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    pytest.skip(f"pid {pid} was taken by other processes 50 times running")
+
+
+def _assert_alive(proc: subprocess.Popen[bytes]) -> None:
+    """``proc`` was neither signalled to death nor reaped by anyone."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except ProcessLookupError:
+        pytest.fail(f"the stranger {proc.pid} holding the freed pid was reaped")
+    try:
+        # A SIGKILL sent is an exit a moment later: wait for one that long.
+        readable, _, _ = select.select([pidfd], [], [], 0.5)
+    finally:
+        os.close(pidfd)
+    assert not readable, f"the stranger {proc.pid} holding the freed pid was killed"
+
+
+@pytest.fixture
+def strangers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The strangers a test starts, killed and reaped after it."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+# -- a process group signalled by the number of a reaped child ----------------------------
+
+
+@pytest.mark.timeout(60)
+@NEEDS_LAST_PID
+@pytest.mark.parametrize("how", ["signal_group", "kill_all"])
+def test_a_reaped_child_signals_no_group_by_its_old_pid(strangers, how):
+    """A cold child, reaped: its pid and group id are free. What still holds the
+    ChildProcess (a wall-clock or kill-grace timer of its run, an interrupt, a caller's
+    cancellation) signals its group by that number: the stranger's group, not ours."""
+    child = start_child(sys.executable, [sys.executable, "-c", "pass"], os.environ)
+    try:
+        assert child.wait_gone(10)
+        assert child.try_reap()
+        strangers.append(_stranger_at(child.pid))
+        if how == "signal_group":
+            child.signal_group(signal.SIGKILL)
+        else:
+            child.kill_all()
+    finally:
+        child.close()
+    _assert_alive(strangers[0])
+
+
+@pytest.mark.timeout(90)
+@NEEDS_LAST_PID
+@pytest.mark.parametrize("then", ["next_run", "aclose", "close"])
+def test_an_idle_child_the_zygote_reaped_is_not_killed_by_its_old_pid(hostile, strangers, then):
+    """A parked child dies (the OOM killer, an operator's kill); its zygote reaps it at
+    once and the number is free, while the pool still holds it as an idle child. The next
+    run finds it dead and discards it, or the close does: none may signal the stranger
+    that took its pid (the discard killed "its" group by that number)."""
+    gw = hostile.gateway(pool_size=1)
+
+    async def main() -> None:
+        assert hostile.record(await gw.run("return 1")).ok
+        await gw._pool.filled()
+        assert gw._pool.ready == 1, "the pool has no parked child"
+        idle = gw._pool._ready[0]
+        signal.pidfd_send_signal(idle.pidfd, signal.SIGKILL)
+        _gone(idle.pid)  # reaped by the zygote: the pool has not looked
+        strangers.append(_stranger_at(idle.pid))
+        if then == "next_run":
+            assert hostile.record(await gw.run("return 2")).value == 2
+            await gw.wait_finished()
+        elif then == "aclose":
+            await gw.aclose()
+
+    asyncio.run(main())
+    gw.close()
+    _assert_alive(strangers[0])
