@@ -23,10 +23,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from kernelgate.gateway.process import start_child
+
+from .conftest import SUPPORT
 
 LAST_PID = "/proc/sys/kernel/ns_last_pid"
 
@@ -134,3 +137,94 @@ def test_an_idle_child_the_zygote_reaped_is_not_killed_by_its_old_pid(hostile, s
     asyncio.run(main())
     gw.close()
     _assert_alive(strangers[0])
+
+
+# -- a pooled cgroup emptied by the run that gave it back -----------------------------------
+
+
+_SLOW_ENTERED: list[bool] = []
+_LOOP_ENDING: list[bool] = []
+
+
+async def _slow_to_cancel() -> int:
+    """A binding whose cleanup takes its time when cancelled (closing a client, say): the
+    run's calls are still being cancelled while the child's teardown goes on. It ends
+    when the loop ends (the test says when: it must not hang ``asyncio.run``'s end)."""
+    _SLOW_ENTERED.append(True)
+    while True:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            if _LOOP_ENDING:
+                raise
+
+
+async def _slow_started() -> int:
+    """Answers once ``slow`` runs: the program returns with that call in the binding."""
+    end = time.monotonic() + 10
+    while not _SLOW_ENTERED and time.monotonic() < end:
+        await asyncio.sleep(0.001)
+    return len(_SLOW_ENTERED)
+
+
+# A call left running when the program returns: cancelled by the host as the run ends.
+_LEAVES_A_CALL = """
+import asyncio
+asyncio.ensure_future(tools.slow())
+await asyncio.sleep(0)          # its call is sent
+return await tools.started()    # answered once slow() runs on the host
+"""
+
+
+async def _until(predicate: Any, what: str, deadline: float = 30.0) -> None:
+    end = time.monotonic() + deadline
+    while not predicate():
+        assert time.monotonic() < end, f"not within {deadline} s: {what}"
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.timeout(120)
+def test_a_cancelled_teardown_never_empties_the_cgroup_it_gave_back(hostile):
+    """A warm run returns with a call still being cancelled; its teardown gives its cgroup
+    back to the pool and then waits for that call too. The pool forks its next idle
+    child into the cgroup. Then the loop ends (``asyncio.run`` returns: the teardown is
+    cancelled). The cancelled teardown emptied and removed "its" cgroup: it SIGKILLed the
+    pool's new child ("worker_exit, SIGKILL from outside" for the run that takes it) and
+    left a removed cgroup on the free list. It must leave both alone."""
+    if SUPPORT.cgroups is None:
+        pytest.skip("no writable cgroup here: the pool recycles none")
+    gw = hostile.gateway(pool_size=1, bindings={"slow": _slow_to_cancel, "started": _slow_started})
+    found: dict[str, Any] = {}
+
+    async def main() -> None:
+        assert hostile.record(await gw.run("return 0")).ok
+        await gw.wait_finished()
+        pool = gw._pool
+        await pool.filled()
+        taken = pool._ready[0]
+        assert taken.cgroup is not None
+        cgroup = found["cgroup"] = taken.cgroup
+        run = asyncio.create_task(gw.run(_LEAVES_A_CALL))
+        await _until(lambda: cgroup in pool._free_cgroups, "the run's cgroup given back")
+        assert not run.done(), "its calls were cancelled already"
+        # The next run takes the parked child; the refill forks one into the cgroup.
+        assert hostile.record(await gw.run("return 2")).value == 2
+        await pool.filled()
+        assert [c.cgroup for c in pool._ready] == [cgroup], "not forked into the kept cgroup"
+        found["child"] = pool._ready[0]
+
+    async def then_end_the_loop() -> None:
+        _SLOW_ENTERED.clear()
+        _LOOP_ENDING.clear()
+        try:
+            await main()
+        finally:
+            # Returning ends the loop: every task left is cancelled, the teardown too.
+            _LOOP_ENDING.append(True)
+
+    asyncio.run(then_end_the_loop())
+    cgroup, child = found["cgroup"], found["child"]
+    assert child.alive(), "the pool's idle child in the kept cgroup was killed"
+    assert all(os.path.isdir(path) for path in cgroup.paths), "the kept cgroup was removed"
+    warm = hostile.record(gw.run_sync("return 3"))
+    assert warm.value == 3 and warm.usage.get("warm") is True, (warm.status, warm.message)
