@@ -16,6 +16,7 @@ may empty or remove it after that.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import select
 import signal
@@ -27,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from kernelgate.gateway.cgroups import RunCgroup
 from kernelgate.gateway.process import start_child
 
 from .conftest import SUPPORT
@@ -228,3 +230,45 @@ def test_a_cancelled_teardown_never_empties_the_cgroup_it_gave_back(hostile):
     assert all(os.path.isdir(path) for path in cgroup.paths), "the kept cgroup was removed"
     warm = hostile.record(gw.run_sync("return 3"))
     assert warm.value == 3 and warm.usage.get("warm") is True, (warm.status, warm.message)
+
+
+# -- a cgroup's processes killed by numbers read a moment before ----------------------------
+
+
+@pytest.mark.timeout(60)
+@NEEDS_LAST_PID
+def test_a_cgroup_kills_no_stranger_that_took_a_listed_pid(strangers):
+    """``RunCgroup.settle`` (a run's end, the pool's recycling, the sweep of a dead host's
+    cgroups) reads cgroup.procs, then SIGKILLs each pid it read. A listed process may exit
+    and be reaped in between (by its parent in the run, or by init: the host does not
+    reap the run's processes), and its number be another process's when the kill comes.
+    Forced here: the process ends and a stranger outside the cgroup takes its pid right
+    after the read. The stranger must live; the cgroup still goes."""
+    roots = SUPPORT.cgroups
+    if roots is None or roots.pids is None:
+        pytest.skip("no writable pids cgroup here")
+    cgroup = RunCgroup(roots, f"reuse-{os.getpid()}", 10)
+    member = subprocess.Popen(["sleep", "60"])
+    try:
+        cgroup.attach(member.pid)
+        assert cgroup.pids() == [member.pid]
+        read = cgroup.pids
+
+        def read_then_reuse() -> list[int]:
+            listed = read()
+            if listed == [member.pid] and not strangers:  # once: the next reads are honest
+                member.kill()
+                member.wait()  # reaped: the number is free
+                strangers.append(_stranger_at(member.pid))
+            return listed
+
+        cgroup.pids = read_then_reuse  # type: ignore[method-assign]
+        assert cgroup.settle()
+    finally:
+        member.kill()
+        member.wait()
+        for path in cgroup.paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(path)
+    assert strangers, "the race was not forced"
+    _assert_alive(strangers[0])
