@@ -478,11 +478,11 @@ class Teardown:
         child, cgroup, run_dir = self._child, self._cgroup, self._run_dir
         self._calls.cancel_now()
         child.kill_all()
-        gone = child.reaped or child.pidfd < 0
         # Our own copy: closing the channel closes the child's pidfd.
-        pidfd = -1 if gone else os.dup(child.pidfd)
-        ours = not (child.reaped or child.reaped_by_zygote)
+        pidfd = -1 if child.reaped or child.pidfd < 0 else os.dup(child.pidfd)
         self._close()
+        # After the close, which may reap it (LaunchedChild): never waitpid a freed number.
+        ours = not (child.reaped or child.reaped_by_zygote)
 
         def finish() -> None:
             try:

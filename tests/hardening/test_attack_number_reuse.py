@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -272,3 +273,70 @@ def test_a_cgroup_kills_no_stranger_that_took_a_listed_pid(strangers):
                 os.rmdir(path)
     assert strangers, "the race was not forced"
     _assert_alive(strangers[0])
+
+
+# -- a child waited for by number after another reaper had it --------------------------------
+
+
+@pytest.mark.timeout(120)
+@NEEDS_LAST_PID
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node (a Node pool's child)")
+def test_a_teardown_finished_off_the_loop_reaps_no_other_child_of_the_host(
+    hostile, strangers, monkeypatch
+):
+    """A warm TypeScript run's child is a launched child: the host is its parent, and its
+    close reaps it (or hands it to a thread that does). A run whose teardown task never
+    starts (cancelled in the turn the run returned) is finished off the loop: kill, close,
+    then a thread waits for the exit and, the child being "ours", waits for its pid. By
+    then the close has reaped it, the number is free, and a new child of the host may hold
+    it (another run's, any subprocess): that ``waitpid`` reaped the new child, and the
+    status it ended with was lost to its owner. Forced here: the stranger, a child of
+    this process, takes the number just before that wait."""
+    from kernelgate.gateway import teardown
+
+    gw = hostile.gateway(language="typescript", pool_size=1)
+    real_waitpid = teardown._waitpid
+    seen: list[int] = []
+    called: list[int] = []
+
+    def waitpid_after_a_stranger(pid: int, flags: int) -> None:
+        called.append(pid)
+        if pid in seen and not strangers:
+            _gone(pid)  # reaped by the close (or its thread): the number is free
+            for _ in range(50):
+                with open(LAST_PID, "w") as f:
+                    f.write(str(pid - 1))
+                stranger = subprocess.Popen(
+                    [sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(7)"],
+                    stdin=subprocess.PIPE,
+                )
+                assert stranger.stdin is not None
+                stranger.stdin.close()  # it ends now, with 7: whoever reaps it has that
+                if stranger.pid == pid:
+                    strangers.append(stranger)
+                    break
+                stranger.wait()
+        real_waitpid(pid, flags)
+
+    monkeypatch.setattr(teardown, "_waitpid", waitpid_after_a_stranger)
+
+    async def main() -> None:
+        first = hostile.record(await gw.run("return 0;"))
+        assert first.ok, first.message
+        await gw._pool.filled()
+        assert gw._pool.ready == 1, "the pool has no started child"
+        seen.append(gw._pool._ready[0].pid)
+        result = hostile.record(await gw.run("return 1;"))
+        assert result.value == 1 and result.usage.get("warm") is True, result.message
+        # No await since the run made its teardown task: cancelled now, it never starts.
+        pending = [t for t in gw._finishing if not t.done()]
+        for task in pending:
+            task.cancel()
+        assert pending, "the run's teardown had ended already: the test proves nothing"
+        await asyncio.gather(*pending, return_exceptions=True)
+        await gw.aclose()  # waits for the off-loop threads
+
+    asyncio.run(main())
+    assert seen[0] not in called or strangers, "waited for by number, but no stranger took it"
+    if strangers:
+        assert strangers[0].wait(10) == 7, "the off-loop teardown reaped the host's other child"
