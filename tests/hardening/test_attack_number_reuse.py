@@ -340,3 +340,59 @@ def test_a_teardown_finished_off_the_loop_reaps_no_other_child_of_the_host(
     assert seen[0] not in called or strangers, "waited for by number, but no stranger took it"
     if strangers:
         assert strangers[0].wait(10) == 7, "the off-loop teardown reaped the host's other child"
+
+
+# -- a booting child's processes put back to nice 0 by its number --------------------------
+
+
+@pytest.mark.timeout(120)
+@NEEDS_LAST_PID
+def test_a_dead_booting_child_renices_no_stranger_by_its_old_pid(hostile, strangers):
+    """On a root host a child forked while two others are parked boots at a low priority;
+    a run that finds none parked puts the booting ones back to nice 0 (``in_foreground``:
+    every thread of the child's process and of every process below it, found from its
+    pid). A booting child that died (killed, or its boot failed), reaped by the zygote
+    before its boot task has looked, left its number free: a stranger's tree there was
+    reniced to 0 by the host (root may raise any process's priority)."""
+    from kernelgate.gateway.teardown import discard
+
+    gw = hostile.gateway(pool_size=3)
+
+    async def main() -> None:
+        assert hostile.record(await gw.run("return 0")).ok
+        pool = gw._pool
+        await pool.filled()
+        assert pool.ready == 3, "the pool did not fill"
+        taken = [await pool.acquire()]  # two left parked: the refill forks in the background
+        try:
+            await _until(lambda: any(c.background for c in pool._booting), "a background boot")
+            booting = next(c for c in pool._booting if c.background)
+            # From here on the loop does not run: its boot task cannot look.
+            signal.pidfd_send_signal(booting.pidfd, signal.SIGKILL)
+            _gone(booting.pid)  # reaped by the zygote
+            for _ in range(50):
+                with open(LAST_PID, "w") as f:
+                    f.write(str(booting.pid - 1))
+                proc = subprocess.Popen(["nice", "-n", "10", "sleep", "60"], start_new_session=True)
+                if proc.pid == booting.pid:
+                    strangers.append(proc)
+                    break
+                proc.kill()
+                proc.wait()
+            else:
+                pytest.skip(f"pid {booting.pid} was taken by other processes 50 times running")
+            # None parked after these: the booting children are put in the foreground.
+            end = time.monotonic() + 10  # `nice` has set its niceness, and exec'd sleep
+            while os.getpriority(os.PRIO_PROCESS, strangers[0].pid) != 10:
+                assert time.monotonic() < end, "the stranger never got nice 10"
+                time.sleep(0.001)
+            taken += [await pool.acquire(), await pool.acquire()]
+            assert pool.ready == 0
+        finally:
+            for child in taken:
+                if child is not None:
+                    await discard(child)
+
+    asyncio.run(main())
+    assert os.getpriority(os.PRIO_PROCESS, strangers[0].pid) == 10, "the stranger was reniced"
+    _assert_alive(strangers[0])
