@@ -18,6 +18,7 @@ of hosts that are gone, and the warm pool reuses them (mkdir and rmdir cost mill
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -438,11 +439,8 @@ class RunCgroup:
         Killed processes take a moment to leave, so callers retry until True.
         """
         pids = self.pids()
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if pids:
+            self._kill(pids)
         if not remove:
             return not pids
         for path in self.paths:
@@ -456,6 +454,32 @@ class RunCgroup:
         if self._memory is not None:
             self._memory.close()
         return True
+
+    def _kill(self, pids: list[int]) -> None:
+        """SIGKILL the processes ``pids`` read from cgroup.procs, never a stranger: a listed
+        process may be reaped right after the read (by its parent in the run, or by init)
+        and its number given to any process before the kill. So each is opened as a pidfd
+        first (one process, whatever becomes of its number) and signalled only if its
+        number is listed again after: the pidfd's process is then the one listed, or it
+        was reaped meanwhile and the signal reaches nothing."""
+        fds: dict[int, int] = {}
+        try:
+            for pid in pids:
+                try:
+                    fds[pid] = os.pidfd_open(pid)
+                except ProcessLookupError:
+                    continue  # gone already
+                except OSError:  # no pidfds (Linux < 5.3), or no fd left: by number
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            listed = set(self.pids()) if fds else set()
+            for pid, fd in fds.items():
+                if pid in listed:
+                    with contextlib.suppress(ProcessLookupError):
+                        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
 
     def settle_blocking(self, timeout: float = 5.0) -> bool:
         """:meth:`settle` and remove, retried until done or ``timeout``: for code that runs

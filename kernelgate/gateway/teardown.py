@@ -76,9 +76,7 @@ class IdleChild(Protocol):
     ids: RunIds | None
 
     def kill_all(self) -> None: ...
-
     def wait_gone(self, timeout: float) -> bool: ...
-
     def close(self) -> None: ...
 
 
@@ -406,11 +404,13 @@ class Teardown:
                 child.signal_group(signal.SIGKILL)
                 await asyncio.sleep(delay)
         child.try_reap()
-        if self._cgroup is not None:
+        if (cgroup := self._cgroup) is not None:
             if self._recycle is not None:
-                await self._recycle(self._cgroup)  # mkdir and rmdir cost ms each
-            else:
-                await empty_cgroup(self._cgroup)
+                await self._recycle(cgroup)  # mkdir and rmdir cost ms each
+            elif not await empty_cgroup(cgroup):
+                cgroup = None  # left: a teardown cancelled later tries again (_abandon)
+            if cgroup is not None:  # given back (the pool may fork its next child into
+                self._cgroup = None  # it at once) or removed: never emptied by us again
         await self._calls.cancel_all()
 
     async def kill_and_settle(self) -> None:
@@ -450,7 +450,7 @@ class Teardown:
         await self.release()
 
     async def _abandon(self) -> None:
-        """Kill the child, wait (bounded) until it is gone, empty its cgroup."""
+        """Kill the child, wait (bounded) until it is gone, empty its cgroup if still ours."""
         self._calls.cancel_now()
         self._child.kill()
         try:
@@ -478,11 +478,11 @@ class Teardown:
         child, cgroup, run_dir = self._child, self._cgroup, self._run_dir
         self._calls.cancel_now()
         child.kill_all()
-        gone = child.reaped or child.pidfd < 0
         # Our own copy: closing the channel closes the child's pidfd.
-        pidfd = -1 if gone else os.dup(child.pidfd)
-        ours = not (child.reaped or child.reaped_by_zygote)
+        pidfd = -1 if child.reaped or child.pidfd < 0 else os.dup(child.pidfd)
         self._close()
+        # After the close, which may reap it (LaunchedChild): never waitpid a freed number.
+        ours = not (child.reaped or child.reaped_by_zygote)
 
         def finish() -> None:
             try:
