@@ -476,3 +476,58 @@ def test_a_runs_usage_is_not_read_from_a_stranger_that_took_its_childs_pid(hosti
     assert result.ok and result.usage.get("warm") is True, result.message
     cpu = result.usage["cpu_user_s"] + result.usage["cpu_system_s"]
     assert cpu < 0.5, f"a stranger's CPU counted as the run's: {result.usage}"
+
+
+# -- a warm child's exit status looked up by its pid ----------------------------------------
+
+
+@pytest.mark.timeout(120)
+@NEEDS_LAST_PID
+def test_a_warm_childs_exit_status_is_its_own_not_an_earlier_holders_of_its_pid(hostile):
+    """The zygote reports each child's end as (pid, status); the host keeps them by pid
+    until a run asks. A child whose status no run asked for (an idle child that died and
+    was discarded, a teardown finished off the loop) left it there, and the pid, once the
+    zygote forked a new child with it, named that one: its run, ending without a reply,
+    took the dead child's status (SIGKILL "from outside") for its own exit. Forced here:
+    the new child gets the old number through ``ns_last_pid``, and the zygote is stopped
+    while the run ends, so that the host sees the exit before the true status."""
+    from kernelgate.gateway.teardown import discard
+
+    gw = hostile.gateway(pool_size=1)
+
+    async def main() -> RunResult | None:
+        assert hostile.record(await gw.run("return 0")).ok
+        pool = gw._pool
+        await pool.filled()
+        zygote = pool._zygote
+        old = pool._ready.pop(0)  # as the pool takes a dead idle child off to discard it
+        pid = old.pid
+        signal.pidfd_send_signal(old.pidfd, signal.SIGKILL)
+        _gone(pid)
+        await _until(lambda: zygote.poll() or pid in zygote._statuses, "its status")
+        await discard(old)  # its status is never asked for
+        for _ in range(_TRIES):
+            with open(LAST_PID, "w") as f:
+                f.write(str(pid - 1))
+            pool.refill()
+            await pool.filled()
+            new = pool._ready[-1]
+            if new.pid == pid:
+                break
+            pool._ready.remove(new)
+            await discard(new)
+        else:
+            return None
+        os.kill(zygote.pid, signal.SIGSTOP)  # its word on the exit comes after the exit
+        try:
+            run = asyncio.create_task(gw.run("import os\nos._exit(3)"))
+            await asyncio.wait([run], timeout=3)  # an old status ends it at once
+        finally:
+            os.kill(zygote.pid, signal.SIGCONT)
+        return hostile.record(await run)
+
+    result = asyncio.run(main())
+    if result is None:
+        pytest.skip(f"the pid was taken by other processes {_TRIES} times running")
+    assert result.usage.get("warm") is True
+    assert (result.exit_code, result.signal) == (3, None), (result.status, result.message)
