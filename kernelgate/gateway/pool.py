@@ -191,6 +191,12 @@ class Zygote:
                     if waiter is not None:
                         handed.append(partial(call_in_loop, waiter[0], self._status_known, *waiter))
                 else:
+                    if isinstance(message, Forked):
+                        # Its pid was free: the zygote had reaped what held it before,
+                        # and that one's status came first on this socket. One still kept
+                        # under the number (no run asked: a discarded idle child, a
+                        # teardown finished off the loop) is never this child's.
+                        self._statuses.pop(message.pid, None)
                     rid = message.request_id
                     fut = None if rid is None else self._replies.pop(rid, None)
                     if fut is not None:

@@ -112,21 +112,28 @@ class ChildProcess:
         ourselves can be reaped as soon as its pidfd fires: at once."""
         callback()
 
+    def holds_pid(self) -> bool:
+        """Whether the child's pid (also its process group id) still names the child or
+        its group, and may be signalled or read from /proc by number.
+
+        The kernel gives a pid out again once its process is reaped (pid_max is 32,768 on
+        many machines): a ``killpg`` by that number then kills a stranger's group (another
+        run's child, any daemon: each leads a session of its own). So not once the child
+        is reaped (by us, or by the thread a close handed it to), nor once our ends are
+        closed; and for a child the zygote reaps, not once it has exited: the zygote may
+        free the number any moment after (having killed what its group held: see
+        zygote._reap), before we hear of it. Unreaped and ours, the child is at worst a
+        zombie, which keeps the number."""
+        if self.reaped or self._closed:
+            return False
+        if self.reaped_by_zygote:
+            return self.pidfd >= 0 and not select.select([self.pidfd], [], [], 0)[0]
+        return True
+
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the child's whole process group (ignores an empty group), only
-        while the group id is still the child's.
-
-        The group is named by the child's pid, which the kernel gives out again once the
-        child is reaped (pid_max is 32,768 on many machines): a ``killpg`` by that number
-        then kills a stranger's group (another run's child, any daemon: each leads a
-        session of its own). So never once the child is reaped (by us, or by the thread a
-        close handed it to), nor once our ends are closed; and for a child the zygote
-        reaps, never once it has exited: the zygote may free the number any moment after
-        (having killed what its group held: see zygote._reap), before we hear of it.
-        Unreaped and ours, the child is at worst a zombie, which keeps the number."""
-        if self.reaped or self._closed:
-            return
-        if self.reaped_by_zygote and (self.pidfd < 0 or select.select([self.pidfd], [], [], 0)[0]):
+        while the group id is still the child's (:meth:`holds_pid`)."""
+        if not self.holds_pid():
             return
         try:
             os.killpg(self.pid, sig)

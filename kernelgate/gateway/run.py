@@ -448,7 +448,8 @@ class Run:
         own figures are its word, not a measurement."""
         child = self.child
         assert child is not None
-        self._host_usage, busiest = measure_run(child.pid, child.proc_fds, self._cgroup)
+        root = child.pid if child.holds_pid() else None  # else a stranger's tree, maybe
+        self._host_usage, busiest = measure_run(root, child.proc_fds, self._cgroup)
         self._busiest_cpu_s = max(self._busiest_cpu_s, busiest)
         self._measure_memory()
 

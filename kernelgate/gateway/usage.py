@@ -133,10 +133,12 @@ def measure_usage(
 
 
 def measure_run(
-    root: int, kept: ProcFds, cgroup: RunCgroup | None
+    root: int | None, kept: ProcFds, cgroup: RunCgroup | None
 ) -> tuple[dict[str, Any] | None, float]:
     """:func:`measure_usage` of a run's processes: those in its ``cgroup`` (else ``root``
     and the processes below it), reading the fds ``kept`` for them where there are some.
+    ``root`` None: the run's child is gone and its pid maybe another's (reaped by the
+    zygote): only what the cgroup lists is read, never a tree by that number.
 
     A warm child's processes had their fds kept as it parked: when the cgroup counts
     exactly that many tasks now, they are all of the run's (each is alive, in it, one task
@@ -147,7 +149,9 @@ def measure_run(
         if measured is not None:
             return measured
     pids = cgroup.procs() if cgroup is not None else []
-    return measure_usage(pids or descendants(root), kept)
+    if not pids and root is not None:
+        pids = descendants(root)
+    return measure_usage(pids, kept)
 
 
 def measure_kept(kept: ProcFds) -> tuple[dict[str, Any] | None, float] | None:
