@@ -593,9 +593,11 @@ def test_typescript_threads_share_a_gateway_and_a_close_leaves_no_helper(hostile
     reason="open fault: now and then a warm TypeScript run from one of three threads ended "
     "'worker_exit' (SIGKILL 'from outside', calls=0, 18-45 ms in): 4 of 17 runs of this "
     "whole file on a loaded machine, never alone or single-threaded; 0 of 8 on a quiet one. "
-    "One way to it is closed (the type-stripping helper signalled and reaped by a pid that "
-    "asyncio's watcher had freed: tests/node/test_helper_pid_reuse.py); not seen since, "
-    "not proven gone",
+    "Ways to that shape closed since: the type-stripping helper killed by a freed pid "
+    "(tests/node/test_helper_pid_reuse.py), a cancelled teardown emptying the cgroup it had "
+    "given back to the pool, and the other freed numbers of "
+    "tests/hardening/test_attack_number_reuse.py; not seen since (12 whole-file runs), not "
+    "proven gone",
 )
 def test_typescript_runs_from_threads_are_right(hostile):
     gw = _node_gateway(hostile, 1, bindings={"add": lambda a, b: a + b})
