@@ -425,7 +425,9 @@ def test_a_gateway_collected_inside_a_binding_of_another_releases_its_thread(hos
     assert not _released_at_once()
 
 
-@pytest.mark.timeout(60)
+# A thread that collects without pause holds the GIL for most of each run: 20 runs took
+# over 60 s once on a slow VM (2 s on a quiet one). A deadlock is still caught at 180.
+@pytest.mark.timeout(180)
 def test_collections_in_another_thread_while_calls_are_submitted_do_not_deadlock(hostile):
     # Executors with a kept thread, dropped in cycles and collected in a thread of their
     # own, while a gateway's runs submit calls on the main thread.
