@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures.thread import _worker as _pool_worker
 
 import pytest
@@ -65,3 +67,14 @@ def pytest_unconfigure(config):
     if stuck:
         print(f"\nthreads still running after the tests, not waited for: {stuck}", flush=True)
         os._exit(getattr(config, "_kernelgate_exitstatus", 0) or 1)
+
+
+@pytest.fixture
+def strangers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The strangers a test starts (processes given a freed pid on purpose: tests.procs.
+    assert_stranger_alive), killed and reaped after it."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait()

@@ -10,11 +10,15 @@ processes on the machine (another engineer's test run of the same test, a kernel
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+import pytest
 
 
 def _stat(pid: int | str) -> tuple[bytes, int] | None:
@@ -114,3 +118,19 @@ def survivors_of_a_dead_host(
         if name.startswith("kernelgate-"):
             shutil.rmtree(run_base / name, ignore_errors=True)
     return alive
+
+
+def assert_stranger_alive(proc: subprocess.Popen[bytes]) -> None:
+    """``proc``, given a freed pid on purpose, was neither signalled to death nor reaped by
+    anyone (the attack tests of tests/hardening/test_attack_number_reuse.py and
+    tests/node/test_helper_pid_reuse.py)."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except ProcessLookupError:
+        pytest.fail(f"the stranger {proc.pid} holding the freed pid was reaped")
+    try:
+        # A SIGKILL sent is an exit a moment later: wait for one that long.
+        readable, _, _ = select.select([pidfd], [], [], 0.5)
+    finally:
+        os.close(pidfd)
+    assert not readable, f"the stranger {proc.pid} holding the freed pid was killed"

@@ -18,13 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import select
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -32,6 +30,7 @@ import pytest
 from kernelgate import RunResult, inline
 from kernelgate.gateway.cgroups import RunCgroup
 from kernelgate.gateway.process import start_child
+from tests.procs import assert_stranger_alive
 
 from .conftest import SUPPORT
 
@@ -92,30 +91,6 @@ def _stranger_at(pid: int) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _assert_alive(proc: subprocess.Popen[bytes]) -> None:
-    """``proc`` was neither signalled to death nor reaped by anyone."""
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except ProcessLookupError:
-        pytest.fail(f"the stranger {proc.pid} holding the freed pid was reaped")
-    try:
-        # A SIGKILL sent is an exit a moment later: wait for one that long.
-        readable, _, _ = select.select([pidfd], [], [], 0.5)
-    finally:
-        os.close(pidfd)
-    assert not readable, f"the stranger {proc.pid} holding the freed pid was killed"
-
-
-@pytest.fixture
-def strangers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """The strangers a test starts, killed and reaped after it."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        proc.kill()
-        proc.wait()
-
-
 # -- a process group signalled by the number of a reaped child ----------------------------
 
 
@@ -137,7 +112,7 @@ def test_a_reaped_child_signals_no_group_by_its_old_pid(strangers, how):
             child.kill_all()
     finally:
         child.close()
-    _assert_alive(strangers[0])
+    assert_stranger_alive(strangers[0])
 
 
 @pytest.mark.timeout(90)
@@ -166,7 +141,7 @@ def test_an_idle_child_the_zygote_reaped_is_not_killed_by_its_old_pid(hostile, s
 
     asyncio.run(main())
     gw.close()
-    _assert_alive(strangers[0])
+    assert_stranger_alive(strangers[0])
 
 
 # -- a pooled cgroup emptied by the run that gave it back -----------------------------------
@@ -301,7 +276,7 @@ def test_a_cgroup_kills_no_stranger_that_took_a_listed_pid(strangers):
             with contextlib.suppress(FileNotFoundError):
                 os.rmdir(path)
     assert strangers, "the race was not forced"
-    _assert_alive(strangers[0])
+    assert_stranger_alive(strangers[0])
 
 
 # -- a child waited for by number after another reaper had it --------------------------------
@@ -411,7 +386,7 @@ def test_a_dead_booting_child_renices_no_stranger_by_its_old_pid(hostile, strang
 
     asyncio.run(main())
     assert os.getpriority(os.PRIO_PROCESS, strangers[0].pid) == 10, "the stranger was reniced"
-    _assert_alive(strangers[0])
+    assert_stranger_alive(strangers[0])
 
 
 # -- a run's usage read from /proc by the number of a child the zygote reaped ------------

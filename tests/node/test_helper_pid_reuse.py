@@ -13,16 +13,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import select
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from kernelgate.gateway.jsprogram import ProgramTransformer
+from tests.procs import assert_stranger_alive
 
 NODE = shutil.which("node")
 LAST_PID = "/proc/sys/kernel/ns_last_pid"
@@ -58,30 +57,6 @@ def _stranger_at(pid: int) -> subprocess.Popen[bytes]:
     pytest.skip(f"pid {pid} was taken by other processes 50 times running")
 
 
-def _assert_alive(proc: subprocess.Popen[bytes]) -> None:
-    """``proc`` was neither signalled to death nor reaped by anyone."""
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except ProcessLookupError:
-        pytest.fail(f"the stranger {proc.pid} holding the helper's old pid was reaped")
-    try:
-        # A SIGKILL sent is an exit a moment later: wait for one that long.
-        readable, _, _ = select.select([pidfd], [], [], 0.5)
-    finally:
-        os.close(pidfd)
-    assert not readable, f"the stranger {proc.pid} holding the helper's old pid was killed"
-
-
-@pytest.fixture
-def strangers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """The strangers a test starts, killed and reaped after it."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        proc.kill()
-        proc.wait()
-
-
 def _started(loop: asyncio.AbstractEventLoop) -> tuple[ProgramTransformer, int]:
     transformer = ProgramTransformer(NODE or "node")
     assert loop.run_until_complete(transformer.transform("1 + 1", "javascript"))
@@ -108,7 +83,7 @@ def test_a_helper_reaped_in_a_running_loop_is_not_killed_by_pid(strangers):
         loop.run_until_complete(close_before_the_news())
     finally:
         loop.close()
-    _assert_alive(strangers[0])
+    assert_stranger_alive(strangers[0])
 
 
 @pytest.mark.timeout(60)
@@ -134,4 +109,4 @@ def test_a_helper_reaped_after_its_loop_ended_is_not_killed_by_pid(strangers, ho
     else:
         del transformer
         gc.collect()
-    _assert_alive(strangers[0])
+    assert_stranger_alive(strangers[0])
