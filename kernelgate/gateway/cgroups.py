@@ -439,8 +439,7 @@ class RunCgroup:
         Killed processes take a moment to leave, so callers retry until True.
         """
         pids = self.pids()
-        if pids:
-            self._kill(pids)
+        self._kill(pids)
         if not remove:
             return not pids
         for path in self.paths:

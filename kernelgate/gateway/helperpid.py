@@ -29,17 +29,16 @@ class HelperPid:
     """A pidfd on ``proc``, taken right after it is spawned (a process cannot be reaped
     before it exits, and a helper only exits when told to or broken).
 
-    >>> proc = await asyncio.create_subprocess_exec("sleep", "60")  # doctest: +SKIP
-    >>> helper = HelperPid(proc)                                     # doctest: +SKIP
-    >>> helper.kill(); await proc.wait(); helper.close()             # doctest: +SKIP
+    >>> helper = HelperPid(await asyncio.create_subprocess_exec("sleep", "60"))  # doctest: +SKIP
+    >>> helper.kill(); await helper.proc.wait(); helper.close()                 # doctest: +SKIP
 
     Every method may be called from any thread, in any order, any number of times.
     """
 
-    __slots__ = ("_fd", "_lock", "_proc")
+    __slots__ = ("_fd", "_lock", "proc")
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self._proc = proc
+        self.proc = proc
         self._lock = threading.Lock()
         try:
             self._fd = os.pidfd_open(proc.pid)
@@ -54,9 +53,9 @@ class HelperPid:
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(fd, signal.SIGKILL)
                 return
-        if fd == _NO_PIDFDS and self._proc.returncode is None:
+        if fd == _NO_PIDFDS and self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                self._proc.kill()
+                self.proc.kill()
 
     def kill_and_reap(self) -> None:
         """SIGKILL and reap the process now, blocking (its loop has ended, so asyncio can
@@ -67,9 +66,15 @@ class HelperPid:
                 # P_PIDFD waits for this process only: ECHILD if the watcher was first.
                 with contextlib.suppress(ChildProcessError):
                     os.waitid(os.P_PIDFD, self._fd, os.WEXITED)
-            elif self._fd == _NO_PIDFDS and self._proc.returncode is None:
+            elif self._fd == _NO_PIDFDS and self.proc.returncode is None:
                 with contextlib.suppress(ChildProcessError):
-                    os.waitpid(self._proc.pid, 0)
+                    os.waitpid(self.proc.pid, 0)
+        self.close()
+
+    def kill_and_close(self) -> None:
+        """SIGKILL the process if it is still there and close the pidfd (asyncio reaps it):
+        for a helper whose owner is gone."""
+        self.kill()
         self.close()
 
     def close(self) -> None:

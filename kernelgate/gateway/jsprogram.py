@@ -267,8 +267,8 @@ class ProgramTransformer:
         self.node = node
         self.timeout = timeout
         self.max_source_chars = max_source_chars
-        self._proc: asyncio.subprocess.Process | None = None
-        # Signalled and reaped through this, never by pid (see .helperpid).
+        # The helper process, signalled and reaped through its pidfd, never by pid (see
+        # .helperpid).
         self._helper: HelperPid | None = None
         self._stderr = bytearray()
         self._stderr_task: asyncio.Task[None] | None = None
@@ -281,8 +281,8 @@ class ProgramTransformer:
     @property
     def pid(self) -> int | None:
         """The helper's pid while it runs (for tests and diagnostics)."""
-        proc = self._proc
-        return proc.pid if proc is not None and proc.returncode is None else None
+        helper = self._helper
+        return helper.proc.pid if helper is not None and helper.proc.returncode is None else None
 
     async def __aenter__(self) -> ProgramTransformer:
         return self
@@ -352,9 +352,9 @@ class ProgramTransformer:
         raise ProgramSyntaxError(_message(source, answer, *where), *where)
 
     async def _ask(self, line: bytes) -> dict[str, object]:
-        proc = await self._ensure()
-        helper = self._helper
-        assert proc.stdin is not None and proc.stdout is not None and helper is not None
+        helper = await self._ensure()
+        proc = helper.proc
+        assert proc.stdin is not None and proc.stdout is not None
         try:
             proc.stdin.write(line)
             await proc.stdin.drain()
@@ -362,7 +362,7 @@ class ProgramTransformer:
         except (BrokenPipeError, ConnectionResetError):
             reply = b""
         if not reply.endswith(b"\n"):
-            await self._reap(proc, helper)
+            await self._reap(helper)
             raise ProgramTransformError(
                 f"the transform helper ({self.node} {HELPER}) exited "
                 f"(status {proc.returncode}) without an answer; its stderr: "
@@ -376,11 +376,11 @@ class ProgramTransformer:
             raise ProgramTransformError(f"the transform helper answered {reply[:200]!r}")
         return answer
 
-    async def _ensure(self) -> asyncio.subprocess.Process:
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
-            return proc
-        if proc is not None:
+    async def _ensure(self) -> HelperPid:
+        helper = self._helper
+        if helper is not None and helper.proc.returncode is None:
+            return helper
+        if helper is not None:
             self._kill()
         node = shutil.which(self.node)
         if node is None:
@@ -392,7 +392,7 @@ class ProgramTransformer:
         self._stderr.clear()
         # Cancelled (or timed out) while spawning, asyncio kills the new process itself
         # (test_cancelled_at_any_step_leaves_no_helper).
-        self._proc = proc = await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(
             node,
             str(HELPER),
             stdin=asyncio.subprocess.PIPE,
@@ -404,41 +404,40 @@ class ProgramTransformer:
         )
         self._helper = helper = HelperPid(proc)
         # Not a method: a running task must not keep the transformer alive (see below).
-        self._stderr_task = asyncio.ensure_future(_drain_stderr(proc, helper, self._stderr))
+        self._stderr_task = asyncio.ensure_future(_drain_stderr(helper, self._stderr))
         # A transformer dropped without aclose() (a gateway never closed) takes its helper
         # with it: the helper only ever waits on our pipe.
-        weakref.finalize(self, _kill_helper, helper)
+        weakref.finalize(self, helper.kill_and_close)
         assert proc.stdout is not None
         ready = await proc.stdout.readline()  # bounded by the caller
         if ready != READY:
-            await self._reap(proc, helper)
+            await self._reap(helper)
             raise ProgramTransformError(
                 f"the transform helper ({self.node} {HELPER}) did not start: it said "
                 f"{ready[:200]!r} (status {proc.returncode}); its stderr: "
                 f"{self._stderr.decode('utf-8', 'replace').strip() or '(empty)'}"
             )
-        return proc
+        return helper
 
-    async def _reap(self, proc: asyncio.subprocess.Process, helper: HelperPid) -> None:
+    async def _reap(self, helper: HelperPid) -> None:
         helper.kill()
-        await proc.wait()
+        await helper.proc.wait()
         helper.close()
         if self._stderr_task is not None:
             # Its pipe is at EOF once the process is gone (nothing else holds it).
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
-        if self._proc is proc:
-            self._proc = self._helper = None
+        if self._helper is helper:
+            self._helper = None
 
     def _kill(self) -> None:
         """Kill the helper now (no await: also used while being cancelled); reaped in a task
         that :meth:`aclose` waits for."""
-        proc, self._proc = self._proc, None
         helper, self._helper = self._helper, None
-        if proc is None or helper is None:
+        if helper is None:
             return
         helper.kill()
-        task: asyncio.Task[object] = asyncio.ensure_future(proc.wait())
+        task: asyncio.Task[object] = asyncio.ensure_future(helper.proc.wait())
         self._reaping.add(task)
         task.add_done_callback(self._reaping.discard)
         task.add_done_callback(lambda _: helper.close())
@@ -452,7 +451,6 @@ class ProgramTransformer:
         more, so the helper is killed and waited for here, and its pipes close as the
         transformer goes. Later transforms raise. Idempotent."""
         self._closed = True
-        self._proc = None
         helper, self._helper = self._helper, None
         if helper is not None:
             # Its returncode may be None for good though it was reaped (the watcher's word
@@ -480,16 +478,9 @@ def transform_program(
     return asyncio.run(once())
 
 
-def _kill_helper(helper: HelperPid) -> None:
-    """SIGKILL a helper still running (its transformer is gone); asyncio reaps it."""
-    helper.kill()
-    helper.close()
-
-
-async def _drain_stderr(
-    proc: asyncio.subprocess.Process, helper: HelperPid, tail: bytearray
-) -> None:
+async def _drain_stderr(helper: HelperPid, tail: bytearray) -> None:
     """Keep the last of a helper's stderr in ``tail`` (for error messages)."""
+    proc = helper.proc
     assert proc.stderr is not None
     try:
         while chunk := await proc.stderr.read(65536):

@@ -456,7 +456,7 @@ def in_foreground(child: PooledChild, seen: set[int] | None = None) -> bool:
     error (its death shows elsewhere). A few /proc reads and a syscall per thread: done
     once the child has parked, or when a run is about to wait for it. The processes
     found are added to ``seen``."""
-    if not child.alive():
+    if not child.holds_pid():
         # Exited: the zygote may have reaped it already (before its boot task looked), and
         # its pid be a stranger's, whose whole tree descendants() would walk and renice.
         return False

@@ -126,9 +126,7 @@ class ChildProcess:
         zombie, which keeps the number."""
         if self.reaped or self._closed:
             return False
-        if self.reaped_by_zygote:
-            return self.pidfd >= 0 and not select.select([self.pidfd], [], [], 0)[0]
-        return True
+        return not (self.reaped_by_zygote and self.wait_gone(0))
 
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the child's whole process group (ignores an empty group), only

@@ -405,12 +405,12 @@ class Teardown:
                 await asyncio.sleep(delay)
         child.try_reap()
         if (cgroup := self._cgroup) is not None:
+            # Given back (forked into at once) or removed, it is not _abandon's to empty.
             if self._recycle is not None:
                 await self._recycle(cgroup)  # mkdir and rmdir cost ms each
-            elif not await empty_cgroup(cgroup):
-                cgroup = None  # left: a teardown cancelled later tries again (_abandon)
-            if cgroup is not None:  # given back (the pool may fork its next child into
-                self._cgroup = None  # it at once) or removed: never emptied by us again
+                self._cgroup = None
+            elif await empty_cgroup(cgroup):
+                self._cgroup = None
         await self._calls.cancel_all()
 
     async def kill_and_settle(self) -> None:
